@@ -1,0 +1,1 @@
+"""Ledger, stream and node metadata kept in ZooKeeper, and the embedded ZooKeeper launcher."""

@@ -1,0 +1,156 @@
+"""A real ZooKeeper server launched from the jars inside the installed pyspark wheel.
+
+No extra install: pyspark ships zookeeper-3.9 and its logging jars. Used by `ledger cluster start`,
+the demo and the tests.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from metadata.errors import EmbeddedZooKeeperError
+
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def pyspark_jars_dir() -> pathlib.Path:
+    import pyspark
+
+    jars = pathlib.Path(pyspark.__file__).resolve().parent / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise EmbeddedZooKeeperError(f"no zookeeper jar in {jars}; reinstall pyspark (pip install pyspark==4.3.0)")
+    return jars
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float = 1.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(word)
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class EmbeddedZooKeeper:
+    """One standalone ZooKeeper server with its own data directory on 127.0.0.1."""
+
+    def __init__(self, data_dir: str | os.PathLike, port: int = 0, host: str = "127.0.0.1"):
+        self.data_dir = pathlib.Path(data_dir).resolve()
+        self.host = host
+        self.port = port or free_port(host)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def uri(self, root: str = "/ledgers") -> str:
+        return f"zk://{self.address}{root}"
+
+    def write_config(self) -> pathlib.Path:
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=500",
+                    "initLimit=10",
+                    "syncLimit=5",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",
+                    "minSessionTimeout=1000",
+                    "maxSessionTimeout=60000",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons",
+                    "autopurge.purgeInterval=1",
+                    "",
+                ]
+            )
+        )
+        return config
+
+    def command(self) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise EmbeddedZooKeeperError("java not found on PATH: Java 17 is required to run the embedded ZooKeeper")
+        jars = pyspark_jars_dir()
+        return [
+            java,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dzookeeper.log.dir={self.data_dir}",
+            "-cp",
+            f"{jars}/*",
+            MAIN_CLASS,
+            str(self.write_config()),
+        ]
+
+    def start(self, *, detach: bool = False, timeout: float = 60.0) -> "EmbeddedZooKeeper":
+        """Start the server and wait until it answers; detach=True outlives this process."""
+        log = open(self.data_dir / "zookeeper.log", "ab") if self.data_dir.exists() else None
+        if log is None:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            log = open(self.data_dir / "zookeeper.log", "ab")
+        with log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=detach,
+            )
+        (self.data_dir / "zookeeper.pid").write_text(str(self.process.pid))
+        self.wait_until_serving(timeout)
+        return self
+
+    def wait_until_serving(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise EmbeddedZooKeeperError(
+                    f"ZooKeeper exited with code {self.process.returncode}; see {self.data_dir / 'zookeeper.log'}"
+                )
+            try:
+                if four_letter_word(self.host, self.port) == b"imok":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise EmbeddedZooKeeperError(
+            f"ZooKeeper did not answer on {self.address} within {timeout:.0f}s; see {self.data_dir / 'zookeeper.log'}"
+        )
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "EmbeddedZooKeeper":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,42 @@
+"""The root of the project's one error hierarchy, and the metadata errors.
+
+Every exception raised on purpose by this project derives from LedgerError. The client adds its
+protocol errors in connector/client/errors.py; the storage node its start-up refusals.
+"""
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class MetadataError(LedgerError):
+    """ZooKeeper could not be reached or holds something unexpected."""
+
+
+class MetadataConflictError(MetadataError):
+    """A compare-and-set lost: someone else changed the record since it was read."""
+
+
+class MetadataFormatError(MetadataError):
+    """A record in ZooKeeper cannot be decoded (unknown format version or damaged JSON)."""
+
+
+class NoSuchLedgerError(LedgerError):
+    """The ledger does not exist in the metadata store."""
+
+
+class NoSuchStreamError(LedgerError):
+    """The stream does not exist in the metadata store."""
+
+
+class StreamExistsError(LedgerError):
+    """A stream of that name exists already."""
+
+
+class InvalidMetadataUriError(LedgerError):
+    """The metadata URI is not of the form zk://host:port[,host:port...]/root."""
+
+
+class EmbeddedZooKeeperError(LedgerError):
+    """The embedded ZooKeeper could not be started."""

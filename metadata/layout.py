@@ -1,0 +1,42 @@
+"""Znode paths under the metadata root (the chroot of the metadata URI).
+
+    /ledgers/L0000000042        ledger metadata (persistent)
+    /idgen/id-0000000042        ledger id allocation (sequential, removed at once)
+    /streams/<name>             stream records
+    /nodes/<node id>            storage node registration (ephemeral)
+    /cookies/<node id>          storage node cookies (persistent)
+    /writers/<writer id>        writer liveness (ephemeral)
+"""
+from __future__ import annotations
+
+LEDGERS = "/ledgers"
+IDGEN = "/idgen"
+STREAMS = "/streams"
+NODES = "/nodes"
+COOKIES = "/cookies"
+WRITERS = "/writers"
+ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS)
+
+
+def ledger_path(ledger_id: int) -> str:
+    return f"{LEDGERS}/L{ledger_id:010d}"
+
+
+def ledger_id_from_name(name: str) -> int:
+    return int(name[1:])
+
+
+def stream_path(name: str) -> str:
+    return f"{STREAMS}/{name}"
+
+
+def node_path(node_id: str) -> str:
+    return f"{NODES}/{node_id}"
+
+
+def cookie_path(node_id: str) -> str:
+    return f"{COOKIES}/{node_id}"
+
+
+def writer_path(writer_id: str) -> str:
+    return f"{WRITERS}/{writer_id}"

@@ -1,0 +1,166 @@
+"""The data model of DESIGN section 3 as frozen dataclasses; updates return changed copies."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Generic, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+class LedgerState(str, enum.Enum):
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fragment:
+    """Entries from first_entry_id on (until the next fragment) are striped over ensemble."""
+
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerMetadata:
+    ledger_id: int
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    fragments: tuple[Fragment, ...]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    digest_type: str = "CRC32C"
+    password_hash: str = ""
+    custom_metadata: tuple[tuple[str, str], ...] = ()
+    writer_id: str = ""
+    created_at: float = 0.0
+
+    @property
+    def custom(self) -> dict[str, str]:
+        return dict(self.custom_metadata)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is LedgerState.CLOSED
+
+    @property
+    def last_fragment(self) -> Fragment:
+        return self.fragments[-1]
+
+    def fragment_for(self, entry_id: int) -> Fragment:
+        """The fragment whose ensemble stores entry_id."""
+        chosen = self.fragments[0]
+        for fragment in self.fragments:
+            if fragment.first_entry_id <= entry_id:
+                chosen = fragment
+            else:
+                break
+        return chosen
+
+    def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
+        return self.fragment_for(entry_id).ensemble
+
+    def fragment_ranges(self) -> list[tuple[int, int, Fragment]]:
+        """(first, last, fragment) for every fragment; last is -1 past the end for an open ledger."""
+        ranges = []
+        for index, fragment in enumerate(self.fragments):
+            if index + 1 < len(self.fragments):
+                last = self.fragments[index + 1].first_entry_id - 1
+            else:
+                last = self.last_entry_id if self.is_closed else -1
+            ranges.append((fragment.first_entry_id, last, fragment))
+        return ranges
+
+    def all_nodes(self) -> set[str]:
+        return {node for fragment in self.fragments for node in fragment.ensemble}
+
+    def replace(self, **changes) -> "LedgerMetadata":
+        return dataclasses.replace(self, **changes)
+
+    def with_ensemble_from(self, first_entry_id: int, ensemble: tuple[str, ...]) -> "LedgerMetadata":
+        """Rule 3: a new fragment from first_entry_id, replacing the last one if it starts there."""
+        kept = tuple(f for f in self.fragments if f.first_entry_id < first_entry_id)
+        return self.replace(fragments=kept + (Fragment(first_entry_id, tuple(ensemble)),))
+
+    def closed_at(self, last_entry_id: int, length: int) -> "LedgerMetadata":
+        return self.replace(state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+
+def make_custom_metadata(values: Mapping[str, object] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (values or {}).items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Versioned(Generic[T]):
+    """A record with the ZooKeeper znode version it was read at, for compare-and-set."""
+
+    value: T
+    version: int
+
+
+class NodeState(str, enum.Enum):
+    AVAILABLE = "available"
+    READ_ONLY = "read_only"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRegistration:
+    node_id: str
+    address: str
+    state: NodeState = NodeState.AVAILABLE
+    data_dir: str = ""
+    pid: int = 0
+    metrics_address: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cookie:
+    """A storage node's identity, kept both in ZooKeeper and in its data directory."""
+
+    node_id: str
+    instance_id: str
+    data_dir: str
+    created_at: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLedger:
+    """A ledger in a stream, covering offsets first_offset..last_offset (inclusive).
+
+    last_offset is None while the ledger is OPEN (its end is not known yet).
+    """
+
+    ledger_id: int
+    first_offset: int
+    last_offset: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamRecord:
+    """A segmented log: ledgers with contiguous offsets, its format, and Spark commit records."""
+
+    name: str
+    format: str = "raw"
+    schema: str = ""
+    ledgers: tuple[StreamLedger, ...] = ()
+    commits: tuple[tuple[str, int], ...] = ()
+    owner: str = ""
+    created_at: float = 0.0
+
+    @property
+    def next_offset(self) -> int:
+        if not self.ledgers:
+            return 0
+        last = self.ledgers[-1]
+        if last.last_offset is None:
+            raise ValueError(f"stream {self.name!r}: ledger {last.ledger_id} is still open")
+        return last.last_offset + 1
+
+    def committed_batch(self, writer: str) -> int | None:
+        return dict(self.commits).get(writer)
+
+    def replace(self, **changes) -> "StreamRecord":
+        return dataclasses.replace(self, **changes)

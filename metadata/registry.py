@@ -1,0 +1,110 @@
+"""Who is alive: storage node registrations, node cookies and writer-liveness znodes.
+
+Registrations and writer znodes are ephemeral: they vanish with the ZooKeeper session of their
+owner. A session that expires (a long pause, a partition) is re-registered when a new one starts.
+These are hints for placement and for telling dead writers from live ones; safety always comes
+from fencing (DESIGN rule 14).
+"""
+from __future__ import annotations
+
+import threading
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from metadata import layout, serde
+from metadata.errors import MetadataConflictError
+from metadata.model import Cookie, NodeRegistration, Versioned
+from metadata.store import MetadataStore
+
+
+class EphemeralRegistration:
+    """Keeps one ephemeral znode in place, re-creating it after the session is lost."""
+
+    def __init__(self, store: MetadataStore, path: str, data: bytes):
+        self._store = store
+        self._path = path
+        self._data = data
+        self._lock = threading.Lock()
+        self._closed = False
+        self._put()
+        store.zk.add_listener(self._on_state)
+
+    def update(self, data: bytes) -> None:
+        with self._lock:
+            self._data = data
+        try:
+            self._store._call(self._store.zk.set, self._path, data)
+        except NoNodeError:
+            self._put()
+
+    def close(self) -> None:
+        self._closed = True
+        self._store.zk.remove_listener(self._on_state)
+        try:
+            self._store._call(self._store.zk.delete, self._path)
+        except NoNodeError:
+            pass
+
+    def _put(self) -> None:
+        with self._lock:
+            data = self._data
+        try:
+            self._store._call(self._store.zk.create, self._path, data, ephemeral=True)
+        except NodeExistsError:
+            # Left over from our own previous session until ZooKeeper expires it: replace it.
+            self._store._call(self._store.zk.delete, self._path)
+            self._store._call(self._store.zk.create, self._path, data, ephemeral=True)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED and not self._closed:
+            # kazoo calls listeners on its event thread, where blocking calls would deadlock.
+            threading.Thread(target=self._reregister, daemon=True).start()
+
+    def _reregister(self) -> None:
+        try:
+            if self._store.zk.exists(self._path) is None and not self._closed:
+                self._put()
+        except Exception:  # the next reconnect tries again
+            pass
+
+
+def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegistration:
+    return EphemeralRegistration(store, layout.node_path(reg.node_id), serde.encode_node(reg))
+
+
+def list_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
+    nodes = {}
+    for node_id in store._call(store.zk.get_children, layout.NODES):
+        found = store.read(layout.node_path(node_id), serde.decode_node)
+        if found is not None:
+            nodes[node_id] = found.value
+    return nodes
+
+
+def read_cookie(store: MetadataStore, node_id: str) -> Versioned[Cookie] | None:
+    return store.read(layout.cookie_path(node_id), serde.decode_cookie)
+
+
+def create_cookie(store: MetadataStore, cookie: Cookie) -> None:
+    try:
+        store._call(store.zk.create, layout.cookie_path(cookie.node_id), serde.encode_cookie(cookie))
+    except NodeExistsError as exc:
+        raise MetadataConflictError(
+            f"a cookie for node {cookie.node_id} exists already in ZooKeeper; another node has that id"
+        ) from exc
+
+
+def delete_cookie(store: MetadataStore, node_id: str) -> None:
+    try:
+        store._call(store.zk.delete, layout.cookie_path(node_id))
+    except NoNodeError:
+        pass
+
+
+def register_writer(store: MetadataStore, writer_id: str) -> EphemeralRegistration:
+    return EphemeralRegistration(store, layout.writer_path(writer_id), b"")
+
+
+def writer_alive(store: MetadataStore, writer_id: str) -> bool:
+    return bool(writer_id) and store._call(store.zk.exists, layout.writer_path(writer_id)) is not None

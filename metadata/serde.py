@@ -1,0 +1,150 @@
+"""JSON encoding of metadata records, each tagged with a format version."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from metadata.errors import MetadataFormatError
+from metadata.model import (
+    Cookie,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    NodeRegistration,
+    NodeState,
+    StreamLedger,
+    StreamRecord,
+)
+
+FORMAT_VERSION = 1
+
+
+def _dump(kind: str, body: dict[str, Any]) -> bytes:
+    return json.dumps({"format_version": FORMAT_VERSION, "kind": kind, **body}, sort_keys=True).encode()
+
+
+def _load(kind: str, data: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataFormatError(f"damaged {kind} record in ZooKeeper: {exc}") from exc
+    version = record.get("format_version") if isinstance(record, dict) else None
+    if version != FORMAT_VERSION:
+        raise MetadataFormatError(
+            f"{kind} record has format version {version!r}, this software reads version {FORMAT_VERSION}; "
+            "upgrade the software that reads it"
+        )
+    if record.get("kind") != kind:
+        raise MetadataFormatError(f"expected a {kind} record, found {record.get('kind')!r}")
+    return record
+
+
+def encode_ledger(meta: LedgerMetadata) -> bytes:
+    return _dump(
+        "ledger",
+        {
+            "ledger_id": meta.ledger_id,
+            "ensemble_size": meta.ensemble_size,
+            "write_quorum": meta.write_quorum,
+            "ack_quorum": meta.ack_quorum,
+            "state": meta.state.value,
+            "last_entry_id": meta.last_entry_id,
+            "length": meta.length,
+            "fragments": [[f.first_entry_id, list(f.ensemble)] for f in meta.fragments],
+            "digest_type": meta.digest_type,
+            "password_hash": meta.password_hash,
+            "custom_metadata": dict(meta.custom_metadata),
+            "writer_id": meta.writer_id,
+            "created_at": meta.created_at,
+        },
+    )
+
+
+def decode_ledger(data: bytes) -> LedgerMetadata:
+    r = _load("ledger", data)
+    return LedgerMetadata(
+        ledger_id=r["ledger_id"],
+        ensemble_size=r["ensemble_size"],
+        write_quorum=r["write_quorum"],
+        ack_quorum=r["ack_quorum"],
+        state=LedgerState(r["state"]),
+        last_entry_id=r["last_entry_id"],
+        length=r["length"],
+        fragments=tuple(Fragment(first, tuple(ensemble)) for first, ensemble in r["fragments"]),
+        digest_type=r["digest_type"],
+        password_hash=r["password_hash"],
+        custom_metadata=tuple(sorted(r["custom_metadata"].items())),
+        writer_id=r["writer_id"],
+        created_at=r["created_at"],
+    )
+
+
+def encode_node(reg: NodeRegistration) -> bytes:
+    return _dump(
+        "node",
+        {
+            "node_id": reg.node_id,
+            "address": reg.address,
+            "state": reg.state.value,
+            "data_dir": reg.data_dir,
+            "pid": reg.pid,
+            "metrics_address": reg.metrics_address,
+        },
+    )
+
+
+def decode_node(data: bytes) -> NodeRegistration:
+    r = _load("node", data)
+    return NodeRegistration(
+        node_id=r["node_id"],
+        address=r["address"],
+        state=NodeState(r["state"]),
+        data_dir=r["data_dir"],
+        pid=r["pid"],
+        metrics_address=r.get("metrics_address", ""),
+    )
+
+
+def encode_cookie(cookie: Cookie) -> bytes:
+    return _dump(
+        "cookie",
+        {
+            "node_id": cookie.node_id,
+            "instance_id": cookie.instance_id,
+            "data_dir": cookie.data_dir,
+            "created_at": cookie.created_at,
+        },
+    )
+
+
+def decode_cookie(data: bytes) -> Cookie:
+    r = _load("cookie", data)
+    return Cookie(r["node_id"], r["instance_id"], r["data_dir"], r["created_at"])
+
+
+def encode_stream(stream: StreamRecord) -> bytes:
+    return _dump(
+        "stream",
+        {
+            "name": stream.name,
+            "format": stream.format,
+            "schema": stream.schema,
+            "ledgers": [[s.ledger_id, s.first_offset, s.last_offset] for s in stream.ledgers],
+            "commits": dict(stream.commits),
+            "owner": stream.owner,
+            "created_at": stream.created_at,
+        },
+    )
+
+
+def decode_stream(data: bytes) -> StreamRecord:
+    r = _load("stream", data)
+    return StreamRecord(
+        name=r["name"],
+        format=r["format"],
+        schema=r["schema"],
+        ledgers=tuple(StreamLedger(l, first, last) for l, first, last in r["ledgers"]),
+        commits=tuple(sorted(r["commits"].items())),
+        owner=r["owner"],
+        created_at=r["created_at"],
+    )

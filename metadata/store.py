@@ -1,0 +1,165 @@
+"""The metadata store: ledger records in ZooKeeper, every update a compare-and-set on the znode version."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Callable, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from metadata import layout, serde
+from metadata.errors import (
+    InvalidMetadataUriError,
+    MetadataConflictError,
+    MetadataError,
+    NoSuchLedgerError,
+)
+from metadata.model import LedgerMetadata, Versioned
+
+DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
+_URI = re.compile(r"^zk://(?P<hosts>[^/]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataUri:
+    hosts: str
+    root: str
+
+    @classmethod
+    def parse(cls, uri: str) -> "MetadataUri":
+        match = _URI.match(uri or "")
+        if not match:
+            raise InvalidMetadataUriError(
+                f"metadata URI {uri!r} is not of the form zk://host:port[,host:port...]/root, "
+                f"for example {DEFAULT_URI}"
+            )
+        return cls(match["hosts"], match["root"].rstrip("/"))
+
+    def __str__(self) -> str:
+        return f"zk://{self.hosts}{self.root}"
+
+
+class MetadataStore:
+    """One kazoo session, chrooted at the URI's root. Use as a context manager or call close()."""
+
+    def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0):
+        self.uri = MetadataUri.parse(uri)
+        self._ensure_root(connect_timeout)
+        self.zk = KazooClient(
+            hosts=self.uri.hosts + self.uri.root,
+            timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0, ignore_expire=False),
+        )
+        self._start(self.zk, connect_timeout)
+        for path in layout.ALL_DIRS:
+            self._call(self.zk.ensure_path, path)
+
+    def _start(self, client: KazooClient, connect_timeout: float) -> None:
+        try:
+            client.start(timeout=connect_timeout)
+        except KazooTimeoutError as exc:
+            client.close()
+            raise MetadataError(
+                f"cannot reach ZooKeeper at {self.uri.hosts} within {connect_timeout:.0f}s; "
+                "is it running? (`ledger cluster start` starts a local one)"
+            ) from exc
+
+    def _ensure_root(self, connect_timeout: float) -> None:
+        # The chroot itself must exist before a chrooted client uses it.
+        root_client = KazooClient(hosts=self.uri.hosts, timeout=10.0)
+        self._start(root_client, connect_timeout)
+        try:
+            root_client.ensure_path(self.uri.root)
+        finally:
+            root_client.stop()
+            root_client.close()
+
+    def close(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    def __enter__(self) -> "MetadataStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- generic versioned records -------------------------------------------------------------
+
+    def read(self, path: str, decode: Callable[[bytes], object]) -> Versioned | None:
+        try:
+            data, stat = self._call(self.zk.get, path)
+        except NoNodeError:
+            return None
+        return Versioned(decode(data), stat.version)
+
+    def compare_and_set(self, path: str, data: bytes, expected_version: int, what: str) -> int:
+        """Write data if the znode is still at expected_version; returns the new version."""
+        try:
+            stat = self._call(self.zk.set, path, data, version=expected_version)
+        except BadVersionError as exc:
+            raise MetadataConflictError(
+                f"{what} changed since it was read (expected version {expected_version}); re-read and retry"
+            ) from exc
+        return stat.version
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except (KazooException, KazooTimeoutError) as exc:
+            raise MetadataError(f"ZooKeeper request failed: {type(exc).__name__}: {exc}") from exc
+
+    # -- ledgers -------------------------------------------------------------------------------
+
+    def allocate_ledger_id(self) -> int:
+        path = self._call(self.zk.create, f"{layout.IDGEN}/id-", b"", sequence=True)
+        self._call(self.zk.delete, path)
+        return int(path.rsplit("-", 1)[1])
+
+    def create_ledger(self, meta: LedgerMetadata) -> Versioned[LedgerMetadata]:
+        """Allocate an id and store meta under it; meta.ledger_id is ignored."""
+        ledger_id = self.allocate_ledger_id()
+        meta = meta.replace(ledger_id=ledger_id, created_at=meta.created_at or time.time())
+        self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+        return Versioned(meta, 0)
+
+    def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        found = self.read(layout.ledger_path(ledger_id), serde.decode_ledger)
+        if found is None:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist (deleted, or never created)")
+        return found
+
+    def write_ledger(self, meta: LedgerMetadata, expected_version: int) -> Versioned[LedgerMetadata]:
+        try:
+            version = self.compare_and_set(
+                layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta), expected_version,
+                f"ledger {meta.ledger_id} metadata",
+            )
+        except NoNodeError as exc:
+            raise NoSuchLedgerError(f"ledger {meta.ledger_id} was deleted while being updated") from exc
+        return Versioned(meta, version)
+
+    def delete_ledger(self, ledger_id: int, expected_version: int = -1) -> None:
+        try:
+            self._call(self.zk.delete, layout.ledger_path(ledger_id), version=expected_version)
+        except NoNodeError:
+            return
+        except BadVersionError as exc:
+            raise MetadataConflictError(f"ledger {ledger_id} changed before it could be deleted") from exc
+
+    def list_ledgers(self) -> list[int]:
+        return sorted(layout.ledger_id_from_name(n) for n in self._call(self.zk.get_children, layout.LEDGERS))
+
+    def iter_ledgers(self) -> Iterator[Versioned[LedgerMetadata]]:
+        for ledger_id in self.list_ledgers():
+            try:
+                yield self.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue

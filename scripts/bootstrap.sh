@@ -1,0 +1,21 @@
+# Sourced by the other scripts: create .venv and install the project with its pinned dependencies.
+# Re-installs only when setup.cfg or pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+command -v java >/dev/null 2>&1 || { echo "Java 17 is required (java not found on PATH)" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+STAMP=.venv/.installed
+WANT="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip==24.3.1
+    .venv/bin/python -m pip install --quiet -e ".[test]"
+    echo "$WANT" > "$STAMP"
+fi
+export PATH="$ROOT/.venv/bin:$PATH"
+export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
