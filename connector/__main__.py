@@ -1,0 +1,5 @@
+import sys
+
+from connector.cli import main
+
+sys.exit(main())

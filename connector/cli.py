@@ -1,0 +1,45 @@
+"""The `ledger` command. Each command group lives in its own module under connector/commands and
+adds itself with register(subparsers); a handler is set as `func` on its parser."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from metadata.errors import LedgerError
+
+COMMAND_MODULES = (
+    "connector.commands.cluster",
+    "connector.commands.node",
+    "connector.commands.admin",
+    "connector.commands.bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ledger", description="Replicated ledger store with a PySpark connector")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except LedgerError as exc:
+        print(f"ledger: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
