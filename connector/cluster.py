@@ -1,0 +1,247 @@
+"""A local cluster in one directory: the embedded ZooKeeper plus N storage node processes.
+
+Used by `ledger cluster start|status|stop`, the demo, benchmarks and tests. Everything about a
+cluster lives under its directory (cluster.json records ports and process ids), so starting again on
+the same directory brings back the same nodes with all their data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+
+from metadata import registry
+from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
+from metadata.errors import LedgerError
+from metadata.model import NodeRegistration
+from metadata.store import MetadataStore
+from protos import ledger_pb2, ledger_pb2_grpc
+
+STATE_FILE = "cluster.json"
+ROOT = "/ledgers"
+
+
+class ClusterError(LedgerError):
+    """The local cluster could not be started, found or stopped."""
+
+
+@dataclasses.dataclass
+class NodeSpec:
+    node_id: str
+    port: int
+    pid: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclasses.dataclass
+class ClusterState:
+    zk_port: int
+    zk_pid: int = 0
+    nodes: list[NodeSpec] = dataclasses.field(default_factory=list)
+
+    @property
+    def metadata_uri(self) -> str:
+        return f"zk://127.0.0.1:{self.zk_port}{ROOT}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still "exists"; treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class LocalCluster:
+    """Start, inspect and stop the cluster kept in `directory`."""
+
+    def __init__(self, directory: str | os.PathLike, nodes: int = 3, node_args: tuple[str, ...] = ()):
+        self.directory = pathlib.Path(directory).resolve()
+        self.node_count = nodes
+        self.node_args = tuple(node_args)
+        self.state: ClusterState | None = self._load()
+
+    # -- state file ----------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> pathlib.Path:
+        return self.directory / STATE_FILE
+
+    def _load(self) -> ClusterState | None:
+        if not self.state_file.exists():
+            return None
+        raw = json.loads(self.state_file.read_text())
+        return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), [NodeSpec(**n) for n in raw["nodes"]])
+
+    def _save(self) -> None:
+        assert self.state is not None
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(self.state), indent=2))
+        tmp.replace(self.state_file)
+
+    @property
+    def metadata_uri(self) -> str:
+        if self.state is None:
+            raise ClusterError(f"no cluster in {self.directory}: run `ledger cluster start --dir {self.directory}`")
+        return self.state.metadata_uri
+
+    def node_dir(self, node_id: str) -> pathlib.Path:
+        return self.directory / "nodes" / node_id
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 90.0) -> str:
+        """Start whatever is not running; returns the metadata URI once every node is registered."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.state is None:
+            self.state = ClusterState(zk_port=free_port())
+        wanted = max(self.node_count, len(self.state.nodes))
+        while len(self.state.nodes) < wanted:
+            self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", free_port()))
+        self._save()
+        if not self._zookeeper_serving():
+            zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port)
+            zk.start(detach=True, timeout=timeout)
+            self.state.zk_pid = zk.process.pid
+            self._save()
+        for spec in self.state.nodes:
+            if not _pid_alive(spec.pid):
+                spec.pid = self._start_node(spec)
+                self._save()
+        self.wait_registered(timeout)
+        return self.metadata_uri
+
+    def _zookeeper_serving(self) -> bool:
+        try:
+            return four_letter_word("127.0.0.1", self.state.zk_port) == b"imok"
+        except OSError:
+            return False
+
+    def _start_node(self, spec: NodeSpec) -> int:
+        data_dir = self.node_dir(spec.node_id)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable, "-m", "storage_node",
+            "--data-dir", str(data_dir),
+            "--port", str(spec.port),
+            "--metadata", self.metadata_uri,
+            "--node-id", spec.node_id,
+            *self.node_args,
+        ]
+        with open(self.directory / "nodes" / f"{spec.node_id}.log", "ab") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        return process.pid
+
+    def wait_registered(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with MetadataStore(self.metadata_uri) as store:
+            while True:
+                registered = registry.list_nodes(store)
+                missing = [s.node_id for s in self.state.nodes if s.node_id not in registered]
+                if not missing:
+                    return
+                dead = [s.node_id for s in self.state.nodes if s.node_id in missing and not _pid_alive(s.pid)]
+                if dead or time.monotonic() >= deadline:
+                    logs = ", ".join(str(self.directory / "nodes" / f"{n}.log") for n in dead or missing)
+                    why = "exited" if dead else f"did not register within {timeout:.0f}s"
+                    raise ClusterError(f"storage node(s) {', '.join(dead or missing)} {why}; see {logs}")
+                time.sleep(0.1)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        state = self.state
+        if state is None:
+            raise ClusterError(f"no cluster in {self.directory}")
+        result = {"metadata": state.metadata_uri, "zookeeper": self._zookeeper_serving(), "nodes": []}
+        registered: dict[str, NodeRegistration] = {}
+        if result["zookeeper"]:
+            with MetadataStore(state.metadata_uri) as store:
+                registered = registry.list_nodes(store)
+        for spec in state.nodes:
+            reg = registered.get(spec.node_id)
+            entry = {
+                "node_id": spec.node_id,
+                "pid": spec.pid,
+                "running": _pid_alive(spec.pid),
+                "registered": reg is not None,
+                "state": reg.state.value if reg else "-",
+                "address": reg.address if reg else spec.address,
+            }
+            entry.update(node_info(entry["address"]) if entry["running"] else {})
+            result["nodes"].append(entry)
+        return result
+
+    # -- stop ----------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper."""
+        if self.state is None:
+            raise ClusterError(f"no cluster in {self.directory}")
+        for spec in self.state.nodes:
+            if _pid_alive(spec.pid):
+                os.kill(spec.pid, signal.SIGTERM)
+        for spec in self.state.nodes:
+            if not _wait_gone(spec.pid, timeout):
+                os.kill(spec.pid, signal.SIGKILL)
+                _wait_gone(spec.pid, 10)
+            spec.pid = 0
+        if _pid_alive(self.state.zk_pid):
+            os.kill(self.state.zk_pid, signal.SIGTERM)
+            if not _wait_gone(self.state.zk_pid, timeout):
+                os.kill(self.state.zk_pid, signal.SIGKILL)
+        self.state.zk_pid = 0
+        self._save()
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def node_info(address: str, timeout: float = 2.0) -> dict:
+    """What a node says about itself (disk use, role), or an 'error' entry if it does not answer."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            info = ledger_pb2_grpc.StorageNodeStub(channel).NodeInfo(ledger_pb2.NodeInfoRequest(), timeout=timeout)
+    except grpc.RpcError as exc:
+        return {"error": exc.code().name}
+    return {
+        "read_only": info.read_only,
+        "disk_used_bytes": info.disk_used_bytes,
+        "disk_total_bytes": info.disk_total_bytes,
+        "ledgers": info.ledger_count,
+        "entries": info.entry_count,
+    }

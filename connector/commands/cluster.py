@@ -1,0 +1,54 @@
+"""`ledger cluster start|status|stop`: a local cluster (embedded ZooKeeper + N storage nodes)."""
+from __future__ import annotations
+
+from connector.cluster import LocalCluster
+
+DEFAULT_DIR = "ledger-cluster"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("cluster", help="run a local cluster: embedded ZooKeeper + storage nodes")
+    actions = parser.add_subparsers(dest="action", required=True)
+
+    start = actions.add_parser("start", help="start in the background; returns once every node is registered")
+    start.add_argument("--nodes", type=int, default=3, help="number of storage nodes (default 3)")
+    start.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
+    start.set_defaults(func=run_start)
+
+    status = actions.add_parser("status", help="show ZooKeeper and every node's health, role and disk use")
+    status.add_argument("--dir", default=DEFAULT_DIR)
+    status.set_defaults(func=run_status)
+
+    stop = actions.add_parser("stop", help="clean shutdown; starting again on the same --dir keeps all data")
+    stop.add_argument("--dir", default=DEFAULT_DIR)
+    stop.set_defaults(func=run_stop)
+
+
+def run_start(args) -> int:
+    if args.nodes < 1:
+        raise SystemExit("ledger cluster start: --nodes must be at least 1")
+    uri = LocalCluster(args.dir, nodes=args.nodes).start()
+    print(uri)
+    return 0
+
+
+def run_status(args) -> int:
+    status = LocalCluster(args.dir).status()
+    print(f"metadata   {status['metadata']}")
+    print(f"zookeeper  {'serving' if status['zookeeper'] else 'DOWN'}")
+    healthy = status["zookeeper"]
+    for node in status["nodes"]:
+        if node["running"] and node["registered"] and "error" not in node:
+            used = node["disk_used_bytes"] / max(node["disk_total_bytes"], 1)
+            health = f"up  {node['state']:<9} disk {used:5.1%}  ledgers {node['ledgers']}  entries {node['entries']}"
+        else:
+            healthy = False
+            health = "DOWN" if not node["running"] else f"unhealthy ({node.get('error', 'not registered')})"
+        print(f"{node['node_id']:<10} {node['address']:<21} {health}")
+    return 0 if healthy else 1
+
+
+def run_stop(args) -> int:
+    LocalCluster(args.dir).stop()
+    print(f"stopped the cluster in {args.dir}")
+    return 0

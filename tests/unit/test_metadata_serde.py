@@ -1,0 +1,69 @@
+import json
+
+import pytest
+
+from metadata import serde
+from metadata.errors import MetadataFormatError
+from metadata.model import (
+    Cookie,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    NodeRegistration,
+    NodeState,
+    StreamLedger,
+    StreamRecord,
+    make_custom_metadata,
+)
+
+LEDGER = LedgerMetadata(
+    ledger_id=42,
+    ensemble_size=3,
+    write_quorum=2,
+    ack_quorum=2,
+    fragments=(Fragment(0, ("a", "b", "c")), Fragment(17, ("a", "d", "c"))),
+    state=LedgerState.CLOSED,
+    last_entry_id=99,
+    length=12345,
+    password_hash="ff",
+    custom_metadata=make_custom_metadata({"stream": "events", "partition": 3}),
+    writer_id="w-1",
+    created_at=1.5,
+)
+
+
+def test_ledger_round_trip():
+    assert serde.decode_ledger(serde.encode_ledger(LEDGER)) == LEDGER
+
+
+def test_other_records_round_trip():
+    node = NodeRegistration("n1", "127.0.0.1:5000", NodeState.READ_ONLY, "/d", 7)
+    cookie = Cookie("n1", "uuid", "/d", 2.0)
+    stream = StreamRecord("events", "arrow", "schema", (StreamLedger(1, 0, 9), StreamLedger(2, 10)), (("q", 3),))
+    assert serde.decode_node(serde.encode_node(node)) == node
+    assert serde.decode_cookie(serde.encode_cookie(cookie)) == cookie
+    assert serde.decode_stream(serde.encode_stream(stream)) == stream
+
+
+def test_records_carry_a_format_version_and_unknown_versions_are_refused():
+    record = json.loads(serde.encode_ledger(LEDGER))
+    assert record["format_version"] == serde.FORMAT_VERSION
+    record["format_version"] = 99
+    with pytest.raises(MetadataFormatError, match="format version 99"):
+        serde.decode_ledger(json.dumps(record).encode())
+
+
+def test_damaged_record_is_a_clear_error():
+    with pytest.raises(MetadataFormatError, match="damaged ledger record"):
+        serde.decode_ledger(b"{not json")
+
+
+def test_fragment_lookup_and_replacement():
+    assert LEDGER.ensemble_for(16) == ("a", "b", "c")
+    assert LEDGER.ensemble_for(17) == ("a", "d", "c")
+    # Rule 3: a fragment starting at the same entry replaces the last one.
+    replaced = LEDGER.with_ensemble_from(17, ("a", "e", "c"))
+    assert replaced.fragments == (Fragment(0, ("a", "b", "c")), Fragment(17, ("a", "e", "c")))
+    appended = LEDGER.with_ensemble_from(20, ("x", "d", "c"))
+    assert [f.first_entry_id for f in appended.fragments] == [0, 17, 20]
+    assert LEDGER.fragment_ranges() == [(0, 16, LEDGER.fragments[0]), (17, 99, LEDGER.fragments[1])]

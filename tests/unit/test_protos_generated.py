@@ -1,0 +1,5 @@
+from protos import generate
+
+
+def test_generated_code_matches_ledger_proto():
+    assert generate.stale_files() == [], "run: python -m protos.generate"
