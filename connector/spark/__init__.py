@@ -1,0 +1,1 @@
+"""The `ledger` PySpark Python Data Source (issue 4)."""

@@ -1,0 +1,114 @@
+"""Arrow entries: how rows become ledger entries and back.
+
+An entry of an arrow stream is a 16-byte header followed by an Arrow IPC stream (schema and one or
+more record batches, optionally lz4/zstd compressed):
+
+    magic b"LDA1" | first row of the entry within its ledger (u64) | rows in the entry (u32)
+
+The header makes every entry self-describing: a reader that starts at any entry knows the stream
+offset of each row (ledger's first offset + first row + index) without reading earlier entries,
+and the last entry of a recovered ledger tells how many rows the ledger holds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+
+from connector.spark.errors import SchemaMismatchError
+
+MAGIC = b"LDA1"
+HEADER = struct.Struct("<4sQI")
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryRows:
+    """The decoded content of one arrow entry."""
+
+    first_row: int
+    row_count: int
+    batches: list[pa.RecordBatch]
+
+
+def encode_entry(first_row: int, batches: list[pa.RecordBatch], compression: str | None = None) -> bytes:
+    rows = sum(b.num_rows for b in batches)
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, batches[0].schema, options=options) as ipc:
+        for batch in batches:
+            ipc.write_batch(batch)
+    return HEADER.pack(MAGIC, first_row, rows) + sink.getvalue().to_pybytes()
+
+
+def entry_header(payload: bytes) -> tuple[int, int]:
+    """(first row within the ledger, row count) of an arrow entry."""
+    if len(payload) < HEADER.size:
+        raise SchemaMismatchError(f"entry of {len(payload)} bytes is too short to be an arrow entry")
+    magic, first_row, rows = HEADER.unpack_from(payload)
+    if magic != MAGIC:
+        raise SchemaMismatchError(
+            f"entry does not start with {MAGIC!r} (found {magic!r}): it is not an arrow entry; "
+            "read the ledger with the ledgers option to see raw payloads"
+        )
+    return first_row, rows
+
+
+def decode_entry(payload: bytes) -> EntryRows:
+    first_row, rows = entry_header(payload)
+    body = pa.py_buffer(payload)[HEADER.size:]
+    with pa.ipc.open_stream(body) as ipc:
+        batches = list(ipc)
+    return EntryRows(first_row, rows, batches)
+
+
+class EntryBuilder:
+    """Cuts a sequence of record batches into entries of about target_bytes each.
+
+    Big batches are sliced (zero copy); small ones are grouped into one entry. Every entry carries
+    the ledger-relative index of its first row.
+    """
+
+    def __init__(self, schema: pa.Schema, target_bytes: int, compression: str | None = None):
+        self.schema = schema
+        self.target_bytes = target_bytes
+        self.compression = compression
+        self.rows_written = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
+
+    def add(self, batch: pa.RecordBatch) -> Iterator[bytes]:
+        batch = self._conform(batch)
+        if batch.num_rows == 0:
+            return
+        rows_per_entry = max(1, self.target_bytes * batch.num_rows // max(1, batch.nbytes))
+        for start in range(0, batch.num_rows, rows_per_entry):
+            piece = batch.slice(start, rows_per_entry)
+            self._pending.append(piece)
+            self._pending_bytes += piece.nbytes
+            if self._pending_bytes >= self.target_bytes:
+                yield self._cut()
+
+    def finish(self) -> Iterator[bytes]:
+        if self._pending:
+            yield self._cut()
+
+    def _cut(self) -> bytes:
+        entry = encode_entry(self.rows_written, self._pending, self.compression)
+        self.rows_written += sum(b.num_rows for b in self._pending)
+        self._pending, self._pending_bytes = [], 0
+        return entry
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.schema.equals(self.schema):
+            return batch
+        if batch.schema.names != self.schema.names:
+            raise SchemaMismatchError(f"rows with columns {batch.schema.names}, expected {self.schema.names}")
+        return batch.cast(self.schema)
+
+
+def entries_of(batches: Iterable[pa.RecordBatch], builder: EntryBuilder) -> Iterator[bytes]:
+    for batch in batches:
+        yield from builder.add(batch)
+    yield from builder.finish()

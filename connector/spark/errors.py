@@ -1,0 +1,20 @@
+"""Errors of the Spark connector; they join the project's one hierarchy under LedgerError."""
+from __future__ import annotations
+
+from metadata.errors import LedgerError
+
+
+class InvalidOptionError(LedgerError):
+    """A data source option is unknown or has a value outside its allowed values."""
+
+
+class SchemaMismatchError(LedgerError):
+    """A DataFrame does not fit the schema the stream recorded, or an entry does not fit the stream."""
+
+
+class StreamOwnedError(LedgerError):
+    """The stream's last ledger is OPEN and its writer is alive: a batch write cannot take its place."""
+
+
+class UnsupportedStreamFormatError(LedgerError):
+    """The operation needs a stream of another format (for example an Arrow write to a raw stream)."""

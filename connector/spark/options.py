@@ -1,0 +1,204 @@
+"""Data source options: parsed and validated once, into one small picklable value.
+
+Spark hands the options over lower-cased; every error names the option as the user spells it and
+lists the allowed values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+from connector.spark.errors import InvalidOptionError
+from metadata.errors import LedgerError
+from metadata.store import DEFAULT_URI, MetadataUri
+from metadata.streams import check_stream_name
+
+COMPRESSIONS = ("none", "lz4", "zstd")
+VIEWS = ("ledgers",)
+MIN_ENTRY_BYTES = 1024
+MAX_ENTRY_BYTES = 3 * 1024 * 1024  # an entry, its header and digest must fit one 4 MiB gRPC message
+
+# lower-case key -> the spelling used in documentation and error messages
+SPELLING = {
+    name.lower(): name
+    for name in (
+        "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
+        "entryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
+    )
+}
+
+
+def default_metadata_uri() -> str:
+    return os.environ.get("LEDGER_METADATA") or DEFAULT_URI
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerOptions:
+    metadata: str
+    stream: str | None = None
+    ledgers: tuple[int, ...] = ()
+    recover: bool = True
+    password: bytes = b""
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    entry_bytes: int = 1024 * 1024
+    compression: str | None = None
+    starting_offset: int | None = None  # inclusive; None = earliest
+    ending_offset: int | None = None  # exclusive; None = latest
+    include_metadata: bool = False
+    split_entries: int = 0  # entries per read partition; 0 = one partition per ledger
+    view: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "LedgerOptions":
+        given = {str(k).lower(): v for k, v in options.items() if v is not None}
+        unknown = sorted(set(given) - set(SPELLING))
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown option(s) {', '.join(unknown)}; the ledger data source knows "
+                f"{', '.join(sorted(SPELLING.values()))}"
+            )
+        parsed = cls(
+            metadata=_metadata(given.get("metadata") or default_metadata_uri()),
+            stream=_stream(given.get("path")),
+            ledgers=_ledger_ids(given.get("ledgers")),
+            recover=_boolean(given, "recover", True),
+            password=given.get("password", "").encode(),
+            ensemble_size=_integer(given, "ensemblesize", 3, minimum=1),
+            write_quorum=_integer(given, "writequorum", 3, minimum=1),
+            ack_quorum=_integer(given, "ackquorum", 2, minimum=1),
+            entry_bytes=_integer(given, "entrybytes", 1024 * 1024, minimum=MIN_ENTRY_BYTES, maximum=MAX_ENTRY_BYTES),
+            compression=_choice(given, "compression", COMPRESSIONS, "none"),
+            starting_offset=_offset(given, "startingoffsets", "earliest"),
+            ending_offset=_offset(given, "endingoffsets", "latest"),
+            include_metadata=_boolean(given, "includemetadata", False),
+            split_entries=_integer(given, "splitentries", 0, minimum=0),
+            view=_choice(given, "view", VIEWS, None),
+        )
+        parsed._check_quorums()
+        parsed._check_offsets()
+        parsed._check_source()
+        return parsed
+
+    def _check_quorums(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise InvalidOptionError(
+                f"ensembleSize={self.ensemble_size}, writeQuorum={self.write_quorum}, ackQuorum={self.ack_quorum}: "
+                "they must satisfy ensembleSize >= writeQuorum >= ackQuorum >= 1"
+            )
+
+    def _check_offsets(self) -> None:
+        if self.starting_offset is not None and self.ending_offset is not None:
+            if self.ending_offset < self.starting_offset:
+                raise InvalidOptionError(
+                    f"endingOffsets={self.ending_offset} is before startingOffsets={self.starting_offset}; "
+                    "endingOffsets is exclusive and must be >= startingOffsets"
+                )
+        if self.ledgers and (self.starting_offset is not None or self.ending_offset is not None):
+            raise InvalidOptionError(
+                "startingOffsets/endingOffsets are stream offsets; they cannot be used with the ledgers option"
+            )
+
+    def _check_source(self) -> None:
+        if self.ledgers and self.stream:
+            raise InvalidOptionError(
+                f"both a stream ({self.stream!r}) and the ledgers option are given; use one of them"
+            )
+
+    def check_readable(self) -> None:
+        if self.view is None and not self.stream and not self.ledgers:
+            raise InvalidOptionError(
+                "nothing to read: give a stream name (load(\"events\")) or the ledgers option (\"12,13\")"
+            )
+
+    def check_writable(self) -> None:
+        if not self.stream:
+            raise InvalidOptionError("nothing to write to: give a stream name (save(\"events\"))")
+        for name, value in (("ledgers", self.ledgers), ("view", self.view)):
+            if value:
+                raise InvalidOptionError(f"the {name} option is for reading; remove it from the write")
+        if self.starting_offset is not None or self.ending_offset is not None:
+            raise InvalidOptionError("startingOffsets/endingOffsets are for reading; remove them from the write")
+
+    @property
+    def is_raw(self) -> bool:
+        return bool(self.ledgers)
+
+
+def _metadata(uri: str) -> str:
+    try:
+        return str(MetadataUri.parse(uri))
+    except LedgerError as exc:
+        raise InvalidOptionError(f"option metadata: {exc}") from exc
+
+
+def _stream(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return check_stream_name(path)
+    except LedgerError as exc:
+        raise InvalidOptionError(f"option path (the stream name): {exc}") from exc
+
+
+def _ledger_ids(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        ids = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise InvalidOptionError(
+            f"option ledgers={text!r}: expected comma-separated ledger ids, for example \"12,13\""
+        ) from exc
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise InvalidOptionError(f"option ledgers={text!r}: ledger ids must be distinct non-negative integers")
+    return ids
+
+
+def _boolean(given: Mapping[str, str], key: str, default: bool) -> bool:
+    text = given.get(key)
+    if text is None:
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are true, false")
+    return value == "true"
+
+
+def _integer(given: Mapping[str, str], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    text = given.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are integers {bound}")
+    return value
+
+
+def _choice(given: Mapping[str, str], key: str, allowed: tuple[str, ...], default: str | None) -> str | None:
+    text = given.get(key)
+    value = default if text is None else str(text).strip().lower()
+    if value is not None and value not in allowed:
+        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are {', '.join(allowed)}")
+    return None if value == "none" else value
+
+
+def _offset(given: Mapping[str, str], key: str, keyword: str) -> int | None:
+    text = given.get(key)
+    if text is None or str(text).strip().lower() == keyword:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidOptionError(
+            f"option {SPELLING[key]}={text!r}: allowed values are {keyword} or a non-negative stream offset"
+        )
+    return value

@@ -1,0 +1,169 @@
+"""Read planning: which ledgers and entry ranges a read needs, as pure functions.
+
+The driver turns the stream (or the ledgers named by the ledgers option) into LedgerSpans, narrows
+ReadBounds with startingOffsets/endingOffsets and pushed-down filters on the metadata columns, and
+plans one partition per ledger, or per splitEntries entries of a large ledger.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class IntRange:
+    """Integers lo..hi (inclusive, None = unbounded), optionally only those in values."""
+
+    lo: int | None = None
+    hi: int | None = None
+    values: frozenset[int] | None = None
+
+    def narrowed(self, lo: int | None = None, hi: int | None = None, values: Iterable[int] | None = None) -> "IntRange":
+        new_lo = self.lo if lo is None else (lo if self.lo is None else max(self.lo, lo))
+        new_hi = self.hi if hi is None else (hi if self.hi is None else min(self.hi, hi))
+        new_values = self.values
+        if values is not None:
+            values = frozenset(values)
+            new_values = values if new_values is None else new_values & values
+        return IntRange(new_lo, new_hi, new_values)
+
+    def contains(self, value: int) -> bool:
+        return (
+            (self.lo is None or value >= self.lo)
+            and (self.hi is None or value <= self.hi)
+            and (self.values is None or value in self.values)
+        )
+
+    def clip(self, lo: int, hi: int | None) -> tuple[int, int | None] | None:
+        """The part of lo..hi (hi None = unbounded) inside this range's bounds, or None if empty."""
+        bounds_lo, bounds_hi = self.lo, self.hi
+        if self.values is not None:
+            if not self.values:
+                return None
+            bounds_lo = max(min(self.values), bounds_lo) if bounds_lo is not None else min(self.values)
+            bounds_hi = min(max(self.values), bounds_hi) if bounds_hi is not None else max(self.values)
+        new_lo = lo if bounds_lo is None else max(lo, bounds_lo)
+        if hi is None:
+            new_hi = bounds_hi
+        else:
+            new_hi = hi if bounds_hi is None else min(hi, bounds_hi)
+        if new_hi is not None and new_hi < new_lo:
+            return None
+        return new_lo, new_hi
+
+
+def narrow_by_filter(bounds: IntRange, flt: Filter) -> IntRange | None:
+    """bounds narrowed by a comparison of the column with an integer, or None if not understood."""
+    if isinstance(flt, In):
+        values = flt.value
+        if not all(_is_int(v) for v in values):
+            return None
+        return bounds.narrowed(values=values)
+    value = getattr(flt, "value", None)
+    if not _is_int(value):
+        return None
+    if isinstance(flt, EqualTo):
+        return bounds.narrowed(lo=value, hi=value)
+    if isinstance(flt, GreaterThan):
+        return bounds.narrowed(lo=value + 1)
+    if isinstance(flt, GreaterThanOrEqual):
+        return bounds.narrowed(lo=value)
+    if isinstance(flt, LessThan):
+        return bounds.narrowed(hi=value - 1)
+    if isinstance(flt, LessThanOrEqual):
+        return bounds.narrowed(hi=value)
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadBounds:
+    """What a read is limited to: ledger ids, entry ids and stream offsets."""
+
+    ledgers: IntRange = IntRange()
+    entries: IntRange = IntRange()
+    offsets: IntRange = IntRange()
+
+    @classmethod
+    def from_offsets(cls, starting: int | None, ending: int | None) -> "ReadBounds":
+        """startingOffsets is inclusive, endingOffsets exclusive (as in the Kafka source)."""
+        return cls(offsets=IntRange(starting, None if ending is None else ending - 1))
+
+    def pushed(self, role: str, flt: Filter) -> "ReadBounds | None":
+        """These bounds narrowed by a filter on the column playing role ledgers/entries/offsets."""
+        narrowed = narrow_by_filter(getattr(self, role), flt)
+        return None if narrowed is None else dataclasses.replace(self, **{role: narrowed})
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerSpan:
+    """A ledger to read: entries 0..last_entry_id, holding stream offsets first_offset..last_offset.
+
+    Offsets are None for a ledger read by id (not in a stream); last_offset is None while unknown
+    (the OPEN tail of a live stream writer).
+    """
+
+    ledger_id: int
+    last_entry_id: int
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerPartition(InputPartition):
+    """Entries first_entry..last_entry of one ledger; first_offset is the ledger's first offset."""
+
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+    first_offset: int | None = None
+
+
+def plan_partitions(
+    spans: Iterable[LedgerSpan], bounds: ReadBounds, split_entries: int, offset_per_entry: bool
+) -> list[LedgerPartition]:
+    """Partitions in stream order. offset_per_entry: raw streams (offset = first_offset + entry id);
+    otherwise offsets count rows and only whole ledgers can be pruned by offset."""
+    partitions = []
+    for span in spans:
+        entries = _entries_to_read(span, bounds, offset_per_entry)
+        if entries is None:
+            continue
+        first, last = entries
+        step = split_entries or (last - first + 1)
+        for start in range(first, last + 1, step):
+            end = min(last, start + step - 1)
+            partitions.append(LedgerPartition(span.ledger_id, start, end, span.first_offset))
+    return partitions
+
+
+def _entries_to_read(span: LedgerSpan, bounds: ReadBounds, offset_per_entry: bool) -> tuple[int, int] | None:
+    if span.last_entry_id < 0 or not bounds.ledgers.contains(span.ledger_id):
+        return None
+    entries = bounds.entries.clip(0, span.last_entry_id)
+    if entries is None:
+        return None
+    if span.first_offset is None:
+        return entries
+    if offset_per_entry:
+        offsets = bounds.offsets.clip(span.first_offset + entries[0], span.first_offset + entries[1])
+        if offsets is None:
+            return None
+        return offsets[0] - span.first_offset, offsets[1] - span.first_offset
+    if bounds.offsets.clip(span.first_offset, span.last_offset) is None:
+        return None
+    return entries

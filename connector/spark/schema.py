@@ -1,0 +1,92 @@
+"""Schemas: what a stream records (its Arrow schema), what Spark sees, and when an append fits.
+
+A stream of format `arrow` records the Arrow schema of its rows as base64 of the Arrow IPC schema
+message. The Arrow types are the ones Spark itself uses (`to_arrow_schema` with UTC timestamps), so
+rows written by Spark read back with exactly the schema Spark expects.
+"""
+from __future__ import annotations
+
+import base64
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, MapType, StructField, StructType
+
+from connector.spark.errors import SchemaMismatchError
+
+LEDGER_ID = "_ledger_id"
+ENTRY_ID = "_entry_id"
+OFFSET = "_offset"
+METADATA_COLUMNS = (LEDGER_ID, ENTRY_ID, OFFSET)
+
+RAW_SCHEMA = StructType(
+    [
+        StructField("ledger_id", LongType(), False),
+        StructField("entry_id", LongType(), False),
+        StructField("payload", BinaryType(), False),
+    ]
+)
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark uses for these rows (the one read() batches must match exactly)."""
+    return to_arrow_schema(schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+
+
+def spark_schema_of(schema: pa.Schema) -> StructType:
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def stream_read_schema(data: StructType, include_metadata: bool) -> StructType:
+    """Rows of an arrow stream, optionally followed by where each row lives."""
+    if not include_metadata:
+        return data
+    clash = [c for c in METADATA_COLUMNS if c in data.fieldNames()]
+    if clash:
+        raise SchemaMismatchError(
+            f"the stream has column(s) {', '.join(clash)}, which includeMetadata would add again; "
+            "read without includeMetadata"
+        )
+    return StructType(data.fields + [StructField(c, LongType(), False) for c in METADATA_COLUMNS])
+
+
+def raw_read_schema(include_metadata: bool) -> StructType:
+    """Raw entries; includeMetadata adds the stream offset (null for ledgers read by id)."""
+    if not include_metadata:
+        return RAW_SCHEMA
+    return StructType(RAW_SCHEMA.fields + [StructField(OFFSET, LongType(), True)])
+
+
+def appendable_schema(stream: str, recorded: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+    """The schema to record after appending rows of `incoming`; raises if they do not fit.
+
+    Names and types must match in order. Nullability may differ: the recorded schema then becomes
+    nullable throughout, which accepts both the old and the new rows.
+    """
+    if recorded.equals(incoming):
+        return recorded
+    old, new = spark_schema_of(recorded), spark_schema_of(incoming)
+    if old.simpleString() != new.simpleString():
+        raise SchemaMismatchError(
+            f"cannot append to stream {stream!r}: it holds rows of {old.simpleString()}, the DataFrame has "
+            f"{new.simpleString()}; select/cast the columns to match, or write with mode(\"overwrite\")"
+        )
+    return arrow_schema_of(_nullable(old))
+
+
+def _nullable(data_type: DataType) -> DataType:
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type

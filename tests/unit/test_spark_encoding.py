@@ -1,0 +1,57 @@
+"""connector/spark/encoding.py: arrow entries are self-describing and about entryBytes each."""
+import pyarrow as pa
+import pytest
+
+from connector.spark.encoding import EntryBuilder, decode_entry, encode_entry, entries_of, entry_header
+from connector.spark.errors import SchemaMismatchError
+
+SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
+
+
+def batch(start, n):
+    return pa.record_batch([pa.array(range(start, start + n), pa.int64()), pa.array([f"v{i:06d}" * 8 for i in range(start, start + n)])], schema=SCHEMA)
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
+def test_entry_round_trip(compression):
+    payload = encode_entry(7, [batch(0, 3), batch(3, 2)], compression)
+    assert entry_header(payload) == (7, 5)
+    rows = decode_entry(payload)
+    assert (rows.first_row, rows.row_count) == (7, 5)
+    assert pa.Table.from_batches(rows.batches).column("id").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_not_an_arrow_entry():
+    with pytest.raises(SchemaMismatchError, match="not an arrow entry"):
+        entry_header(b"x" * 32)
+    with pytest.raises(SchemaMismatchError, match="too short"):
+        entry_header(b"abc")
+
+
+def test_builder_cuts_entries_of_about_target_size_and_numbers_rows():
+    builder = EntryBuilder(SCHEMA, target_bytes=8 * 1024)
+    entries = list(entries_of([batch(0, 1000), batch(1000, 10), batch(1010, 5), batch(1015, 3000)], builder))
+    decoded = [decode_entry(e) for e in entries]
+    ids = [i for d in decoded for b in d.batches for i in b.column(0).to_pylist()]
+    assert ids == list(range(4015))
+    assert builder.rows_written == 4015
+    expected_first = 0
+    for d in decoded:
+        assert d.first_row == expected_first
+        expected_first += d.row_count
+    sizes = [len(e) for e in entries[:-1]]
+    assert len(entries) > 10 and max(sizes) < 3 * 8 * 1024 and min(sizes) > 8 * 1024 / 3
+
+
+def test_builder_casts_compatible_batches_and_rejects_others():
+    wide = pa.schema([("id", pa.int64()), ("s", pa.large_string())])
+    b = pa.record_batch([pa.array([1], pa.int64()), pa.array(["x"], pa.large_string())], schema=wide)
+    entries = list(entries_of([b], EntryBuilder(SCHEMA, 1024)))
+    assert decode_entry(entries[0]).batches[0].schema.equals(SCHEMA)
+    other = pa.record_batch([pa.array([1])], names=["x"])
+    with pytest.raises(SchemaMismatchError, match="columns"):
+        list(entries_of([other], EntryBuilder(SCHEMA, 1024)))
+
+
+def test_empty_input_makes_no_entry():
+    assert list(entries_of([batch(0, 0)], EntryBuilder(SCHEMA, 1024))) == []

@@ -1,0 +1,80 @@
+"""connector/spark/options.py: parsed once, every error names the option and its allowed values."""
+import pytest
+
+from connector.spark.errors import InvalidOptionError
+from connector.spark.options import LedgerOptions
+
+URI = "zk://127.0.0.1:2181/ledgers"
+
+
+def parse(**options):
+    return LedgerOptions.parse({"metadata": URI, **{k.lower(): v for k, v in options.items()}})
+
+
+def test_defaults():
+    opts = parse(path="events")
+    assert (opts.stream, opts.ensemble_size, opts.write_quorum, opts.ack_quorum) == ("events", 3, 3, 2)
+    assert opts.recover and not opts.include_metadata and opts.compression is None
+    assert (opts.starting_offset, opts.ending_offset, opts.split_entries) == (None, None, 0)
+
+
+def test_metadata_defaults_to_environment(monkeypatch):
+    monkeypatch.setenv("LEDGER_METADATA", "zk://10.0.0.1:2181/prod")
+    assert LedgerOptions.parse({"path": "events"}).metadata == "zk://10.0.0.1:2181/prod"
+    monkeypatch.delenv("LEDGER_METADATA")
+    assert LedgerOptions.parse({"path": "events"}).metadata == URI
+
+
+def test_values_are_parsed_case_insensitively():
+    opts = parse(path="e", ensembleSize="5", writeQuorum="3", ackQuorum="2", entryBytes="65536", compression="ZSTD",
+                 startingOffsets="10", endingOffsets="20", includeMetadata="TRUE", splitEntries="4", recover="false",
+                 password="secret")
+    assert (opts.ensemble_size, opts.entry_bytes, opts.compression) == (5, 65536, "zstd")
+    assert (opts.starting_offset, opts.ending_offset, opts.split_entries) == (10, 20, 4)
+    assert opts.include_metadata and not opts.recover and opts.password == b"secret"
+
+
+def test_ledgers_option():
+    assert parse(ledgers="3, 1,2").ledgers == (3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({"ensembleSize": "2"}, "ensembleSize >= writeQuorum >= ackQuorum"),
+        ({"ackQuorum": "0"}, "ackQuorum='0': allowed values are integers >= 1"),
+        ({"compression": "gzip"}, "compression='gzip': allowed values are none, lz4, zstd"),
+        ({"recover": "yes"}, "recover='yes': allowed values are true, false"),
+        ({"entryBytes": "10"}, "entryBytes='10': allowed values are integers 1024.."),
+        ({"startingOffsets": "latest"}, "startingOffsets='latest': allowed values are earliest or"),
+        ({"endingOffsets": "-3"}, "endingOffsets='-3': allowed values are latest or"),
+        ({"startingOffsets": "9", "endingOffsets": "3"}, "endingOffsets=3 is before startingOffsets=9"),
+        ({"view": "nodes"}, "view='nodes': allowed values are ledgers"),
+        ({"colour": "red"}, "unknown option(s) colour"),
+        ({"path": "bad name"}, "option path (the stream name)"),
+        ({"metadata": "http://x"}, "option metadata"),
+    ],
+)
+def test_bad_values_name_the_option(options, expected):
+    with pytest.raises(InvalidOptionError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        parse(**{"path": "events", **options})
+
+
+def test_bad_ledger_ids():
+    with pytest.raises(InvalidOptionError, match="ledgers='1,x'"):
+        parse(ledgers="1,x")
+    with pytest.raises(InvalidOptionError, match="both a stream"):
+        parse(path="events", ledgers="1")
+    with pytest.raises(InvalidOptionError, match="cannot be used with the ledgers option"):
+        parse(ledgers="1", startingOffsets="3")
+
+
+def test_read_and_write_requirements():
+    with pytest.raises(InvalidOptionError, match="nothing to read"):
+        parse().check_readable()
+    parse(view="ledgers").check_readable()
+    with pytest.raises(InvalidOptionError, match="nothing to write to"):
+        parse().check_writable()
+    with pytest.raises(InvalidOptionError, match="startingOffsets/endingOffsets are for reading"):
+        parse(path="e", startingOffsets="1").check_writable()
+    parse(path="e").check_writable()
