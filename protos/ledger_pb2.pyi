@@ -190,7 +190,7 @@ class NodeInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeInfoResponse(_message.Message):
-    __slots__ = ("node_id", "address", "read_only", "disk_total_bytes", "disk_used_bytes", "ledger_count", "entry_count", "version", "max_entry_bytes")
+    __slots__ = ("node_id", "address", "read_only", "disk_total_bytes", "disk_used_bytes", "ledger_count", "entry_count", "version", "max_entry_bytes", "journal_fsyncs", "journal_records", "read_only_reason", "max_request_bytes")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,10 @@ class NodeInfoResponse(_message.Message):
     ENTRY_COUNT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_FSYNCS_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_REASON_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     read_only: bool
@@ -209,4 +213,8 @@ class NodeInfoResponse(_message.Message):
     entry_count: int
     version: str
     max_entry_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., read_only: _Optional[bool] = ..., disk_total_bytes: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., ledger_count: _Optional[int] = ..., entry_count: _Optional[int] = ..., version: _Optional[str] = ..., max_entry_bytes: _Optional[int] = ...) -> None: ...
+    journal_fsyncs: int
+    journal_records: int
+    read_only_reason: str
+    max_request_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., read_only: _Optional[bool] = ..., disk_total_bytes: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., ledger_count: _Optional[int] = ..., entry_count: _Optional[int] = ..., version: _Optional[str] = ..., max_entry_bytes: _Optional[int] = ..., journal_fsyncs: _Optional[int] = ..., journal_records: _Optional[int] = ..., read_only_reason: _Optional[str] = ..., max_request_bytes: _Optional[int] = ...) -> None: ...
