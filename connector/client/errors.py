@@ -1,0 +1,76 @@
+"""The client's errors: one hierarchy under LedgerError and one table from node status to exception.
+
+MetadataConflictError and NoSuchLedgerError come from the metadata package and are re-exported here so
+that callers catch one family of names.
+"""
+from __future__ import annotations
+
+from metadata.errors import LedgerError, MetadataConflictError, NoSuchLedgerError
+from protos import ledger_pb2 as pb
+
+__all__ = [
+    "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
+    "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "DigestMismatchError",
+    "NodeError", "error_for_status",
+]
+
+
+class LedgerFencedError(LedgerError):
+    """Another client recovered the ledger (rules 6, 10): this writer may not add to it any more."""
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger is closed: nothing more can be appended."""
+
+
+class UnauthorizedError(LedgerError):
+    """The password does not match the one the ledger was created with."""
+
+
+class NotEnoughNodesError(LedgerError):
+    """Fewer writable storage nodes are registered than the ensemble needs."""
+
+
+class RecoveryIncompleteError(LedgerError):
+    """Recovery could not decide an entry (rule 11) and closed nothing; retry when the nodes are back."""
+
+
+class DigestMismatchError(LedgerError):
+    """An entry read back does not match its CRC32C digest: damaged in storage or in transit."""
+
+
+class NodeError(LedgerError):
+    """A storage node answered with an error, or could not be reached: the outcome is unknown."""
+
+
+def fenced_message(ledger_id: int) -> str:
+    return f"ledger {ledger_id} is fenced: another client recovered it; create a new ledger"
+
+
+def closed_message(ledger_id: int) -> str:
+    return f"ledger {ledger_id} is closed; open it for reading or create a new ledger"
+
+
+def unauthorized_message(ledger_id: int) -> str:
+    return f"wrong password for ledger {ledger_id}; open it with the password it was created with"
+
+
+# The one status -> exception table. NO_LEDGER and NO_ENTRY are negatives the ops interpret themselves
+# (rule 11); everything else that is not OK is an error, and all but these named ones are "unknown".
+_STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
+    pb.NO_LEDGER: (NoSuchLedgerError, "node {node} has no data of ledger {ledger}"),
+    pb.NO_ENTRY: (NodeError, "node {node} has no entry {entry} of ledger {ledger}"),
+    pb.FENCED: (LedgerFencedError, "ledger {ledger} is fenced: another client recovered it; create a new ledger"),
+    pb.UNAUTHORIZED: (UnauthorizedError, "wrong password for ledger {ledger} (refused by node {node}); "
+                                         "use the password the ledger was created with"),
+    pb.READ_ONLY: (NodeError, "node {node} is read-only (disk full or drained); the client moves to another node"),
+    pb.BAD_REQUEST: (NodeError, "node {node} refused a malformed or oversized request for ledger {ledger}"),
+    pb.ERROR: (NodeError, "node {node} failed on ledger {ledger}; check the node's log"),
+    pb.STATUS_UNKNOWN: (NodeError, "node {node} sent no status for ledger {ledger}: broken peer"),
+}
+
+
+def error_for_status(status: int, *, node: str, ledger: int, entry: int = -1, detail: str = "") -> LedgerError:
+    cls, template = _STATUS_ERRORS.get(status, _STATUS_ERRORS[pb.STATUS_UNKNOWN])
+    message = template.format(node=node, ledger=ledger, entry=entry)
+    return cls(f"{message} ({detail})" if detail else message)

@@ -1,0 +1,149 @@
+"""Adding entries (rule 2, and the bookkeeping of rule 3): pure, no I/O.
+
+The writer's pending adds in entry order. Each add goes to its write set; it succeeds at AQ acks from the
+write set; LAC moves only over a gap-free prefix of succeeded adds, and adds complete strictly in entry
+order. While failed nodes wait for replacement (an ensemble change), nothing completes, so that the new
+fragment can start at a LAC that no longer moves (BookKeeper holds callbacks the same way).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from connector.client.errors import (
+    LedgerError,
+    LedgerFencedError,
+    error_for_status,
+    fenced_message,
+)
+from connector.client.schedule import Schedule
+from protos import ledger_pb2 as pb
+from protos.digest import entry_digest
+
+
+@dataclasses.dataclass
+class PendingAdd:
+    entry_id: int
+    payload: bytes
+    last_add_confirmed: int  # piggybacked; part of the digest, so a resend carries the same value
+    digest: int
+    write_set: tuple[str, ...]
+    sent_at: float
+    acked: set[str] = dataclasses.field(default_factory=set)
+
+
+class AddSequence:
+    """The pending adds of one ledger writer (or of a recovery's write-back, recovery=True)."""
+
+    def __init__(self, ledger_id: int, schedule: Schedule, ensemble: tuple[str, ...], *,
+                 last_add_confirmed: int = -1, length: int = 0, recovery: bool = False):
+        self.ledger_id = ledger_id
+        self.schedule = schedule
+        self.ensemble = tuple(ensemble)
+        self.recovery = recovery
+        self.last_add_confirmed = last_add_confirmed
+        self.next_entry_id = last_add_confirmed + 1
+        self.length = length
+        self.pending: collections.OrderedDict[int, PendingAdd] = collections.OrderedDict()
+        self.failed_nodes: set[str] = set()
+        self.error: LedgerError | None = None
+        self.published_lac = last_add_confirmed
+
+    @property
+    def flags(self) -> int:
+        return pb.RECOVERY_ADD if self.recovery else pb.ADD_FLAG_NONE
+
+    def append(self, payload: bytes, now: float = 0.0) -> tuple[PendingAdd, tuple[str, ...]]:
+        """A new add with the next entry id, and the nodes to send it to now."""
+        if self.error is not None:
+            raise self.error
+        entry_id = self.next_entry_id
+        self.next_entry_id += 1
+        lac = self.last_add_confirmed
+        self.published_lac = max(self.published_lac, lac)
+        add = PendingAdd(
+            entry_id, payload, lac, entry_digest(self.ledger_id, entry_id, lac, payload),
+            self.schedule.write_set_nodes(entry_id, self.ensemble), now,
+        )
+        self.pending[entry_id] = add
+        return add, tuple(n for n in add.write_set if n not in self.failed_nodes)
+
+    def on_result(self, node: str, entry_id: int, status: int, message: str = "") -> list[PendingAdd]:
+        """A node's answer for one entry; returns the adds that completed, in entry order."""
+        add = self.pending.get(entry_id)
+        if add is None or node not in add.write_set:
+            return []  # late answer for a completed add, or from a node since replaced
+        if status == pb.OK:
+            add.acked.add(node)
+            return self._complete()
+        if status == pb.FENCED:
+            self.fail(LedgerFencedError(fenced_message(self.ledger_id)))
+        elif status == pb.UNAUTHORIZED:
+            self.fail(error_for_status(status, node=node, ledger=self.ledger_id, detail=message))
+        else:
+            self.on_node_failure(node)
+        return []
+
+    def on_node_failure(self, node: str) -> None:
+        """The node could not take adds (stream broken, error, read-only, timeout): rule 3 replaces it."""
+        if node in self.ensemble and self.error is None:
+            self.failed_nodes.add(node)
+
+    def timed_out_nodes(self, now: float, timeout: float) -> set[str]:
+        """Write-set nodes that have not acked an add sent more than timeout ago (a frozen node)."""
+        late = set()
+        for add in self.pending.values():
+            if now - add.sent_at < timeout:
+                break
+            late.update(n for n in add.write_set if n not in add.acked)
+        return late - self.failed_nodes
+
+    def replace_nodes(self, new_ensemble: tuple[str, ...], now: float = 0.0) -> tuple[list[tuple[str, PendingAdd]],
+                                                                                         list[PendingAdd]]:
+        """The ensemble change is stored (new fragment at LAC+1); swap the failed nodes for their replacements.
+
+        Returns (resends, completed). Every pending add is past the LAC, so inside the new fragment. Only an add
+        whose write set held a replaced node is resent, and only to that node's replacement; the replaced node's
+        ack no longer counts, because the metadata no longer lists it for that entry.
+        """
+        replacement = {old: new for old, new in zip(self.ensemble, new_ensemble) if old != new}
+        self.ensemble = tuple(new_ensemble)
+        self.failed_nodes -= set(replacement)
+        resends = []
+        for add in self.pending.values():
+            if not set(add.write_set) & set(replacement):
+                continue
+            add.write_set = tuple(replacement.get(n, n) for n in add.write_set)
+            add.acked &= set(add.write_set)
+            add.sent_at = now
+            resends.extend((replacement[old], add) for old in replacement if replacement[old] in add.write_set)
+        return resends, self._complete()
+
+    def fail(self, error: LedgerError) -> list[PendingAdd]:
+        """An unrecoverable error: every pending and every later add fails with it."""
+        if self.error is None:
+            self.error = error
+        failed = list(self.pending.values())
+        self.pending.clear()
+        return failed
+
+    def lac_to_publish(self) -> int | None:
+        """The LAC if no add carried it yet: an idle writer sends it explicitly (rule 2)."""
+        if self.last_add_confirmed > self.published_lac and not self.pending:
+            self.published_lac = self.last_add_confirmed
+            return self.last_add_confirmed
+        return None
+
+    def _complete(self) -> list[PendingAdd]:
+        completed = []
+        if self.failed_nodes:
+            return completed
+        while self.pending:
+            entry_id, add = next(iter(self.pending.items()))
+            if entry_id != self.last_add_confirmed + 1 or not self.schedule.has_ack_quorum(add.acked, add.write_set):
+                break
+            self.pending.popitem(last=False)
+            self.last_add_confirmed = entry_id
+            self.length += len(add.payload)
+            completed.append(add)
+        return completed

@@ -1,0 +1,29 @@
+"""Closing a ledger (rules 4 and 12): the metadata transforms for update_ledger. Pure."""
+from __future__ import annotations
+
+from connector.client.errors import LedgerFencedError, fenced_message
+from metadata.model import LedgerMetadata, LedgerState
+from metadata.update_loop import Transform
+
+
+def close_own(ledger_id: int, last_add_confirmed: int, length: int) -> Transform:
+    """Rule 4: the writer closes at its LAC; closing again at the same entry changes nothing. A ledger that
+    is in recovery, or was closed elsewhere at another entry, was taken from this writer."""
+    def transform(meta: LedgerMetadata) -> LedgerMetadata | None:
+        if meta.state is LedgerState.IN_RECOVERY or (
+                meta.state is LedgerState.CLOSED and meta.last_entry_id != last_add_confirmed):
+            raise LedgerFencedError(fenced_message(ledger_id))
+        if meta.state is LedgerState.CLOSED:
+            return None
+        return meta.closed_at(last_add_confirmed, length)
+    return transform
+
+
+def close_recovered(last_entry_id: int, length: int) -> Transform:
+    """Rule 12: IN_RECOVERY -> CLOSED at the last recovered entry; a ledger another recovery closed first is
+    adopted as it is (returning None keeps the stored record)."""
+    def transform(meta: LedgerMetadata) -> LedgerMetadata | None:
+        if meta.state is LedgerState.CLOSED:
+            return None
+        return meta.closed_at(last_entry_id, length)
+    return transform

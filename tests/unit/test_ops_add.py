@@ -1,0 +1,148 @@
+"""The add state machine: AQ acks from the write set, in-order LAC and completion, fencing, and the
+bookkeeping of an ensemble change (rules 2 and 3)."""
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+
+from connector.client.errors import LedgerFencedError, UnauthorizedError
+from connector.client.ops.add import AddSequence
+from connector.client.schedule import Schedule
+from protos import ledger_pb2 as pb
+from protos.digest import entry_digest
+
+ENSEMBLE = ("a", "b", "c")
+
+
+def sequence(e=3, wq=3, aq=2, ensemble=ENSEMBLE):
+    return AddSequence(7, Schedule(e, wq, aq), ensemble)
+
+
+def test_append_targets_the_write_set_and_piggybacks_the_lac():
+    seq = sequence(4, 2, 2, ("a", "b", "c", "d"))
+    first, targets = seq.append(b"x")
+    assert (first.entry_id, targets, first.last_add_confirmed) == (0, ("a", "b"), -1)
+    assert first.digest == entry_digest(7, 0, -1, b"x")
+    seq.on_result("a", 0, pb.OK)
+    seq.on_result("b", 0, pb.OK)
+    second, targets = seq.append(b"y")
+    assert (second.entry_id, targets, second.last_add_confirmed) == (1, ("b", "c"), 0)
+
+
+def test_ack_quorum_completes_and_acks_outside_the_write_set_do_not_count():
+    seq = sequence(4, 2, 2, ("a", "b", "c", "d"))
+    seq.append(b"x")
+    assert seq.on_result("c", 0, pb.OK) == []
+    assert seq.on_result("a", 0, pb.OK) == []
+    assert [a.entry_id for a in seq.on_result("b", 0, pb.OK)] == [0]
+    assert seq.last_add_confirmed == 0 and seq.length == 1
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations([(0, "a"), (0, "b"), (1, "b"), (1, "c"), (2, "a"),
+                                                               (2, "c")])))
+def test_completion_is_in_entry_order_whatever_order_acks_arrive(order):
+    seq = sequence()
+    for _ in range(3):
+        seq.append(b"p")
+    completed = []
+    for entry_id, node in order:
+        before = seq.last_add_confirmed
+        completed += [a.entry_id for a in seq.on_result(node, entry_id, pb.OK)]
+        assert seq.last_add_confirmed >= before
+    assert completed == [0, 1, 2]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(ENSEMBLE)), max_size=40))
+def test_lac_never_passes_an_entry_with_fewer_than_aq_acks(acks):
+    seq = sequence()
+    adds = [seq.append(b"p")[0] for _ in range(6)]
+    acked = {i: set() for i in range(6)}
+    completed = []
+    for entry_id, node in acks:
+        acked[entry_id].add(node)
+        completed += [a.entry_id for a in seq.on_result(node, entry_id, pb.OK)]
+        for e in range(seq.last_add_confirmed + 1):
+            assert len(acked[e]) >= 2
+    assert completed == list(range(seq.last_add_confirmed + 1))
+    assert len(adds) == 6
+
+
+def test_fenced_answer_fails_that_and_every_later_add():
+    seq = sequence()
+    seq.append(b"p")
+    seq.append(b"q")
+    assert seq.on_result("a", 1, pb.FENCED) == []
+    assert isinstance(seq.error, LedgerFencedError)
+    assert "is fenced: another client recovered it; create a new ledger" in str(seq.error)
+    assert not seq.pending
+    with pytest.raises(LedgerFencedError):
+        seq.append(b"r")
+
+
+def test_unauthorized_answer_is_fatal():
+    seq = sequence()
+    seq.append(b"p")
+    seq.on_result("b", 0, pb.UNAUTHORIZED)
+    assert isinstance(seq.error, UnauthorizedError)
+
+
+@pytest.mark.parametrize("status", [pb.ERROR, pb.READ_ONLY, pb.STATUS_UNKNOWN, pb.BAD_REQUEST])
+def test_node_errors_hold_completion_until_the_node_is_replaced(status):
+    seq = sequence()
+    seq.append(b"p")
+    seq.on_result("c", 0, status)
+    assert seq.failed_nodes == {"c"}
+    assert seq.on_result("a", 0, pb.OK) == [] and seq.on_result("b", 0, pb.OK) == []
+    resends, completed = seq.replace_nodes(("a", "b", "d"))
+    assert [(node, add.entry_id) for node, add in resends] == [("d", 0)]
+    assert [a.entry_id for a in completed] == [0]
+
+
+def test_ensemble_change_resends_only_unconfirmed_entries_of_the_failed_node_to_its_replacement():
+    seq = sequence(4, 2, 2, ("a", "b", "c", "d"))
+    for _ in range(4):
+        seq.append(b"p")
+    for entry_id, node in [(0, "a"), (0, "b"), (1, "b"), (2, "c"), (2, "d")]:
+        seq.on_result(node, entry_id, pb.OK)
+    assert seq.last_add_confirmed == 0
+    seq.on_node_failure("c")  # entry 1 {b, c}, entry 2 {c, d} (acked by c), entry 3 {d, a}
+    resends, completed = seq.replace_nodes(("a", "b", "e", "d"))
+    assert sorted((n, a.entry_id) for n, a in resends) == [("e", 1), ("e", 2)]
+    assert completed == []  # entry 2's ack from c no longer counts: the new fragment lists e instead
+    assert seq.pending[2].write_set == ("e", "d") and seq.pending[2].acked == {"d"}
+    assert [a.entry_id for a in seq.on_result("e", 1, pb.OK)] == [1]
+    assert seq.on_result("c", 2, pb.OK) == []  # a late ack from the replaced node is ignored
+    assert [a.entry_id for a in seq.on_result("e", 2, pb.OK)] == [2]
+
+
+def test_appends_during_a_pending_change_skip_the_failed_node():
+    seq = sequence()
+    seq.on_node_failure("b")
+    _, targets = seq.append(b"p")
+    assert targets == ("a", "c")
+
+
+def test_timed_out_nodes_are_those_that_did_not_ack_old_adds():
+    seq = sequence()
+    seq.append(b"p", now=0.0)
+    seq.on_result("a", 0, pb.OK)
+    seq.on_result("b", 0, pb.OK)
+    seq.append(b"q", now=1.0)
+    seq.on_result("a", 1, pb.OK)
+    assert seq.timed_out_nodes(now=5.0, timeout=10.0) == set()
+    assert seq.timed_out_nodes(now=12.0, timeout=10.0) == {"b", "c"}
+
+
+def test_idle_writer_publishes_the_lac_once():
+    seq = sequence()
+    seq.append(b"p")
+    seq.on_result("a", 0, pb.OK)
+    seq.on_result("b", 0, pb.OK)
+    assert seq.lac_to_publish() == 0
+    assert seq.lac_to_publish() is None
+
+
+def test_recovery_write_back_continues_after_the_recovered_lac_with_the_recovery_flag():
+    seq = AddSequence(7, Schedule(3, 3, 2), ENSEMBLE, last_add_confirmed=41, recovery=True)
+    add, _ = seq.append(b"p")
+    assert add.entry_id == 42 and seq.flags == pb.RECOVERY_ADD

@@ -1,0 +1,72 @@
+"""Reading: chunks spread over the ensemble, failover to the next replica, digest verification."""
+import pytest
+
+from connector.client.errors import DigestMismatchError, NodeError
+from connector.client.ops.read import EntryRead, plan_chunks
+from metadata.model import Fragment, LedgerMetadata, LedgerState
+from protos import ledger_pb2 as pb
+from protos.digest import entry_digest
+
+
+def response(entry_id, payload=b"p", corrupt=False, status=pb.OK):
+    return pb.ReadResponse(status=status, ledger_id=7, entry_id=entry_id, last_add_confirmed=-1, payload=payload,
+                           digest=entry_digest(7, entry_id, -1, payload) ^ int(corrupt))
+
+
+def closed(e, wq, last, fragments=((0, None),)):
+    frags = tuple(Fragment(first, ens or tuple("abcde"[:e])) for first, ens in fragments)
+    return LedgerMetadata(7, e, wq, 2, frags, state=LedgerState.CLOSED, last_entry_id=last)
+
+
+def test_full_replication_chunks_rotate_over_all_nodes():
+    chunks = plan_chunks(closed(3, 3, 99), 0, 99, 25)
+    assert [[c.node for c in chunk.calls] for chunk in chunks] == [["a"], ["b"], ["c"], ["a"]]
+    assert [(chunk.first, chunk.last) for chunk in chunks] == [(0, 24), (25, 49), (50, 74), (75, 99)]
+
+
+def test_striped_chunks_ask_enough_nodes_to_hold_every_entry():
+    for chunk in plan_chunks(closed(4, 2, 99), 0, 99, 10):
+        nodes = {c.node for c in chunk.calls}
+        for e in range(chunk.first, chunk.last + 1):
+            assert nodes & set(chunk.write_set(e))
+
+
+def test_chunks_split_at_fragment_boundaries():
+    meta = closed(3, 3, 20, ((0, ("a", "b", "c")), (8, ("a", "d", "c"))))
+    chunks = plan_chunks(meta, 5, 20, 100)
+    assert [(c.first, c.last, c.ensemble) for c in chunks] == [(5, 7, ("a", "b", "c")), (8, 20, ("a", "d", "c"))]
+
+
+def test_chunk_fails_over_what_its_node_did_not_deliver():
+    chunk = plan_chunks(closed(3, 3, 3), 0, 3, 4)[0]
+    (call,) = chunk.calls
+    chunk.on_entry(call.node, response(0))
+    chunk.on_entry(call.node, response(1, corrupt=True))
+    chunk.on_entry(call.node, response(2, status=pb.ERROR))
+    chunk.on_call_done(call)
+    assert chunk.calls_done
+    failovers = chunk.failovers()
+    assert [f.entry_id for f in failovers] == [1, 2, 3]
+    assert all(f.next_node() != call.node for f in failovers)
+
+
+def test_entry_read_tries_each_replica_then_reports():
+    read = EntryRead(7, 5, ("a", "b", "c"))
+    assert read.next_node() == "a"
+    read.on_failure("a", "unavailable")
+    assert read.next_node() == "b"
+    read.on_response("b", response(5, corrupt=True))
+    assert read.next_node() == "c"
+    read.on_response("c", response(5, b"ok"))
+    assert read.entry.payload == b"ok" and read.next_node() is None
+
+
+def test_entry_read_exhausted_names_digest_mismatch():
+    read = EntryRead(7, 5, ("a",))
+    read.next_node()
+    read.on_response("a", response(5, corrupt=True))
+    assert read.next_node() is None
+    assert isinstance(read.error(), DigestMismatchError)
+    read = EntryRead(7, 5, ("a",))
+    read.on_failure(read.next_node(), "unavailable")
+    assert isinstance(read.error(), NodeError) and "could not be read from any replica" in str(read.error())
