@@ -1,0 +1,29 @@
+"""The ledger client: striped quorum writes, ensemble changes, fencing and safe recovery (DESIGN section 4).
+
+    from connector.client import LedgerClient
+    with LedgerClient("zk://127.0.0.1:2181/ledgers") as lc:
+        with lc.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2) as w:
+            w.append(b"event")
+        for entry in lc.open_ledger(w.ledger_id).read(0, 0):
+            ...
+"""
+from connector.client.api import LedgerClient, ReadHandle, WriteHandle, default_metadata_uri
+from connector.client.errors import (
+    DigestMismatchError,
+    LedgerClosedError,
+    LedgerError,
+    LedgerFencedError,
+    MetadataConflictError,
+    NoSuchLedgerError,
+    NotEnoughNodesError,
+    RecoveryIncompleteError,
+    UnauthorizedError,
+)
+from connector.client.ops.read import Entry
+from connector.client.retry import Retry
+
+__all__ = [
+    "LedgerClient", "WriteHandle", "ReadHandle", "Entry", "Retry", "default_metadata_uri",
+    "LedgerError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError", "UnauthorizedError",
+    "NotEnoughNodesError", "RecoveryIncompleteError", "MetadataConflictError", "DigestMismatchError",
+]

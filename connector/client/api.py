@@ -1,0 +1,268 @@
+"""The public, synchronous ledger client: LedgerClient, WriteHandle, ReadHandle.
+
+Handles hold an immutable Versioned[LedgerMetadata] and pass it to the ops; every metadata change goes
+through update_ledger's compare-and-set loop. The I/O runs on the client's event loop (runner.Runtime).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import os
+import time
+import uuid
+from typing import Iterator, Mapping
+
+from connector.client.errors import LedgerClosedError, LedgerError, UnauthorizedError, unauthorized_message
+from connector.client.ops.close import close_own
+from connector.client.ops.read import Entry, plan_chunks
+from connector.client.placement import choose_ensemble
+from connector.client.retry import Retry
+from connector.client.schedule import Schedule
+from connector.client.runner import (
+    AddPipeline,
+    Context,
+    Runtime,
+    read_chunk,
+    read_last_add_confirmed,
+    recover,
+    wait_last_add_confirmed,
+)
+from connector.client.transport import GrpcTransport
+from metadata import registry
+from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
+from metadata.store import DEFAULT_URI, MetadataStore
+from metadata.update_loop import update_ledger
+from protos.digest import master_key, password_hash
+
+READ_BUFFER_BYTES = 16 * 1024 * 1024
+
+
+def default_metadata_uri() -> str:
+    return os.environ.get("LEDGER_METADATA") or DEFAULT_URI
+
+
+class LedgerClient:
+    """A connection to the ledger store. Use as a context manager, or call close().
+
+    timeout bounds the wait for one node's answer to a read or fence; add_timeout is how long a node may leave
+    an add unacknowledged before the writer replaces it (rule 3).
+    """
+
+    def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0):
+        self.uri = uri or default_metadata_uri()
+        self.store = MetadataStore(self.uri)
+        self.writer_id = f"writer-{uuid.uuid4().hex}"
+        self._writer_registration = registry.register_writer(self.store, self.writer_id)
+        self._runtime = Runtime()
+        self._ctx = Context(self.store, GrpcTransport(self.store), timeout, add_timeout)
+        self._recoveries: dict[int, asyncio.Future] = {}
+        self._closed = False
+
+    def __enter__(self) -> "LedgerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._runtime.run(self._ctx.transport.close())
+        self._runtime.stop()
+        self._writer_registration.close()
+        self.store.close()
+
+    # -- ledgers -----------------------------------------------------------------------------------------------
+
+    def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
+                      password: bytes = b"", custom_metadata: Mapping[str, object] | None = None) -> "WriteHandle":
+        Schedule(ensemble_size, write_quorum, ack_quorum)  # refuses impossible quorums before anything is stored
+        ensemble = choose_ensemble(registry.list_nodes(self.store), ensemble_size)
+        meta = LedgerMetadata(
+            ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            fragments=(Fragment(0, ensemble),), password_hash=password_hash(password),
+            custom_metadata=make_custom_metadata(custom_metadata), writer_id=self.writer_id, created_at=time.time(),
+        )
+        return WriteHandle(self, self.store.create_ledger(meta), master_key(password))
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True) -> "ReadHandle":
+        """A reader. recover=True fences and closes an OPEN ledger first (rules 10-12); recover=False reads an
+        OPEN ledger up to its LAC, for tailing."""
+        current = self._authorized(ledger_id, password)
+        if recover and not current.value.is_closed:
+            current = self._recover(current, password)
+        return ReadHandle(self, current)
+
+    def recover_ledger(self, ledger_id: int, password: bytes = b"") -> LedgerMetadata:
+        """Fence and close a ledger another client was writing; its metadata once CLOSED."""
+        current = self._authorized(ledger_id, password)
+        return current.value if current.value.is_closed else self._recover(current, password).value
+
+    def recover_ledger_with_retry(self, ledger_id: int, password: bytes = b"",
+                                  retry: Retry | None = None) -> LedgerMetadata:
+        """recover_ledger, retried with backoff while nodes are missing (RecoveryIncompleteError)."""
+        return (retry or Retry())(self.recover_ledger, ledger_id, password)
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self.store.read_ledger(ledger_id).value
+
+    def list_ledgers(self) -> list[int]:
+        return self.store.list_ledgers()
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata; its entries become unreachable (nodes garbage-collect them)."""
+        self.store.read_ledger(ledger_id)
+        self.store.delete_ledger(ledger_id)
+
+    def is_dangling(self, meta: LedgerMetadata) -> bool:
+        """Not closed, and its writer's liveness znode is gone: nobody will close it but a recovery."""
+        return not meta.is_closed and not registry.writer_alive(self.store, meta.writer_id)
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    def _authorized(self, ledger_id: int, password: bytes) -> Versioned[LedgerMetadata]:
+        current = self.store.read_ledger(ledger_id)
+        if current.value.password_hash != password_hash(password):
+            raise UnauthorizedError(unauthorized_message(ledger_id))  # before any node is touched (rule 7)
+        return current
+
+    def _recover(self, current: Versioned[LedgerMetadata], password: bytes) -> Versioned[LedgerMetadata]:
+        return self._runtime.run(self._recover_once(current, master_key(password)))
+
+    async def _recover_once(self, current: Versioned[LedgerMetadata], key: bytes) -> Versioned[LedgerMetadata]:
+        """One recovery per ledger at a time in this client; concurrent callers share its outcome."""
+        ledger_id = current.value.ledger_id
+        running = self._recoveries.get(ledger_id)
+        if running is None:
+            running = asyncio.ensure_future(recover(self._ctx, current, key))
+            self._recoveries[ledger_id] = running
+            running.add_done_callback(lambda _: self._recoveries.pop(ledger_id, None))
+        return await asyncio.shield(running)
+
+
+class WriteHandle:
+    """The writer of one ledger (only its creator writes it). append after AQ acks; close at the LAC."""
+
+    def __init__(self, client: LedgerClient, current: Versioned[LedgerMetadata], key: bytes):
+        self._client = client
+        self._runtime = client._runtime
+        self.ledger_id = current.value.ledger_id
+        self._pipeline: AddPipeline = self._runtime.run(_make_pipeline(client._ctx, current, key))
+        self._closed: LedgerMetadata | None = None
+
+    def __enter__(self) -> "WriteHandle":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.close()
+        except LedgerError:
+            if exc_type is None:
+                raise
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._pipeline.seq.last_add_confirmed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._pipeline.current.value
+
+    def append(self, payload: bytes) -> int:
+        """Add one entry; returns its id once AQ nodes of its write set acknowledged it."""
+        return self.append_async(payload).result()
+
+    def append_async(self, payload: bytes) -> concurrent.futures.Future:
+        """Add one entry without waiting; futures complete in entry order with the entry id."""
+        if self._closed is not None:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed; open it for reading or create a new ledger")
+        return self._pipeline.append_async(payload)
+
+    def close(self) -> LedgerMetadata:
+        """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe."""
+        if self._closed is None:
+            self._runtime.run(self._pipeline.drain())
+            self._pipeline.stop()
+            seq = self._pipeline.seq
+            stored = update_ledger(self._client.store, self.ledger_id,
+                                   close_own(self.ledger_id, seq.last_add_confirmed, seq.length),
+                                   current=self._pipeline.current)
+            self._closed = stored.value
+        return self._closed
+
+
+async def _make_pipeline(ctx: Context, current: Versioned[LedgerMetadata], key: bytes) -> AddPipeline:
+    return AddPipeline(ctx, current, key)
+
+
+class ReadHandle:
+    """Reads a closed ledger up to last_entry_id, or an OPEN one (opened with recover=False) up to its LAC."""
+
+    def __init__(self, client: LedgerClient, current: Versioned[LedgerMetadata]):
+        self._client = client
+        self._ctx = client._ctx
+        self._runtime = client._runtime
+        self._current = current
+        self.ledger_id = current.value.ledger_id
+        self.last_entry_id = current.value.last_entry_id if current.value.is_closed else -1
+        if not current.value.is_closed:
+            self.read_lac()
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._current.value
+
+    @property
+    def is_closed(self) -> bool:
+        return self._current.value.is_closed
+
+    def read(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
+        """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel."""
+        last = self.last_entry_id if last is None else last
+        if first < 0 or last > self.last_entry_id or first > last + 1:
+            raise ValueError(
+                f"cannot read entries {first}..{last} of ledger {self.ledger_id}: readable entries are "
+                f"0..{self.last_entry_id}" + ("" if self.is_closed else " (its LAC; call read_lac() for more)"))
+        return self._read(first, last)
+
+    def _read(self, first: int, last: int) -> Iterator[Entry]:
+        meta = self._current.value
+        entries = max(1, meta.last_entry_id + 1)
+        average = meta.length / entries if meta.length > 0 else 4096
+        chunk_entries = max(1, min(1024, int(READ_BUFFER_BYTES / 4 / max(average, 1))))
+        chunks = collections.deque(plan_chunks(meta, first, last, chunk_entries))
+        in_flight: collections.deque = collections.deque()
+        window = max(2, 2 * meta.ensemble_size)
+        while chunks or in_flight:
+            while chunks and len(in_flight) < window:
+                in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunks.popleft())))
+            try:
+                yield from in_flight.popleft().result()
+            except BaseException:
+                for future in in_flight:
+                    future.cancel()
+                raise
+
+    def read_lac(self) -> int:
+        """Refresh: the ledger's last entry if closed by now, else the LAC read from its nodes (no fencing)."""
+        self._current = self._client.store.read_ledger(self.ledger_id)
+        meta = self._current.value
+        if meta.is_closed:
+            self.last_entry_id = meta.last_entry_id
+        else:
+            op = self._runtime.run(read_last_add_confirmed(self._ctx, meta, b"", fence=False))
+            self.last_entry_id = max(self.last_entry_id, op.last_add_confirmed)
+        return self.last_entry_id
+
+    def wait_lac(self, previous: int | None = None, timeout: float = 10.0) -> int:
+        """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout."""
+        previous = self.last_entry_id if previous is None else previous
+        if self._current.value.is_closed:
+            return self.last_entry_id
+        lac = self._runtime.run(wait_last_add_confirmed(self._ctx, self._current.value, previous, timeout))
+        if lac <= previous:
+            return self.read_lac()
+        self.last_entry_id = max(self.last_entry_id, lac)
+        return self.last_entry_id

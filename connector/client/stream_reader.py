@@ -1,0 +1,52 @@
+"""Reading a stream in offset order across its ledgers, including the OPEN tail of a live writer up to
+its last add confirmed (never past it: entries beyond the LAC may still be lost or rewritten)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Iterator
+
+from metadata import streams
+from metadata.model import StreamLedger
+
+if TYPE_CHECKING:
+    from connector.client.api import LedgerClient
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamEntry:
+    offset: int
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+
+
+def read_stream(
+    client: "LedgerClient", name: str, start: int = 0, end: int | None = None, password: bytes = b""
+) -> Iterator[StreamEntry]:
+    """Entries with start <= offset <= end (end None: up to what is readable now), in offset order."""
+    record = streams.read_stream(client.store, name).value
+    if record.format != "raw":
+        raise streams.InvalidStreamFormatError(
+            f"stream {name!r} holds {record.format} entries; read it with Spark (spark.read.format('ledger'))"
+        )
+    for ledger in record.ledgers:
+        if ledger.last_offset is not None and ledger.last_offset < start:
+            continue
+        if end is not None and ledger.first_offset > end:
+            return
+        yield from _read_ledger(client, ledger, start, end, password)
+
+
+def _read_ledger(
+    client: "LedgerClient", ledger: StreamLedger, start: int, end: int | None, password: bytes
+) -> Iterator[StreamEntry]:
+    handle = client.open_ledger(ledger.ledger_id, password=password, recover=False)
+    # A sealed ledger ends at its recorded offset; the OPEN tail at what its writer has confirmed.
+    last_entry = ledger.last_offset - ledger.first_offset if ledger.last_offset is not None else handle.read_lac()
+    first_entry = max(0, start - ledger.first_offset)
+    if end is not None:
+        last_entry = min(last_entry, end - ledger.first_offset)
+    if last_entry < first_entry:
+        return
+    for entry in handle.read(first_entry, last_entry):
+        yield StreamEntry(ledger.first_offset + entry.entry_id, ledger.ledger_id, entry.entry_id, entry.payload)

@@ -1,0 +1,201 @@
+"""The single owner of a stream (seed 002 figures 1-2, seed 001): a chain of ledgers, one writer at a time.
+
+Taking ownership recovers and closes the stream's last OPEN ledger, which fences the previous owner even
+if it is only paused, and then adds a new ledger to the stream by compare-and-set at the next offset
+(DESIGN rule 14). Leases and liveness are never trusted: a second writer that takes over fences the
+first, whose next append raises LedgerFencedError, so two owners never interleave.
+
+Raw streams count one offset per entry: the entry `e` of a ledger registered at offset `k` is offset `k + e`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from connector.client.errors import LedgerClosedError, LedgerFencedError, MetadataConflictError
+from metadata import streams
+from metadata.model import StreamLedger, StreamRecord
+
+if TYPE_CHECKING:
+    from connector.client.api import LedgerClient, WriteHandle
+
+RAW_FORMAT = "raw"
+
+
+class StreamWriter:
+    """Appends payloads to a stream as its only owner, rolling to a new ledger by size, count or age."""
+
+    def __init__(
+        self,
+        client: "LedgerClient",
+        name: str,
+        *,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        password: bytes = b"",
+        max_ledger_entries: int | None = None,
+        max_ledger_bytes: int | None = 256 * 1024 * 1024,
+        max_ledger_age: float | None = None,
+    ):
+        self._client = client
+        self._store = client.store
+        self.name = streams.check_stream_name(name)
+        self._ledger_args = dict(
+            ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum, password=password,
+        )
+        self._password = password
+        self._max_entries = max_ledger_entries
+        self._max_bytes = max_ledger_bytes
+        self._max_age = max_ledger_age
+        self.owner_id = f"stream-writer-{uuid.uuid4().hex[:12]}"
+        self._ledger: WriteHandle | None = None
+        self._first_offset = 0
+        self._ledger_bytes = 0
+        self._ledger_entries = 0
+        self._ledger_started = 0.0
+        self._closed = False
+        self._take_ownership()
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    def _take_ownership(self) -> None:
+        """Recover the last OPEN ledger (fencing its writer), then CAS our new ledger onto the stream."""
+        while True:
+            current = streams.find_stream(self._store, self.name)
+            if current is None:
+                try:
+                    current = streams.create_stream(self._store, StreamRecord(self.name, RAW_FORMAT))
+                except streams.StreamExistsError:
+                    continue
+            if current.value.format != RAW_FORMAT:
+                raise streams.InvalidStreamFormatError(
+                    f"stream {self.name!r} holds {current.value.format} entries written by Spark; "
+                    "a stream writer appends raw payloads: use another stream name"
+                )
+            sealed = self._seal_open_tail(current.value)
+            ledger = self._client.create_ledger(
+                **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
+            )
+            record = sealed.replace(
+                ledgers=sealed.ledgers + (StreamLedger(ledger.ledger_id, sealed.next_offset, None),),
+                owner=self.owner_id,
+            )
+            try:
+                streams.write_stream(self._store, record, current.version)
+            except MetadataConflictError:
+                # Someone else changed the stream (maybe took it over) meanwhile: drop ours, look again.
+                self._discard(ledger)
+                continue
+            self._start_ledger(ledger, record.ledgers[-1].first_offset)
+            return
+
+    def _seal_open_tail(self, record: StreamRecord) -> StreamRecord:
+        if not record.ledgers or record.ledgers[-1].last_offset is not None:
+            return record
+        tail = record.ledgers[-1]
+        # Recovery fences the previous owner's ledger on its nodes and closes it at the last entry
+        # that may have been acknowledged (rules 10-13); a paused owner can add nothing after this.
+        recovered = self._client.open_ledger(tail.ledger_id, password=self._password, recover=True)
+        last_offset = tail.first_offset + recovered.last_entry_id
+        return record.replace(ledgers=record.ledgers[:-1] + (StreamLedger(tail.ledger_id, tail.first_offset, last_offset),))
+
+    def _discard(self, ledger: "WriteHandle") -> None:
+        ledger.close()
+        self._client.delete_ledger(ledger.ledger_id)
+
+    def _start_ledger(self, ledger: "WriteHandle", first_offset: int) -> None:
+        self._ledger = ledger
+        self._first_offset = first_offset
+        self._ledger_bytes = 0
+        self._ledger_entries = 0
+        self._ledger_started = time.monotonic()
+
+    # -- appending -----------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger.ledger_id
+
+    def append(self, payload: bytes) -> int:
+        """Append one entry; returns its stream offset once ack_quorum nodes acknowledged it."""
+        return self.append_async(payload).result()
+
+    def append_async(self, payload: bytes) -> "concurrent.futures.Future[int]":
+        if self._closed:
+            raise LedgerClosedError(f"the writer of stream {self.name!r} is closed; open a new stream writer")
+        if self._should_roll():
+            self.roll()
+        first_offset = self._first_offset
+        entry = self._ledger.append_async(payload)
+        self._ledger_bytes += len(payload)
+        self._ledger_entries += 1
+        offset: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+        def done(f: concurrent.futures.Future) -> None:
+            if f.exception() is not None:
+                offset.set_exception(f.exception())
+            else:
+                offset.set_result(first_offset + f.result())
+
+        entry.add_done_callback(done)
+        return offset
+
+    def _should_roll(self) -> bool:
+        if self._ledger_entries == 0:
+            return False
+        return (
+            (self._max_entries is not None and self._ledger_entries >= self._max_entries)
+            or (self._max_bytes is not None and self._ledger_bytes >= self._max_bytes)
+            or (self._max_age is not None and time.monotonic() - self._ledger_started >= self._max_age)
+        )
+
+    def roll(self) -> None:
+        """Close the current ledger and continue on a new one, in one stream CAS."""
+        closed = self._close_ledger()
+        ledger = self._client.create_ledger(
+            **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
+        )
+        try:
+            record = self._update_own_stream(closed, ledger.ledger_id)
+        except LedgerFencedError:
+            self._discard(ledger)
+            raise
+        self._start_ledger(ledger, record.ledgers[-1].first_offset)
+
+    def close(self) -> None:
+        """Close the current ledger and seal it on the stream; closing twice is safe."""
+        if self._closed:
+            return
+        self._closed = True
+        self._update_own_stream(self._close_ledger(), None)
+
+    def _close_ledger(self) -> tuple[int, int]:
+        ledger = self._ledger
+        ledger.close()
+        return ledger.ledger_id, ledger.last_add_confirmed
+
+    def _update_own_stream(self, closed: tuple[int, int], new_ledger_id: int | None) -> StreamRecord:
+        closed_id, last_entry_id = closed
+
+        def transform(record: StreamRecord) -> StreamRecord:
+            tail = record.ledgers[-1] if record.ledgers else None
+            if record.owner != self.owner_id or tail is None or tail.ledger_id != closed_id:
+                raise LedgerFencedError(
+                    f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
+                    "is fenced; open a new stream writer to continue"
+                )
+            ledgers = record.ledgers[:-1] + (StreamLedger(closed_id, tail.first_offset, tail.first_offset + last_entry_id),)
+            if new_ledger_id is not None:
+                ledgers += (StreamLedger(new_ledger_id, tail.first_offset + last_entry_id + 1, None),)
+            return record.replace(ledgers=ledgers)
+
+        return streams.update_stream(self._store, self.name, transform).value
+
+    def __enter__(self) -> "StreamWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,255 @@
+"""gRPC to the storage nodes (with runner.py the client's only I/O). Runs on the client's event loop.
+
+One channel per node, addresses from the node registry. Adds travel on one bidi Add stream per node and lane
+(normal writes, recovery write-back) shared by every ledger of the client: whatever is queued for a node when
+its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Results
+are routed to the ledger's sink. gRPC retries only the idempotent reads; adds and fences are retried, or
+not, by the ops.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator, Callable, Protocol
+
+import grpc
+
+from connector.client.errors import NodeError
+from metadata import registry
+from metadata.store import MetadataStore
+from protos import ledger_pb2 as pb
+from protos.ledger_pb2_grpc import StorageNodeStub
+
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# Idempotent reads only; UNAVAILABLE covers a node that is restarting.
+_READ_RETRY = json.dumps({"methodConfig": [{
+    "name": [{"service": "ledger.v1.StorageNode", "method": m} for m in ("Read", "ReadLac", "NodeInfo")],
+    "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
+
+
+class AddSink(Protocol):
+    """Where a ledger's add results go (runner.AddPipeline)."""
+
+    def on_add_result(self, node: str, result: pb.AddResult) -> None: ...
+
+    def on_node_failure(self, node: str, reason: str) -> None: ...
+
+
+class Transport(Protocol):
+    """What the runner needs from the network; GrpcTransport here, a scripted fake in the race tests."""
+
+    def register(self, ledger_id: int, recovery: bool, sink: AddSink) -> None: ...
+
+    def unregister(self, ledger_id: int, recovery: bool) -> None: ...
+
+    def send_adds(self, node: str, recovery: bool, entries: list[pb.AddEntry]) -> None: ...
+
+    async def read_lac(self, node: str, request: pb.ReadLacRequest, timeout: float) -> pb.ReadLacResponse: ...
+
+    async def read(self, node: str, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse: ...
+
+    def read_range(self, node: str, request: pb.ReadRangeRequest,
+                   timeout: float) -> AsyncIterator[pb.ReadRangeResponse]: ...
+
+    async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse: ...
+
+    async def wait_lac(self, node: str, request: pb.WaitLacRequest, timeout: float) -> pb.ReadLacResponse: ...
+
+
+class _AddStream:
+    """One Add bidi stream to a node: a sender task that batches whatever is queued, a receiver that routes."""
+
+    def __init__(self, node: str, stub: StorageNodeStub, route: Callable[[pb.AddResult], None],
+                 on_broken: Callable[[str], None]):
+        self.node = node
+        self.queue: list[pb.AddEntry] = []
+        self.wakeup = asyncio.Event()
+        self.call = stub.Add()
+        self.broken = False
+        self._route = route
+        self._on_broken = on_broken
+        self._tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._receive())]
+
+    def send(self, entries: list[pb.AddEntry]) -> None:
+        self.queue.extend(entries)
+        self.wakeup.set()
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                await self.wakeup.wait()
+                self.wakeup.clear()
+                while self.queue:
+                    batch, self.queue = self._take_batch()
+                    await self.call.write(pb.AddRequest(entries=batch))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream is gone: every ledger using it must replace the node
+            self._break(f"add stream failed: {_describe(exc)}")
+
+    def _take_batch(self) -> tuple[list[pb.AddEntry], list[pb.AddEntry]]:
+        size = 0
+        for index, entry in enumerate(self.queue):
+            size += len(entry.payload)
+            if index and size > MAX_BATCH_BYTES:
+                return self.queue[:index], self.queue[index:]
+        return self.queue, []
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                response = await self.call.read()
+                if response is grpc.aio.EOF:
+                    raise NodeError(f"node {self.node} ended the add stream")
+                for result in response.results:
+                    self._route(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._break(f"add stream failed: {_describe(exc)}")
+
+    def _break(self, reason: str) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        self.call.cancel()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        self._on_broken(reason)
+
+    def close(self) -> None:
+        self.broken = True
+        self.call.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+
+class GrpcTransport:
+    def __init__(self, store: MetadataStore):
+        self._store = store
+        self._addresses: dict[str, str] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._streams: dict[tuple[str, bool], _AddStream] = {}
+        self._sinks: dict[bool, dict[int, AddSink]] = {False: {}, True: {}}
+
+    # -- adds --------------------------------------------------------------------------------------------------
+
+    def register(self, ledger_id: int, recovery: bool, sink: AddSink) -> None:
+        self._sinks[recovery][ledger_id] = sink
+
+    def unregister(self, ledger_id: int, recovery: bool) -> None:
+        self._sinks[recovery].pop(ledger_id, None)
+
+    def send_adds(self, node: str, recovery: bool, entries: list[pb.AddEntry]) -> None:
+        stream = self._streams.get((node, recovery))
+        if stream is None or stream.broken:
+            try:
+                stub = self._stub(node)
+            except NodeError as exc:
+                self._fail_node(node, recovery, str(exc))
+                return
+            stream = _AddStream(node, stub, lambda result: self._route(node, recovery, result),
+                                lambda reason: self._stream_broken(node, recovery, reason))
+            self._streams[(node, recovery)] = stream
+        stream.send(entries)
+
+    def _route(self, node: str, recovery: bool, result: pb.AddResult) -> None:
+        sink = self._sinks[recovery].get(result.ledger_id)
+        if sink is not None:
+            sink.on_add_result(node, result)
+
+    def _stream_broken(self, node: str, recovery: bool, reason: str) -> None:
+        self._streams.pop((node, recovery), None)
+        self._forget(node)
+        self._fail_node(node, recovery, reason)
+
+    def _fail_node(self, node: str, recovery: bool, reason: str) -> None:
+        for sink in list(self._sinks[recovery].values()):
+            sink.on_node_failure(node, reason)
+
+    # -- unary and streaming reads -----------------------------------------------------------------------------
+
+    async def read_lac(self, node: str, request: pb.ReadLacRequest, timeout: float) -> pb.ReadLacResponse:
+        return await self._unary(node, "ReadLac", request, timeout)
+
+    async def read(self, node: str, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
+        return await self._unary(node, "Read", request, timeout)
+
+    async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse:
+        return await self._unary(node, "WriteLac", request, timeout)
+
+    async def wait_lac(self, node: str, request: pb.WaitLacRequest, timeout: float) -> pb.ReadLacResponse:
+        return await self._unary(node, "WaitLac", request, timeout)
+
+    async def read_range(self, node: str, request: pb.ReadRangeRequest,
+                         timeout: float) -> AsyncIterator[pb.ReadRangeResponse]:
+        """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream."""
+        call = self._stub(node).ReadRange(request)
+        try:
+            while True:
+                response = await asyncio.wait_for(call.read(), timeout)
+                if response is grpc.aio.EOF:
+                    return
+                yield response
+        except (grpc.aio.AioRpcError, asyncio.TimeoutError) as exc:
+            raise NodeError(f"node {node}: ReadRange failed: {_describe(exc)}") from exc
+        finally:
+            call.cancel()
+
+    async def _unary(self, node: str, method: str, request, timeout: float):
+        try:
+            return await getattr(self._stub(node), method)(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self._forget(node)
+            raise NodeError(f"node {node}: {method} failed: {_describe(exc)}") from exc
+
+    # -- channels ----------------------------------------------------------------------------------------------
+
+    def _stub(self, node: str) -> StorageNodeStub:
+        channel = self._channels.get(node)
+        if channel is None:
+            address = self._addresses.get(node) or self._lookup(node)
+            channel = grpc.aio.insecure_channel(address, options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.service_config", _READ_RETRY),
+                ("grpc.enable_retries", 1),
+            ])
+            self._channels[node] = channel
+        return StorageNodeStub(channel)
+
+    def _lookup(self, node: str) -> str:
+        # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed.
+        self._addresses = {n: reg.address for n, reg in registry.list_nodes(self._store).items()}
+        if node not in self._addresses:
+            raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
+        return self._addresses[node]
+
+    def _forget(self, node: str) -> None:
+        """Drop what is cached for a node that failed, so that a restarted node is looked up again."""
+        self._addresses.pop(node, None)
+        channel = self._channels.pop(node, None)
+        if channel is not None and not any(n == node for n, _ in self._streams):
+            asyncio.ensure_future(channel.close())
+
+    async def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer within the deadline"
+    return f"{type(exc).__name__}: {exc}"

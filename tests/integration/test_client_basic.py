@@ -1,0 +1,76 @@
+"""Write, close and read back against real nodes: striping, async pipelining, tailing, metadata."""
+import pytest
+
+from connector.client import LedgerClient, LedgerClosedError, NoSuchLedgerError, NotEnoughNodesError, UnauthorizedError
+from metadata.model import LedgerState
+
+
+@pytest.fixture
+def client(metadata_uri):
+    with LedgerClient(metadata_uri, timeout=3.0) as lc:
+        yield lc
+
+
+def test_append_close_and_read_back_in_order(cluster, client):
+    cluster(3)
+    with client.create_ledger(3, 3, 2, custom_metadata={"stream": "events"}) as w:
+        ids = [w.append(f"entry-{i}".encode()) for i in range(20)]
+        assert ids == list(range(20)) and w.last_add_confirmed == 19
+    meta = client.ledger_metadata(w.ledger_id)
+    assert (meta.state, meta.last_entry_id, meta.custom["stream"], meta.writer_id) == (
+        LedgerState.CLOSED, 19, "events", client.writer_id)
+    assert meta.length == sum(len(f"entry-{i}") for i in range(20))
+    r = client.open_ledger(w.ledger_id)
+    assert r.last_entry_id == 19
+    assert [(e.entry_id, e.payload) for e in r.read(0, 19)] == [(i, f"entry-{i}".encode()) for i in range(20)]
+    assert [e.entry_id for e in r.read(5, 7)] == [5, 6, 7]
+    with pytest.raises(LedgerClosedError):
+        w.append(b"more")
+    assert w.close().last_entry_id == 19  # closing twice is safe
+
+
+def test_striped_pipelined_writes_complete_in_order(cluster, client):
+    cluster(5)
+    w = client.create_ledger(5, 2, 2)
+    done = []
+    futures = [w.append_async(bytes([i % 256]) * 100) for i in range(2000)]
+    for future in futures:
+        future.add_done_callback(lambda f: done.append(f.result()))
+    assert [f.result(timeout=60) for f in futures] == list(range(2000))
+    assert done == list(range(2000))
+    w.close()
+    entries = list(client.open_ledger(w.ledger_id).read(0, 1999))
+    assert [e.payload for e in entries] == [bytes([i % 256]) * 100 for i in range(2000)]
+
+
+def test_tailing_an_open_ledger_follows_the_lac(cluster, client, metadata_uri):
+    cluster(3)
+    w = client.create_ledger()
+    for i in range(5):
+        w.append(b"x%d" % i)
+    with LedgerClient(metadata_uri) as reader_client:
+        r = reader_client.open_ledger(w.ledger_id, recover=False)
+        assert client.ledger_metadata(w.ledger_id).state is LedgerState.OPEN
+        assert r.wait_lac(previous=3, timeout=5) == 4  # the idle writer publishes its LAC explicitly
+        assert [e.payload for e in r.read(0, 4)] == [b"x%d" % i for i in range(5)]
+        w.append(b"x5")
+        assert r.wait_lac(timeout=5) == 5
+        assert [e.payload for e in r.read(5, 5)] == [b"x5"]
+        w.close()
+        assert r.read_lac() == 5 and r.is_closed
+
+
+def test_wrong_password_and_missing_ledger_and_too_few_nodes(cluster, client):
+    cluster(2)
+    with pytest.raises(NotEnoughNodesError, match="needs 3 writable storage nodes, 2 available"):
+        client.create_ledger(3, 3, 2)
+    w = client.create_ledger(2, 2, 2, password=b"secret")
+    w.append(b"a")
+    with pytest.raises(UnauthorizedError, match="wrong password"):
+        client.open_ledger(w.ledger_id, password=b"guess")
+    with pytest.raises(NoSuchLedgerError):
+        client.open_ledger(w.ledger_id + 1000)
+    assert w.ledger_id in client.list_ledgers()
+    w.close()
+    client.delete_ledger(w.ledger_id)
+    assert w.ledger_id not in client.list_ledgers()
