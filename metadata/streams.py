@@ -19,6 +19,10 @@ class InvalidStreamNameError(LedgerError):
     """Stream names are 1-200 letters, digits, '_', '.', '-', starting with a letter or digit."""
 
 
+class InvalidStreamFormatError(LedgerError):
+    """The stream holds another format than the operation needs (raw payloads vs. Arrow batches)."""
+
+
 def check_stream_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidStreamNameError(

@@ -21,9 +21,11 @@ from connector.client.errors import (
 )
 from connector.client.ops.read import Entry
 from connector.client.retry import Retry
+from connector.client.stream_reader import StreamEntry
+from connector.client.stream_writer import StreamWriter
 
 __all__ = [
-    "LedgerClient", "WriteHandle", "ReadHandle", "Entry", "Retry", "default_metadata_uri",
+    "LedgerClient", "WriteHandle", "ReadHandle", "Entry", "Retry", "default_metadata_uri", "StreamWriter", "StreamEntry",
     "LedgerError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError", "UnauthorizedError",
     "NotEnoughNodesError", "RecoveryIncompleteError", "MetadataConflictError", "DigestMismatchError",
 ]

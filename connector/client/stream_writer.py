@@ -98,7 +98,7 @@ class StreamWriter:
         tail = record.ledgers[-1]
         # Recovery fences the previous owner's ledger on its nodes and closes it at the last entry
         # that may have been acknowledged (rules 10-13); a paused owner can add nothing after this.
-        recovered = self._client.open_ledger(tail.ledger_id, password=self._password, recover=True)
+        recovered = self._client.recover_ledger_with_retry(tail.ledger_id, password=self._password)
         last_offset = tail.first_offset + recovered.last_entry_id
         return record.replace(ledgers=record.ledgers[:-1] + (StreamLedger(tail.ledger_id, tail.first_offset, last_offset),))
 

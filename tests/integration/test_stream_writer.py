@@ -1,0 +1,93 @@
+"""Single-owner stream writers: offsets, rolling, reading across ledgers, and fencing handover."""
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from connector.client import LedgerClient, LedgerFencedError
+from metadata import streams
+from metadata.model import LedgerState
+from tests.harness.poll import poll_until
+
+
+@pytest.fixture
+def client(cluster, metadata_uri):
+    cluster(3)
+    with LedgerClient(metadata_uri) as c:
+        yield c
+
+
+def offsets_and_payloads(client, name, start=0, end=None):
+    return [(e.offset, e.payload) for e in client.read_stream(name, start, end)]
+
+
+def test_offsets_are_contiguous_across_rolled_ledgers(client):
+    with client.open_stream_writer("events", max_ledger_entries=4) as writer:
+        offsets = [writer.append(f"e{i}".encode()) for i in range(10)]
+    assert offsets == list(range(10))
+    record = streams.read_stream(client.store, "events").value
+    assert [(l.first_offset, l.last_offset) for l in record.ledgers] == [(0, 3), (4, 7), (8, 9)]
+    assert all(client.ledger_metadata(l.ledger_id).state is LedgerState.CLOSED for l in record.ledgers)
+    assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(10)]
+    assert offsets_and_payloads(client, "events", 3, 8) == [(i, f"e{i}".encode()) for i in range(3, 9)]
+
+
+def test_reading_includes_the_open_tail_up_to_the_lac(client):
+    writer = client.open_stream_writer("live")
+    written = [f"x{i}".encode() for i in range(5)]
+    for payload in written:
+        writer.append(payload)
+    # Readers see what the nodes know to be confirmed: the piggybacked LAC lags by one entry until the
+    # idle writer sends an explicit LAC. Every read is a prefix of what was acknowledged, never more.
+    def read_all():
+        seen = [p for _, p in offsets_and_payloads(client, "live")]
+        assert seen == written[: len(seen)]
+        return seen == written
+
+    poll_until(read_all, 30, what="the explicit LAC to expose the last entry")
+    writer.close()
+
+
+def test_second_owner_fences_the_first_and_continues_after_its_last_acked_offset(client, metadata_uri):
+    first = client.open_stream_writer("orders")
+    acked = [first.append(f"a{i}".encode()) for i in range(20)]
+    with LedgerClient(metadata_uri) as other:
+        second = other.open_stream_writer("orders")
+        with pytest.raises(LedgerFencedError):
+            first.append(b"after takeover")
+        assert second.append(b"b0") == acked[-1] + 1
+        second.close()
+    expected = [(i, f"a{i}".encode()) for i in range(20)] + [(20, b"b0")]
+    assert offsets_and_payloads(client, "orders") == expected
+
+
+def test_handover_from_a_paused_owner_loses_nothing_and_fences_it(client, metadata_uri):
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "tests.harness.stream_writer_process", metadata_uri, "paused"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(owner.stdout), daemon=True).start()
+    try:
+        poll_until(lambda: sum(l.startswith("acked") for l in lines) >= 50, 60, what="the owner's first acks")
+        owner.send_signal(signal.SIGSTOP)
+        acked_before_pause = [l.split() for l in list(lines) if l.startswith("acked")]
+
+        with client.open_stream_writer("paused") as new_owner:
+            takeover_offset = new_owner.append(b"new owner")
+            owner.send_signal(signal.SIGCONT)
+            poll_until(lambda: "fenced\n" in lines, 60, what="the old owner to be fenced")
+        assert owner.wait(30) == 0
+
+        acked = {int(off): payload.encode() for _, off, payload in (l.split() for l in lines if l.startswith("acked"))}
+        assert len(acked) >= len(acked_before_pause)
+        stored = dict(offsets_and_payloads(client, "paused"))
+        # Every entry acknowledged to the old owner is in the stream, unchanged, before the new owner's.
+        assert all(stored[offset] == payload for offset, payload in acked.items())
+        assert takeover_offset > max(acked)
+        assert stored[takeover_offset] == b"new owner"
+        assert sorted(stored) == list(range(takeover_offset + 1))
+    finally:
+        owner.kill()
