@@ -1,0 +1,30 @@
+"""Rule 3 under load: SIGKILL a node of the ensemble mid-stream; writes go on, every acked entry reads back,
+the metadata shows the new fragment."""
+from connector.client import LedgerClient
+from metadata.model import LedgerState
+from tests.harness.background_writer import BackgroundWriter
+from tests.harness.poll import poll_until
+
+
+def test_killing_a_node_mid_stream_changes_the_ensemble_and_loses_nothing(cluster, metadata_uri):
+    nodes = {n.node_id: n for n in cluster(4)}
+    with LedgerClient(metadata_uri) as client:
+        w = client.create_ledger(3, 3, 2)
+        victim = w.metadata.last_fragment.ensemble[1]
+        background = BackgroundWriter(w)
+        poll_until(lambda: len(background.acked) >= 500, 30, what="500 acknowledged adds")
+        nodes[victim].kill()
+        acked_at_kill = len(background.acked)
+        poll_until(lambda: len(background.acked) >= acked_at_kill + 1000, 60,
+                   what="1000 more acknowledged adds after the kill")
+        background.stop()
+        assert background.error is None
+        meta = w.close()
+        assert meta.state is LedgerState.CLOSED and meta.last_entry_id == max(background.acked)
+        assert len(meta.fragments) == 2
+        first, second = meta.fragments
+        assert victim in first.ensemble and victim not in second.ensemble
+        assert set(second.ensemble) == set(nodes) - {victim}
+        assert acked_at_kill <= second.first_entry_id <= acked_at_kill + 200  # LAC+1 when the node failed
+        stored = {e.entry_id: e.payload for e in client.open_ledger(w.ledger_id).read(0, meta.last_entry_id)}
+        assert stored == background.acked
