@@ -1,0 +1,204 @@
+"""`ledger bench node`: one storage node with fsync on, beside this machine's raw fsync limit.
+
+Starts a real ZooKeeper and one node process in a temporary directory, then keeps many entries in
+flight on one Add stream (several entries per AddRequest) for 1 KiB and 1 MiB entries. In the same
+run and directory it measures an append+fsync loop on a plain file with the same entry size and the
+same group size (entries per fsync that the node achieved), and prints the ratios.
+The node runs as its own process (`python -m storage_node`): the connector never imports it.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+from metadata.embedded import EmbeddedZooKeeper
+from protos import ledger_pb2 as pb
+from protos import ledger_pb2_grpc
+from protos.digest import entry_digest, master_key
+
+KiB = 1024
+MiB = 1024 * KiB
+_SERVING = re.compile(r"serving on (\S+:\d+)")
+_MAX_MESSAGE = 256 * MiB
+TARGET_SMALL_ENTRIES_PER_S = 20_000
+TARGET_LARGE_RATIO = 0.80
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--dir", default=None, help="where to put ZooKeeper, the node and the raw file "
+                                                   "(default: the system temp directory)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per case")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured time before each case")
+    parser.add_argument("--small-batch", type=int, default=128, help="1 KiB entries per AddRequest")
+    parser.add_argument("--small-window", type=int, default=4096, help="1 KiB entries in flight")
+    parser.add_argument("--large-batch", type=int, default=2, help="1 MiB entries per AddRequest")
+    parser.add_argument("--large-window", type=int, default=24, help="1 MiB entries in flight")
+
+
+def run(args) -> int:
+    base = pathlib.Path(args.dir or tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base, prefix="ledger-bench-node-") as tmp:
+        work = pathlib.Path(tmp)
+        with EmbeddedZooKeeper(work / "zookeeper") as zk:
+            node = _NodeUnderTest(work / "node", zk.uri("/bench"))
+            try:
+                cases = [
+                    ("1KiB", KiB, args.small_batch, args.small_window),
+                    ("1MiB", MiB, args.large_batch, args.large_window),
+                ]
+                for ledger_id, (label, size, batch, window) in enumerate(cases, start=1):
+                    _compare(node, work, label, ledger_id, size, batch, window, args)
+            finally:
+                node.stop()
+    return 0
+
+
+def _compare(node: "_NodeUnderTest", work: pathlib.Path, label: str, ledger_id: int, size: int, batch: int,
+             window: int, args) -> None:
+    before = node.info()
+    acked, elapsed = asyncio.run(_drive(node.address, ledger_id, size, batch, window, args.warmup, args.seconds))
+    after = node.info()
+    fsyncs = max(1, after.journal_fsyncs - before.journal_fsyncs)
+    group = max(1, round((after.journal_records - before.journal_records) / fsyncs))
+    raw_entries, raw_elapsed = _raw_fsync_loop(work / "raw-fsync.dat", size, group, args.seconds)
+    node_rate, raw_rate = acked / elapsed, raw_entries / raw_elapsed
+    node_mb, raw_mb = node_rate * size / 1e6, raw_rate * size / 1e6
+    print(f"node {label}: {node_rate:,.0f} entries/s {node_mb:,.1f} MB/s "
+          f"(raw fsync file, groups of {group}: {raw_rate:,.0f}/s {raw_mb:,.1f} MB/s) "
+          f"ratio {node_rate / raw_rate:.2f}; {group} adds per fsync", flush=True)
+    if size < MiB:
+        verdict = "met" if node_rate >= TARGET_SMALL_ENTRIES_PER_S else "MISSED"
+        print(f"  target {label} >= {TARGET_SMALL_ENTRIES_PER_S:,} acknowledged entries/s: {verdict}", flush=True)
+    else:
+        verdict = "met" if node_mb >= TARGET_LARGE_RATIO * raw_mb else "MISSED"
+        print(f"  target {label} >= {TARGET_LARGE_RATIO:.0%} of raw fsynced-file MB/s: MB/s ratio "
+              f"{node_mb / raw_mb:.2f}, {verdict}", flush=True)
+
+
+async def _drive(address: str, ledger_id: int, size: int, batch: int, window: int, warmup: float,
+                 seconds: float) -> tuple[int, float]:
+    """Keep `window` entries in flight on one Add stream; (entries acknowledged OK, seconds) after warmup."""
+    key = master_key(b"bench")
+    payload = os.urandom(size)
+    async with grpc.aio.insecure_channel(address, options=[
+        ("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
+    ]) as channel:
+        call = channel.stream_stream("/ledger.v1.StorageNode/Add", request_serializer=lambda b: b,
+                                     response_deserializer=pb.AddResponse.FromString)()
+        state = {"in_flight": 0, "acked": 0, "failed": None, "measuring": False, "counted": 0}
+        credit = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + warmup + seconds
+
+        async def receive() -> None:
+            async for response in call:
+                for result in response.results:
+                    if result.status != pb.OK:
+                        state["failed"] = f"entry {result.entry_id}: {pb.Status.Name(result.status)} {result.message}"
+                    elif state["measuring"]:
+                        state["counted"] += 1
+                state["in_flight"] -= len(response.results)
+                credit.set()
+
+        receiver = asyncio.ensure_future(receive())
+        entry_id = 0
+        started = None
+        while loop.time() < end and state["failed"] is None:
+            if started is None and loop.time() >= end - seconds:
+                state["measuring"], started = True, time.perf_counter()
+            if state["in_flight"] + batch > window:
+                credit.clear()
+                await credit.wait()
+                continue
+            request = _encode_add_request(ledger_id, range(entry_id, entry_id + batch), key, payload)
+            entry_id += batch
+            state["in_flight"] += batch
+            await call.write(request)
+        state["measuring"] = False
+        elapsed = time.perf_counter() - (started or time.perf_counter())
+        await call.done_writing()
+        await receiver
+    if state["failed"]:
+        raise SystemExit(f"bench: the node refused an add: {state['failed']}")
+    return state["counted"], max(elapsed, 1e-9)
+
+
+def _encode_add_request(ledger_id: int, entry_ids: range, key: bytes, payload: bytes) -> bytes:
+    """AddRequest wire bytes with the payload copied once (protobuf accepts fields in any order), so the
+    Python client is not what limits the node."""
+    payload_field = b"\x32" + _varint(len(payload))
+    parts = []
+    for e in entry_ids:
+        head = pb.AddEntry(ledger_id=ledger_id, entry_id=e, master_key=key, last_add_confirmed=e - 1,
+                           digest=entry_digest(ledger_id, e, e - 1, payload)).SerializeToString()
+        parts += (b"\x0a" + _varint(len(head) + len(payload_field) + len(payload)), head, payload_field, payload)
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -> tuple[int, float]:
+    """The machine's limit: append `group` entries of `size` bytes with one write, then fsync; repeat."""
+    buffer = os.urandom(size) * group
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    entries = 0
+    try:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            os.write(fd, buffer)
+            os.fsync(fd)
+            entries += group
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    return entries, elapsed
+
+
+class _NodeUnderTest:
+    def __init__(self, data_dir: pathlib.Path, metadata_uri: str):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "storage_node", "--data-dir", str(data_dir), "--port", "0",
+             "--metadata", metadata_uri, "--node-id", "bench-node", "--checkpoint-interval", "3600"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        )
+        self.address = self._wait_serving()
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = ledger_pb2_grpc.StorageNodeStub(self.channel)
+
+    def _wait_serving(self) -> str:
+        lines = []
+        for line in self.process.stdout:
+            lines.append(line)
+            match = _SERVING.search(line)
+            if match:
+                return match.group(1)
+        raise SystemExit("bench: the storage node did not start:\n" + "".join(lines))
+
+    def info(self) -> pb.NodeInfoResponse:
+        return self.stub.NodeInfo(pb.NodeInfoRequest(), timeout=30)
+
+    def stop(self) -> None:
+        self.channel.close()
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,94 @@
+"""Command-line options of `python -m storage_node`, parsed and validated once."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+
+from metadata.store import MetadataUri
+from storage_node.errors import ConfigError
+
+MiB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    data_dir: pathlib.Path
+    port: int
+    metadata: str
+    node_id: str
+    host: str = "127.0.0.1"
+    max_entry_bytes: int = 8 * MiB
+    read_only_threshold: float = 0.95
+    read_only: bool = False
+    checkpoint_interval: float = 60.0
+    disk_check_interval: float = 1.0
+    zk_session_timeout: float = 10.0
+    journal_segment_bytes: int = 512 * MiB
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def max_request_bytes(self) -> int:
+        """gRPC receive limit: room for a batch of several maximal entries (oversized ones get BAD_REQUEST)."""
+        return 4 * self.max_entry_bytes + MiB
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="storage_node", description="Run one ledger storage node (a bookie).")
+    p.add_argument("--data-dir", required=True, type=pathlib.Path, help="journal, snapshot and cookie live here")
+    p.add_argument("--port", required=True, type=int, help="gRPC port; 0 picks a free one")
+    p.add_argument("--metadata", required=True, help="zk://host:port[,host:port...]/root")
+    p.add_argument("--node-id", required=True, help="identity used in ledger ensembles")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind and to register")
+    p.add_argument("--max-entry-bytes", type=int, default=8 * MiB, help="larger entries get BAD_REQUEST")
+    p.add_argument("--read-only-threshold", type=float, default=0.95,
+                   help="disk fill fraction at which the node turns read-only (rule 9)")
+    p.add_argument("--read-only", action="store_true", help="start read-only (drain): refuse normal adds")
+    p.add_argument("--checkpoint-interval", type=float, default=60.0, help="seconds between index snapshots")
+    p.add_argument("--disk-check-interval", type=float, default=1.0, help="seconds between disk fill checks")
+    p.add_argument("--zk-session-timeout", type=float, default=10.0, help="ZooKeeper session timeout in seconds")
+    p.add_argument("--journal-segment-bytes", type=int, default=512 * MiB,
+                   help="a new journal segment starts once the current one is this large")
+    return p
+
+
+def parse_config(argv: list[str] | None = None) -> NodeConfig:
+    args = build_parser().parse_args(argv)
+    config = NodeConfig(
+        data_dir=args.data_dir.expanduser().resolve(),
+        port=args.port,
+        metadata=args.metadata,
+        node_id=args.node_id,
+        host=args.host,
+        max_entry_bytes=args.max_entry_bytes,
+        read_only_threshold=args.read_only_threshold,
+        read_only=args.read_only,
+        checkpoint_interval=args.checkpoint_interval,
+        disk_check_interval=args.disk_check_interval,
+        zk_session_timeout=args.zk_session_timeout,
+        journal_segment_bytes=args.journal_segment_bytes,
+    )
+    validate(config)
+    return config
+
+
+def validate(config: NodeConfig) -> None:
+    MetadataUri.parse(config.metadata)
+    checks = [
+        (0 <= config.port <= 65535, f"--port {config.port} is not a TCP port (0..65535; 0 picks a free one)"),
+        (bool(config.node_id) and "/" not in config.node_id,
+         f"--node-id {config.node_id!r} must be a non-empty name without '/'"),
+        (1 <= config.max_entry_bytes <= 512 * MiB, f"--max-entry-bytes {config.max_entry_bytes} must be 1..{512 * MiB}"),
+        (0.0 < config.read_only_threshold <= 1.0,
+         f"--read-only-threshold {config.read_only_threshold} must be a disk fill fraction in (0, 1]"),
+        (config.checkpoint_interval > 0, "--checkpoint-interval must be positive"),
+        (config.disk_check_interval > 0, "--disk-check-interval must be positive"),
+        (config.zk_session_timeout >= 1.0, "--zk-session-timeout must be at least 1 second"),
+        (config.journal_segment_bytes >= MiB, "--journal-segment-bytes must be at least 1 MiB"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)

@@ -1,0 +1,81 @@
+"""Where each stored entry of a ledger lives in the journal: entry id -> (segment, offset, length).
+
+Compact: a per-ledger array of packed locations indexed by entry id from the first id stored, with
+-1 for entries this node does not hold (striping leaves holes, rule 1). Ids far outside that window
+(a recovery add below it, or a huge jump) go to a small dict so no request can make the array huge.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Iterator
+
+_OFFSET_BITS = 40                    # segments up to 1 TiB
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+_MAX_GAP = 1 << 16                   # grow the dense window by at most this many holes at once
+ABSENT = -1
+
+
+def pack(segment: int, offset: int) -> int:
+    return (segment << _OFFSET_BITS) | offset
+
+
+def unpack(location: int) -> tuple[int, int]:
+    return location >> _OFFSET_BITS, location & _OFFSET_MASK
+
+
+class LedgerIndex:
+    __slots__ = ("base", "locations", "lengths", "overflow", "count")
+
+    def __init__(self, base: int = -1):
+        self.base = base                         # entry id of locations[0]; -1 until the first put
+        self.locations = array("q")
+        self.lengths = array("i")
+        self.overflow: dict[int, tuple[int, int]] = {}
+        self.count = 0                           # stored entries
+
+    def put(self, entry_id: int, location: int, length: int) -> None:
+        if self.base < 0:
+            self.base = entry_id
+        slot = entry_id - self.base
+        size = len(self.locations)
+        if 0 <= slot < size:
+            if self.locations[slot] == ABSENT:
+                self.count += 1
+            self.locations[slot] = location
+            self.lengths[slot] = length
+        elif size <= slot < size + _MAX_GAP:
+            holes = slot - size
+            if holes:
+                self.locations.extend(array("q", [ABSENT]) * holes)
+                self.lengths.extend(array("i", [0]) * holes)
+            self.locations.append(location)
+            self.lengths.append(length)
+            self.count += 1
+        else:
+            if entry_id not in self.overflow:
+                self.count += 1
+            self.overflow[entry_id] = (location, length)
+
+    def get(self, entry_id: int) -> tuple[int, int] | None:
+        """(packed location, record length) or None if the entry was never stored here."""
+        slot = entry_id - self.base
+        if 0 <= slot < len(self.locations):
+            location = self.locations[slot]
+            if location != ABSENT:
+                return location, self.lengths[slot]
+        return self.overflow.get(entry_id)
+
+    def entries_between(self, first: int, last: int) -> Iterator[int]:
+        """Ids of stored entries in [first, last], ascending."""
+        extra = sorted(e for e in self.overflow if first <= e <= last)
+        dense_lo = max(first, self.base)
+        dense_hi = min(last, self.base + len(self.locations) - 1)
+        dense = (
+            (self.base + slot for slot in range(dense_lo - self.base, dense_hi - self.base + 1)
+             if self.locations[slot] != ABSENT)
+            if self.base >= 0 and dense_lo <= dense_hi else iter(())
+        )
+        if not extra:
+            yield from dense
+            return
+        yield from sorted([*dense, *extra])

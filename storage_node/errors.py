@@ -1,0 +1,28 @@
+"""Storage node errors: start-up refusals and storage faults, all under the project's LedgerError."""
+from __future__ import annotations
+
+from metadata.errors import LedgerError
+
+
+class StorageNodeError(LedgerError):
+    """Base of every error the storage node raises on purpose."""
+
+
+class ConfigError(StorageNodeError):
+    """A command-line option has a value the node cannot run with."""
+
+
+class CookieMismatchError(StorageNodeError):
+    """The data directory and ZooKeeper disagree about who this node is (rule 8): refuse to start."""
+
+
+class JournalCorruptError(StorageNodeError):
+    """A journal segment holds a damaged record that is not a torn tail: refuse to start."""
+
+
+class JournalWriteError(StorageNodeError):
+    """Writing or syncing the journal failed; the records of that group are not durable."""
+
+
+class StoredEntryError(StorageNodeError):
+    """The index says an entry is stored but it cannot be read back intact (answer ERROR, rule 8)."""

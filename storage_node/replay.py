@@ -1,0 +1,113 @@
+"""Start-up recovery: load the last checkpoint, then replay the journal from the position it covers.
+
+Replay restores entries (index, last entry, piggybacked LAC), master keys, fence flags and explicit
+LACs. A torn tail on the last segment is truncated away; any other damage stops the node (rule 8:
+better down than answering "no such entry" for something it acknowledged).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from storage_node.checkpoint import SnapshotDamaged, load_snapshot
+from storage_node.entry_index import pack
+from storage_node.errors import JournalCorruptError
+from storage_node.journal import (
+    ENTRY_HEAD,
+    FENCE_BODY,
+    KEY_HEAD,
+    LAC_BODY,
+    Position,
+    RecordType,
+    SegmentScan,
+    list_segments,
+    segment_path,
+    truncate_segment,
+)
+from storage_node.ledger_state import LedgerState
+
+
+@dataclasses.dataclass
+class Recovered:
+    ledgers: dict[int, LedgerState]
+    next_segment: int                     # where the journal goes on writing
+    notes: list[str]                      # what start-up had to do, for the log
+
+
+def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
+    notes: list[str] = []
+    segments = list_segments(journal_dir)
+    start, ledgers = _load_checkpoint(data_dir, segments, notes)
+    for segment in segments:
+        if segment < start.segment:
+            continue
+        path = segment_path(journal_dir, segment)
+        offset = start.offset if segment == start.segment else 0
+        if path.stat().st_size < offset:
+            raise JournalCorruptError(
+                f"journal segment {path} is shorter than the checkpoint says ({path.stat().st_size} < {offset} "
+                f"bytes): acknowledged records are missing; the node refuses to start. Restore the data "
+                f"directory, or decommission this node"
+            )
+        scan = SegmentScan(path, offset, is_last=segment == segments[-1])
+        for record in scan.records():
+            _apply_record(ledgers, segment, record.offset, record.length, record.body, scan.path)
+        if scan.torn_at is not None:
+            truncate_segment(scan.path, scan.torn_at)
+            notes.append(f"dropped a torn record at the end of {scan.path} at offset {scan.torn_at} "
+                         f"({scan.torn_reason}): a write that never completed before a crash")
+    for state in ledgers.values():
+        state.key_durable = True
+        state.fence_durable = state.fenced
+    return Recovered(ledgers, (segments[-1] + 1) if segments else 1, notes)
+
+
+def _load_checkpoint(data_dir: pathlib.Path, segments: list[int],
+                     notes: list[str]) -> tuple[Position, dict[int, LedgerState]]:
+    first = Position(segments[0] if segments else 1, 0)
+    try:
+        loaded = load_snapshot(data_dir)
+    except SnapshotDamaged as exc:
+        notes.append(f"ignored the damaged checkpoint snapshot ({exc}); replaying the whole journal")
+        return first, {}
+    if loaded is None:
+        return first, {}
+    position, ledgers = loaded
+    if position.segment not in segments and position.offset > 0:
+        raise JournalCorruptError(
+            f"the checkpoint covers journal segment {position.segment} of {data_dir / 'journal'} but that "
+            f"segment is missing: the journal was damaged or partly deleted; the node refuses to start. "
+            f"Restore the data directory, or decommission this node"
+        )
+    return position, ledgers
+
+
+def _apply_record(ledgers: dict[int, LedgerState], segment: int, offset: int, length: int,
+                  body: memoryview, path: pathlib.Path) -> None:
+    kind = body[0]
+    if kind == RecordType.ENTRY:
+        _, ledger_id, entry_id, lac, _, _ = ENTRY_HEAD.unpack_from(body, 0)
+        state = _known(ledgers, ledger_id, path, offset)
+        state.index.put(entry_id, pack(segment, offset), length)
+        state.record_entry(entry_id, lac)
+    elif kind == RecordType.KEY:
+        _, ledger_id = KEY_HEAD.unpack_from(body, 0)
+        if ledger_id not in ledgers:
+            ledgers[ledger_id] = LedgerState(ledger_id, bytes(body[KEY_HEAD.size:]))
+    elif kind == RecordType.FENCE:
+        _, ledger_id = FENCE_BODY.unpack_from(body, 0)
+        _known(ledgers, ledger_id, path, offset).fenced = True
+    else:
+        _, ledger_id, lac = LAC_BODY.unpack_from(body, 0)
+        _known(ledgers, ledger_id, path, offset).record_lac(lac)
+
+
+def _known(ledgers: dict[int, LedgerState], ledger_id: int, path: pathlib.Path, offset: int) -> LedgerState:
+    state = ledgers.get(ledger_id)
+    if state is None:
+        raise JournalCorruptError(
+            f"journal segment {path} offset {offset} has a record of ledger {ledger_id} before its master "
+            f"key record: the journal is inconsistent; the node refuses to start. Restore the data "
+            f"directory, or decommission this node"
+        )
+    return state

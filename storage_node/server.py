@@ -1,0 +1,66 @@
+"""The grpc.aio server: the StorageNode service with parse-safe deserializers, plus the health service."""
+from __future__ import annotations
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2_grpc
+
+from protos import ledger_pb2 as pb
+from storage_node.config import NodeConfig
+from storage_node.errors import StorageNodeError
+from storage_node.service import SERVICE_NAME, Malformed, StorageNodeService
+
+
+def _parser(message_type):
+    """Unparseable bytes become Malformed, so the service answers BAD_REQUEST instead of gRPC failing."""
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except DecodeError as exc:
+            return Malformed(f"malformed {message_type.__name__}: {exc}")
+    return parse
+
+
+def _handlers(service: StorageNodeService) -> grpc.GenericRpcHandler:
+    def unary(method, request_type):
+        return grpc.unary_unary_rpc_method_handler(
+            method, request_deserializer=_parser(request_type), response_serializer=_serialize,
+        )
+
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        "Add": grpc.stream_stream_rpc_method_handler(
+            service.Add, request_deserializer=_parser(pb.AddRequest), response_serializer=_serialize,
+        ),
+        "Read": unary(service.Read, pb.ReadRequest),
+        "ReadRange": grpc.unary_stream_rpc_method_handler(
+            service.ReadRange, request_deserializer=_parser(pb.ReadRangeRequest), response_serializer=_serialize,
+        ),
+        "ReadLac": unary(service.ReadLac, pb.ReadLacRequest),
+        "WriteLac": unary(service.WriteLac, pb.WriteLacRequest),
+        "WaitLac": unary(service.WaitLac, pb.WaitLacRequest),
+        "NodeInfo": unary(service.NodeInfo, pb.NodeInfoRequest),
+    })
+
+
+def _serialize(message) -> bytes:
+    return message.SerializeToString()
+
+
+def create_server(config: NodeConfig, service: StorageNodeService) -> tuple[grpc.aio.Server, int]:
+    """Bind (port 0 picks a free port) without starting; returns the server and its port."""
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", config.max_request_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ])
+    server.add_generic_rpc_handlers((_handlers(service),))
+    health_pb2_grpc.add_HealthServicer_to_server(service.health, server)
+    try:
+        port = server.add_insecure_port(f"{config.host}:{config.port}")
+    except RuntimeError as exc:
+        raise StorageNodeError(
+            f"cannot listen on {config.address} ({exc}): another process uses the port; choose another --port"
+        ) from exc
+    if port == 0:
+        raise StorageNodeError(f"cannot listen on {config.address}: choose another --port or --host")
+    return server, port

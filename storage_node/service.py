@@ -1,0 +1,243 @@
+"""The gRPC StorageNode service: one thin method per RPC, delegating to Storage.
+
+Malformed messages arrive as `Malformed` (see server.py) and get BAD_REQUEST; a node that is not
+ready yet, and any unexpected failure, answers ERROR, which clients treat as unknown (rule 8).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import functools
+import importlib.metadata
+import shutil
+import sys
+import traceback
+
+from grpc_health.v1 import health, health_pb2
+
+from protos import ledger_pb2 as pb
+from storage_node.config import NodeConfig
+from storage_node.storage import Storage
+
+SERVICE_NAME = "ledger.v1.StorageNode"
+READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
+MAX_PENDING_ADD_MESSAGES = 256   # per stream: stop reading when this many batches wait for their fsync
+
+
+@dataclasses.dataclass(frozen=True)
+class Malformed:
+    """A request that could not be parsed."""
+
+    reason: str
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ledger-store")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _answers_error(response_type):
+    """Unary RPCs: a bug or an I/O surprise becomes an ERROR answer, never a crash or a negative."""
+    def wrap(method):
+        @functools.wraps(method)
+        async def guarded(self, request, context):
+            if isinstance(request, Malformed):
+                return response_type(status=pb.BAD_REQUEST, message=request.reason)
+            if not self.storage.ready:
+                return response_type(status=pb.ERROR, message=self.not_ready_message())
+            try:
+                return await method(self, request, context)
+            except Exception as exc:
+                traceback.print_exc(file=sys.stderr)
+                return response_type(status=pb.ERROR, message=f"node {self.config.node_id} failed: {exc!r}")
+        return guarded
+    return wrap
+
+
+class StorageNodeService:
+    def __init__(self, storage: Storage, config: NodeConfig):
+        self.storage = storage
+        self.config = config
+        self.address = ""
+        self.health = health.aio.HealthServicer()
+        self._version = _version()
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    def not_ready_message(self) -> str:
+        return f"node {self.config.node_id} is not ready (starting up or shutting down); retry"
+
+    # -- Add ----------------------------------------------------------------------------------
+
+    async def Add(self, request_iterator, context) -> None:
+        """Reads batches while earlier ones wait for their fsync; one AddResponse per group commit."""
+        pending: collections.deque = collections.deque()
+        arrived = asyncio.Event()
+        drained = asyncio.Event()
+        reader = asyncio.ensure_future(self._read_adds(request_iterator, pending, arrived, drained))
+        try:
+            while True:
+                if not pending:
+                    if reader.done():
+                        break
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                response = pb.AddResponse()
+                while pending:
+                    results, group = pending[0]
+                    if group is not None and not group.done.done() and len(response.results):
+                        break
+                    pending.popleft()
+                    error = (await group.done) if group is not None else None
+                    _fill_results(response, results, error)
+                drained.set()
+                await context.write(response)
+        finally:
+            reader.cancel()
+
+    async def _read_adds(self, request_iterator, pending: collections.deque, arrived: asyncio.Event,
+                         drained: asyncio.Event) -> None:
+        try:
+            async for request in request_iterator:
+                pending.append(self._add(request))
+                arrived.set()
+                while len(pending) >= MAX_PENDING_ADD_MESSAGES:
+                    drained.clear()
+                    await drained.wait()
+        finally:
+            arrived.set()
+
+    def _add(self, request) -> tuple[list, object]:
+        if isinstance(request, Malformed):
+            return [(-1, -1, pb.BAD_REQUEST, request.reason)], None
+        if not self.storage.ready:
+            message = self.not_ready_message()
+            return [(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
+        try:
+            return self.storage.add_batch(request.entries)
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            message = f"node {self.config.node_id} failed: {exc!r}"
+            return [(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
+
+    # -- reads, fencing, LAC --------------------------------------------------------------------
+
+    @_answers_error(pb.ReadResponse)
+    async def Read(self, request, context) -> pb.ReadResponse:
+        ledger_id, entry_id = request.ledger_id, request.entry_id
+        if request.fence:
+            verdict = await self.storage.fence(ledger_id, request.master_key)
+            if verdict:
+                return pb.ReadResponse(status=verdict[0], message=verdict[1], ledger_id=ledger_id, entry_id=entry_id)
+        status, message, lac, payload, digest = self.storage.read_entry(ledger_id, entry_id)
+        return pb.ReadResponse(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
+                               last_add_confirmed=lac, payload=payload, digest=digest)
+
+    async def ReadRange(self, request, context):
+        try:
+            async for response in self._read_range(request):
+                yield response
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            yield pb.ReadRangeResponse(status=pb.ERROR, message=f"node {self.config.node_id} failed: {exc!r}",
+                                       done=True)
+
+    async def _read_range(self, request):
+        if isinstance(request, Malformed):
+            yield pb.ReadRangeResponse(status=pb.BAD_REQUEST, message=request.reason, done=True)
+            return
+        if not self.storage.ready:
+            yield pb.ReadRangeResponse(status=pb.ERROR, message=self.not_ready_message(), done=True)
+            return
+        ledger_id, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
+        if first < 0 or last < first or request.max_bytes_per_message < 0:
+            yield pb.ReadRangeResponse(status=pb.BAD_REQUEST, done=True,
+                                       message=f"bad range [{first}, {last}] or max_bytes_per_message")
+            return
+        if request.fence:
+            verdict = await self.storage.fence(ledger_id, request.master_key)
+            if verdict:
+                yield pb.ReadRangeResponse(status=verdict[0], message=verdict[1], done=True)
+                return
+        status, message, _, _ = self.storage.last_confirmed(ledger_id)
+        if status != pb.OK:
+            yield pb.ReadRangeResponse(status=status, message=message, done=True)
+            return
+        limit = min(request.max_bytes_per_message or READ_RANGE_BYTES, self.config.max_request_bytes)
+        response, size = pb.ReadRangeResponse(status=pb.OK), 0
+        for entry_id, (status, message, lac, payload, digest) in self.storage.read_range(ledger_id, first, last):
+            if size + len(payload) > limit and len(response.entries):
+                yield response
+                response, size = pb.ReadRangeResponse(status=pb.OK), 0
+            response.entries.add(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
+                                 last_add_confirmed=lac, payload=payload, digest=digest)
+            size += len(payload)
+        response.done = True
+        yield response
+
+    @_answers_error(pb.ReadLacResponse)
+    async def ReadLac(self, request, context) -> pb.ReadLacResponse:
+        if request.fence:
+            verdict = await self.storage.fence(request.ledger_id, request.master_key)
+            if verdict:
+                return pb.ReadLacResponse(status=verdict[0], message=verdict[1], last_entry_id=-1,
+                                          last_add_confirmed=-1)
+        return _lac_response(self.storage.last_confirmed(request.ledger_id))
+
+    @_answers_error(pb.WriteLacResponse)
+    async def WriteLac(self, request, context) -> pb.WriteLacResponse:
+        verdict = await self.storage.write_lac(request.ledger_id, request.master_key, request.last_add_confirmed)
+        if verdict:
+            return pb.WriteLacResponse(status=verdict[0], message=verdict[1])
+        return pb.WriteLacResponse(status=pb.OK)
+
+    @_answers_error(pb.ReadLacResponse)
+    async def WaitLac(self, request, context) -> pb.ReadLacResponse:
+        return _lac_response(
+            await self.storage.wait_lac(request.ledger_id, request.previous_lac, request.timeout_ms)
+        )
+
+    async def NodeInfo(self, request, context) -> pb.NodeInfoResponse:
+        disk = shutil.disk_usage(self.config.data_dir)
+        storage = self.storage
+        journal = storage.journal
+        return pb.NodeInfoResponse(
+            node_id=self.config.node_id,
+            address=self.address,
+            read_only=bool(storage.read_only_reason),
+            read_only_reason=storage.read_only_reason,
+            disk_total_bytes=disk.total,
+            disk_used_bytes=disk.total - disk.free,
+            ledger_count=len(storage.ledgers),
+            entry_count=storage.entry_count(),
+            version=self._version,
+            max_entry_bytes=self.config.max_entry_bytes,
+            max_request_bytes=self.config.max_request_bytes,
+            journal_fsyncs=journal.fsyncs if journal else 0,
+            journal_records=journal.records if journal else 0,
+        )
+
+
+def _fill_results(response: pb.AddResponse, results: list, error) -> None:
+    add = response.results.add
+    if error is None:
+        for ledger_id, entry_id, status, message in results:
+            add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+        return
+    lost = f"not durable, retry: {error}"
+    for ledger_id, entry_id, status, message in results:
+        if status == pb.OK:
+            status, message = pb.ERROR, lost
+        add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+
+
+def _lac_response(answer: tuple[int, str, int, int]) -> pb.ReadLacResponse:
+    status, message, last_entry_id, lac = answer
+    return pb.ReadLacResponse(status=status, message=message, last_entry_id=last_entry_id, last_add_confirmed=lac)

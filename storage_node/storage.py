@@ -1,0 +1,314 @@
+"""The node's storage: ledger states, entry index and journal behind the operations of the protocol.
+
+Runs on the event loop thread; only fsyncs, snapshot writes and start-up replay go to worker threads.
+Every answer follows rule 8: NO_LEDGER / NO_ENTRY only when the node has no record of it at all,
+ERROR for anything it cannot vouch for.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import sys
+from typing import Iterator
+
+from protos import ledger_pb2 as pb
+from protos.digest import entry_digest
+from storage_node.checkpoint import encode_snapshot, save_snapshot
+from storage_node.config import NodeConfig
+from storage_node.entry_index import pack, unpack
+from storage_node.errors import JournalWriteError
+from storage_node.journal import (
+    ENTRY_HEAD,
+    ENTRY_PAYLOAD_OFFSET,
+    FRAME,
+    JOURNAL_DIR,
+    Group,
+    Journal,
+    RecordType,
+    SegmentReaders,
+    encode_entry_head,
+    encode_fence,
+    encode_key,
+    encode_lac,
+    read_record,
+)
+from storage_node.ledger_state import LedgerState, Verdict
+from storage_node.replay import recover
+
+MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
+MAX_KEY_BYTES = 1024
+MAX_WAIT_MS = 120_000
+_KNOWN_FLAGS = pb.RECOVERY_ADD
+
+AddResult = tuple[int, int, int, str]        # ledger id, entry id, Status, message
+ReadResult = tuple[int, str, int, bytes, int]  # Status, message, piggybacked lac, payload, digest
+
+
+class Storage:
+    def __init__(self, config: NodeConfig):
+        self.config = config
+        self.data_dir = config.data_dir
+        self.journal_dir = config.data_dir / JOURNAL_DIR
+        self.ledgers: dict[int, LedgerState] = {}
+        self.ready = False
+        self.read_only_reason = "started with --read-only (drained)" if config.read_only else ""
+        self.journal: Journal | None = None
+        self._readers = SegmentReaders(self.journal_dir)
+        self._lac_waiters: dict[int, set[asyncio.Future]] = {}
+        self._checkpoint_lock = asyncio.Lock()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Replay the journal (in a worker thread: requests meanwhile answer ERROR), then take writes."""
+        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        recovered = await loop.run_in_executor(None, recover, self.data_dir, self.journal_dir)
+        for note in recovered.notes:
+            print(f"storage node {self.config.node_id}: {note}", file=sys.stderr, flush=True)
+        self.ledgers = recovered.ledgers
+        self.journal = Journal(
+            self.journal_dir, recovered.next_segment, self.config.journal_segment_bytes,
+            apply=self._apply, on_write_error=self._on_write_error,
+        )
+        self.ready = True
+
+    async def checkpoint(self) -> None:
+        async with self._checkpoint_lock:
+            # Encoded on the loop thread, so it matches the durable position exactly.
+            blob = encode_snapshot(self.journal.durable, self.ledgers)
+            await asyncio.get_running_loop().run_in_executor(None, save_snapshot, self.data_dir, blob)
+
+    async def close(self) -> None:
+        if self.journal is None:
+            return
+        await self.journal.close()
+        await self.checkpoint()
+        self._readers.close()
+        self.ready = False
+
+    def set_read_only(self, reason: str) -> None:
+        self.read_only_reason = reason
+
+    # -- adds -----------------------------------------------------------------------------------
+
+    def add_batch(self, entries) -> tuple[list[AddResult], Group | None]:
+        """Check and journal a batch; OK results hold only once the returned group is durable."""
+        try:
+            group = self.journal.group
+        except JournalWriteError as exc:
+            return [(e.ledger_id, e.entry_id, pb.ERROR, str(exc)) for e in entries], None
+        journal = self.journal
+        items = group.items
+        results = []
+        journaled = False
+        for e in entries:
+            ledger_id = e.ledger_id
+            entry_id = e.entry_id
+            lac = e.last_add_confirmed
+            payload = e.payload
+            key = e.master_key
+            flags = e.flags
+            problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, e.digest)
+            if problem:
+                results.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
+                continue
+            recovery = flags & pb.RECOVERY_ADD
+            if self.read_only_reason and not recovery:
+                results.append((ledger_id, entry_id, pb.READ_ONLY, self._read_only_message()))
+                continue
+            state = self.ledgers.get(ledger_id)
+            if state is None:
+                state = self._create(ledger_id, key)
+            else:
+                verdict = state.check_add(key, recovery)
+                if verdict:
+                    results.append((ledger_id, entry_id, *verdict))
+                    continue
+            if not state.key_durable:
+                self._journal_key(group, state)
+            head = encode_entry_head(ledger_id, entry_id, lac, flags, e.digest, payload)
+            rel = journal.append(group, head, payload)
+            items.append((RecordType.ENTRY, state, entry_id, lac, rel, len(head) + len(payload)))
+            results.append((ledger_id, entry_id, pb.OK, ""))
+            journaled = True
+        return results, group if journaled else None
+
+    def _entry_problem(self, ledger_id: int, entry_id: int, lac: int, key: bytes, flags: int,
+                       payload: bytes, digest: int) -> str:
+        if not 0 <= ledger_id < MAX_ID:
+            return f"ledger id {ledger_id} is out of range"
+        if not 0 <= entry_id < MAX_ID:
+            return f"entry id {entry_id} is out of range"
+        if not -1 <= lac < entry_id:
+            return f"piggybacked LAC {lac} of entry {entry_id} must be in [-1, entry id)"
+        if not key or len(key) > MAX_KEY_BYTES:
+            return f"master key must be 1..{MAX_KEY_BYTES} bytes, got {len(key)}"
+        if flags & ~_KNOWN_FLAGS:
+            return f"unknown add flags {flags:#x}"
+        if len(payload) > self.config.max_entry_bytes:
+            return (f"entry of {len(payload)} bytes exceeds this node's limit of {self.config.max_entry_bytes} "
+                    "bytes (--max-entry-bytes): split it")
+        if entry_digest(ledger_id, entry_id, lac, payload) != digest:
+            return f"digest mismatch on entry {ledger_id}/{entry_id}: damaged in transit or computed wrongly"
+        return ""
+
+    def _read_only_message(self) -> str:
+        return f"node {self.config.node_id} is read-only ({self.read_only_reason}); write to other nodes"
+
+    def _create(self, ledger_id: int, key: bytes) -> LedgerState:
+        state = self.ledgers[ledger_id] = LedgerState(ledger_id, bytes(key))
+        return state
+
+    def _journal_key(self, group: Group, state: LedgerState) -> None:
+        self.journal.append(group, encode_key(state.ledger_id, state.master_key))
+        group.items.append((RecordType.KEY, state, 0, 0, 0, 0))
+
+    def _apply(self, segment: int, base: int, items: list) -> None:
+        """The group is durable: make it visible, in journal order (rule 5)."""
+        origin = pack(segment, base)
+        advanced = []
+        for kind, state, entry_id, lac, rel, length in items:
+            if kind == RecordType.ENTRY:
+                state.index.put(entry_id, origin + rel, length)
+                if state.record_entry(entry_id, lac):
+                    advanced.append(state.ledger_id)
+            elif kind == RecordType.KEY:
+                state.key_durable = True
+            elif kind == RecordType.FENCE:
+                state.fence_durable = True
+            elif state.record_lac(lac):
+                advanced.append(state.ledger_id)
+        if self._lac_waiters:
+            for ledger_id in advanced:
+                for waiter in self._lac_waiters.pop(ledger_id, ()):
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def _on_write_error(self, exc: JournalWriteError) -> None:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            self.read_only_reason = "the disk is full (a journal write failed with ENOSPC)"
+
+    # -- fencing and LAC --------------------------------------------------------------------------
+
+    async def fence(self, ledger_id: int, key: bytes) -> Verdict:
+        """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced."""
+        if not key or len(key) > MAX_KEY_BYTES:
+            return pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)"
+        if ledger_id < 0:
+            return pb.BAD_REQUEST, f"ledger id {ledger_id} is out of range"
+        state = self.ledgers.get(ledger_id)
+        if state is not None:
+            verdict = state.check_fence(key)
+            if verdict or state.fence_durable:
+                return verdict
+        try:
+            group = self.journal.group
+        except JournalWriteError as exc:
+            return pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}"
+        if state is None:
+            state = self._create(ledger_id, key)
+        state.fenced = True
+        if not state.key_durable:
+            self._journal_key(group, state)
+        self.journal.append(group, encode_fence(ledger_id))
+        group.items.append((RecordType.FENCE, state, 0, 0, 0, 0))
+        error = await group.done
+        if error is not None:
+            return pb.ERROR, f"fence of ledger {ledger_id} is not durable: {error}"
+        return None
+
+    def last_confirmed(self, ledger_id: int) -> tuple[int, str, int, int]:
+        """(Status, message, last stored entry, highest LAC seen)."""
+        state = self.ledgers.get(ledger_id)
+        if state is None:
+            return pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}", -1, -1
+        return pb.OK, "", state.last_entry_id, state.last_add_confirmed
+
+    async def write_lac(self, ledger_id: int, key: bytes, lac: int) -> Verdict:
+        if ledger_id < 0 or lac < -1 or not key or len(key) > MAX_KEY_BYTES:
+            return pb.BAD_REQUEST, "WriteLac needs a ledger id >= 0, a LAC >= -1 and the master key"
+        if self.read_only_reason:
+            return pb.READ_ONLY, self._read_only_message()
+        state = self.ledgers.get(ledger_id)
+        if state is not None:
+            verdict = state.check_write_lac(key)
+            if verdict:
+                return verdict
+        try:
+            group = self.journal.group
+        except JournalWriteError as exc:
+            return pb.ERROR, f"cannot write the LAC of ledger {ledger_id}: {exc}"
+        if state is None:
+            state = self._create(ledger_id, key)
+        if not state.key_durable:
+            self._journal_key(group, state)
+        self.journal.append(group, encode_lac(ledger_id, lac))
+        group.items.append((RecordType.LAC, state, 0, lac, 0, 0))
+        error = await group.done
+        if error is not None:
+            return pb.ERROR, f"LAC of ledger {ledger_id} is not durable: {error}"
+        return None
+
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> tuple[int, str, int, int]:
+        """Long poll: answer once the LAC passes previous_lac, or at the timeout with what there is."""
+        if not 0 <= timeout_ms <= MAX_WAIT_MS:
+            return pb.BAD_REQUEST, f"timeout_ms must be 0..{MAX_WAIT_MS}", -1, -1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            state = self.ledgers.get(ledger_id)
+            remaining = deadline - loop.time()
+            if (state is not None and state.last_add_confirmed > previous_lac) or remaining <= 0:
+                return self.last_confirmed(ledger_id)
+            waiter = loop.create_future()
+            waiters = self._lac_waiters.setdefault(ledger_id, set())
+            waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                waiters.discard(waiter)
+                if not waiters and self._lac_waiters.get(ledger_id) is waiters:
+                    del self._lac_waiters[ledger_id]
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
+        state = self.ledgers.get(ledger_id)
+        if state is None:
+            return pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}", -1, b"", 0
+        found = state.index.get(entry_id)
+        if found is None:
+            return pb.NO_ENTRY, f"node {self.config.node_id} never stored entry {ledger_id}/{entry_id}", -1, b"", 0
+        return self._read_stored(ledger_id, entry_id, *found)
+
+    def read_range(self, ledger_id: int, first: int, last: int) -> Iterator[tuple[int, ReadResult]]:
+        """(entry id, result) for every entry stored in [first, last]; the caller checks the ledger exists."""
+        index = self.ledgers[ledger_id].index
+        for entry_id in index.entries_between(first, last):
+            found = index.get(entry_id)
+            if found is not None:
+                yield entry_id, self._read_stored(ledger_id, entry_id, *found)
+
+    def _read_stored(self, ledger_id: int, entry_id: int, location: int, length: int) -> ReadResult:
+        """The index says the entry is here: anything but an intact copy is ERROR, never NO_ENTRY (rule 8)."""
+        segment, offset = unpack(location)
+        try:
+            data = read_record(self._readers.fd(segment), offset, length)
+            kind, stored_ledger, stored_entry, lac, _, digest = ENTRY_HEAD.unpack_from(data, FRAME.size)
+            if (kind, stored_ledger, stored_entry) != (RecordType.ENTRY, ledger_id, entry_id):
+                raise ValueError(f"the record there is {RecordType(kind).name} {stored_ledger}/{stored_entry}")
+        except (OSError, ValueError) as exc:
+            return (pb.ERROR, f"entry {ledger_id}/{entry_id} is stored in journal segment {segment} at offset "
+                              f"{offset} but cannot be read back ({exc}); read it from another replica",
+                    -1, b"", 0)
+        return pb.OK, "", lac, data[ENTRY_PAYLOAD_OFFSET:], digest
+
+    # -- info -----------------------------------------------------------------------------------
+
+    def entry_count(self) -> int:
+        return sum(state.index.count for state in self.ledgers.values())
+
