@@ -17,7 +17,7 @@ from metadata.streams import check_stream_name
 COMPRESSIONS = ("none", "lz4", "zstd")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
-MAX_ENTRY_BYTES = 3 * 1024 * 1024  # an entry, its header and digest must fit one 4 MiB gRPC message
+MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -121,10 +121,6 @@ class LedgerOptions:
                 raise InvalidOptionError(f"the {name} option is for reading; remove it from the write")
         if self.starting_offset is not None or self.ending_offset is not None:
             raise InvalidOptionError("startingOffsets/endingOffsets are for reading; remove them from the write")
-
-    @property
-    def is_raw(self) -> bool:
-        return bool(self.ledgers)
 
 
 def _metadata(uri: str) -> str:

@@ -1,0 +1,131 @@
+"""Batch reads: the driver recovers and plans (partitions()), executors read entries and yield Arrow batches.
+
+Offsets: an arrow stream has one offset per row, a raw stream one per entry (see commit.py). Pushed
+filters on the metadata columns narrow ReadBounds, which prune partitions; Spark still evaluates
+every filter, so pruning only has to be conservative.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, Filter
+from pyspark.sql.types import StructType
+
+from connector.client import LedgerClient
+from connector.spark.encoding import decode_entry
+from connector.spark.errors import SchemaMismatchError
+from connector.spark.options import LedgerOptions
+from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
+from connector.spark.schema import ENTRY_ID, LEDGER_ID, OFFSET, arrow_schema_of
+from connector.spark.spans import ledger_spans, stream_spans
+
+ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
+RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets"}
+RAW_BATCH_BYTES = 4 * 1024 * 1024
+
+
+class LedgerReader(DataSourceReader):
+    """Pickled to executors: holds options, the output schema and bounds, never a client."""
+
+    def __init__(self, options: LedgerOptions, schema: StructType, raw: bool):
+        self.options = options
+        self.schema = schema
+        self.raw = raw
+        self.bounds = ReadBounds.from_offsets(options.starting_offset, options.ending_offset)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        roles = RAW_ROLES if self.raw else ARROW_ROLES
+        for flt in filters:
+            role = roles.get(tuple(flt.attribute))
+            narrowed = self.bounds.pushed(role, flt) if role else None
+            if narrowed is not None:
+                self.bounds = narrowed
+            yield flt
+
+    def partitions(self) -> list[LedgerPartition]:
+        opts = self.options
+        with LedgerClient(opts.metadata) as lc:
+            if opts.ledgers:
+                spans = ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
+            else:
+                _, spans = stream_spans(lc, opts.stream, opts.password, opts.recover)
+        return plan_partitions(spans, self.bounds, opts.split_entries, offset_per_entry=self.raw)
+
+    def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
+        target = arrow_schema_of(self.schema)
+        with LedgerClient(self.options.metadata) as lc:
+            handle = lc.open_ledger(partition.ledger_id, password=self.options.password, recover=False)
+            entries = handle.read(partition.first_entry, partition.last_entry)
+            if self.raw:
+                yield from raw_batches(entries, partition, target)
+            else:
+                yield from arrow_batches(entries, partition, target, self.bounds)
+
+
+def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:
+    """The rows of arrow entries within the offset bounds, with the metadata columns, as target."""
+    lo, hi = bounds.offsets.lo, bounds.offsets.hi
+    for entry in entries:
+        rows = decode_entry(entry.payload)
+        offset = partition.first_offset + rows.first_row
+        if hi is not None and offset > hi:
+            return  # offsets only grow from here on
+        for batch in rows.batches:
+            start = 0 if lo is None else min(batch.num_rows, max(0, lo - offset))
+            end = batch.num_rows if hi is None else max(start, min(batch.num_rows, hi - offset + 1))
+            if end > start:
+                columns = dict(zip(batch.schema.names, batch.slice(start, end - start).columns))
+                count = end - start
+                columns[LEDGER_ID] = _constant(partition.ledger_id, count)
+                columns[ENTRY_ID] = _constant(entry.entry_id, count)
+                columns[OFFSET] = pa.array(np.arange(offset + start, offset + end, dtype=np.int64))
+                yield assemble(columns, target)
+            offset += batch.num_rows
+
+
+def raw_batches(entries, partition: LedgerPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """One row per entry: ledger id, entry id, payload (and the stream offset, null for a ledger read by id)."""
+    entry_ids: list[int] = []
+    payloads: list[bytes] = []
+    size = 0
+    for entry in entries:
+        entry_ids.append(entry.entry_id)
+        payloads.append(entry.payload)
+        size += len(entry.payload)
+        if size >= RAW_BATCH_BYTES:
+            yield _raw_batch(entry_ids, payloads, partition, target)
+            entry_ids, payloads, size = [], [], 0
+    if entry_ids:
+        yield _raw_batch(entry_ids, payloads, partition, target)
+
+
+def _raw_batch(entry_ids: list[int], payloads: list[bytes], partition: LedgerPartition, target: pa.Schema) -> pa.RecordBatch:
+    ids = np.asarray(entry_ids, dtype=np.int64)
+    offsets = pa.nulls(len(ids), pa.int64()) if partition.first_offset is None else pa.array(ids + partition.first_offset)
+    columns = {
+        "ledger_id": _constant(partition.ledger_id, len(ids)),
+        "entry_id": pa.array(ids),
+        "payload": pa.array(payloads, pa.binary()),
+        OFFSET: offsets,
+    }
+    return assemble(columns, target)
+
+
+def assemble(columns: dict[str, pa.Array], target: pa.Schema) -> pa.RecordBatch:
+    """A batch with exactly the target schema (Spark checks it), taking columns by name."""
+    arrays = []
+    for field in target:
+        if field.name not in columns:
+            raise SchemaMismatchError(
+                f"column {field.name!r} is not in the stream's entries (they have {sorted(columns)}); "
+                "read without a user-given schema, or name existing columns"
+            )
+        column = columns[field.name]
+        arrays.append(column if column.type.equals(field.type) else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _constant(value: int, count: int) -> pa.Array:
+    return pa.array(np.full(count, value, dtype=np.int64))

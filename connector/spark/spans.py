@@ -1,0 +1,55 @@
+"""What a read covers: the ledgers of a stream or the ledgers named by id, each with its last entry.
+
+Before planning, the driver recovers dangling ledgers (OPEN, writer gone) and seals a recovered
+stream tail: the stream record gets the tail's last offset, so every later reader and writer sees
+the ledger as closed. The OPEN tail of a live writer is read up to its last add confirmed.
+"""
+from __future__ import annotations
+
+from connector.client import LedgerClient
+from connector.spark.commit import ARROW, sealed
+from connector.spark.encoding import entry_header
+from connector.spark.planning import LedgerSpan
+from connector.spark.recovery import check_password, recover
+from metadata.model import StreamLedger, StreamRecord
+from metadata.streams import read_stream, update_stream
+
+
+def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> tuple[int, bool]:
+    """(last entry to read, whether the ledger is closed at it)."""
+    meta = lc.ledger_metadata(ledger_id)
+    check_password(meta, password, f"ledger {ledger_id}")
+    if meta.is_closed:
+        return meta.last_entry_id, True
+    if recover_dangling and lc.is_dangling(meta):
+        return recover(lc, ledger_id, password), True
+    return lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False
+
+
+def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling: bool) -> list[LedgerSpan]:
+    return [LedgerSpan(i, readable_end(lc, i, password, recover_dangling)[0]) for i in ledger_ids]
+
+
+def stream_spans(
+    lc: LedgerClient, name: str, password: bytes, recover_dangling: bool
+) -> tuple[StreamRecord, list[LedgerSpan]]:
+    record = read_stream(lc.store, name).value
+    spans = []
+    for ledger in record.ledgers:
+        last_entry, closed = readable_end(lc, ledger.ledger_id, password, recover_dangling)
+        last_offset = ledger.last_offset
+        if last_offset is None and closed:
+            last_offset = _closed_last_offset(lc, record.format, ledger, last_entry, password)
+            record = update_stream(lc.store, name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
+        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
+    return record, spans
+
+
+def _closed_last_offset(lc: LedgerClient, fmt: str, ledger: StreamLedger, last_entry: int, password: bytes) -> int:
+    if fmt != ARROW:
+        return ledger.first_offset + last_entry  # one offset per entry
+    if last_entry < 0:
+        return ledger.first_offset - 1
+    last = next(iter(lc.open_ledger(ledger.ledger_id, password=password, recover=False).read(last_entry, last_entry)))
+    first_row, rows = entry_header(last.payload)
+    return ledger.first_offset + first_row + rows - 1

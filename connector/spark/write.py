@@ -1,0 +1,183 @@
+"""Batch writes: every task is a ledger writer; the driver commits all task ledgers in one CAS.
+
+prepare() runs on the driver before any task: it checks the stream's format, schema and password,
+recovers a dangling tail, and starts the job (jobs.py). A task creates its own ledger, tagged with
+stream, job, partition and attempt, appends Arrow entries pipelined, closes it and reports it
+(TaskLedger). commit() ends the job, discards every ledger of the job that is not reported (failed,
+speculative or dead attempts), registers the reported ones in one CAS and, for overwrite, deletes
+the replaced ledgers. abort() ends the job and discards every ledger of it.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import uuid
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from connector.client import LedgerClient, NotEnoughNodesError
+from connector.spark.commit import TaskLedger, check_arrow_stream, check_last_ledger_closed, committed, new_stream
+from connector.spark.encoding import EntryBuilder, entries_of
+from connector.spark.jobs import check_job_running, end_job, start_job
+from connector.spark.options import LedgerOptions
+from connector.spark.recovery import (
+    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard, job_ledgers,
+)
+from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
+from connector.spark.spans import stream_spans
+from metadata import registry
+from metadata.errors import LedgerError, StreamExistsError
+from metadata.model import NodeState, StreamRecord
+from metadata.store import MetadataStore
+from metadata.streams import create_stream, find_stream, update_stream
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 32  # entries appended and not yet acknowledged, per task (bounds memory to ~32 entries)
+
+
+class LedgerWriter(DataSourceArrowWriter):
+    """Pickled to executors: options, the Arrow schema, the job id; never a client."""
+
+    def __init__(self, options: LedgerOptions, schema: pa.Schema, job_id: str, overwrite: bool):
+        self.options = options
+        self.schema = schema
+        self.job_id = job_id
+        self.overwrite = overwrite
+
+    @classmethod
+    def prepare(cls, options: LedgerOptions, schema: StructType, overwrite: bool) -> "LedgerWriter":
+        """Driver, before any task: everything that can fail fails here, with nothing written."""
+        arrow = arrow_schema_of(schema)
+        with LedgerClient(options.metadata) as lc:
+            _check_nodes(lc.store, options.ensemble_size)
+            found = find_stream(lc.store, options.stream)
+            if found is not None:
+                record = _settled(lc, found.value, options)
+                if not overwrite and record.schema:
+                    appendable_schema(record.name, decode_schema(record.schema), arrow)
+                _check_password(lc, record, options.password)
+            job_id = uuid.uuid4().hex
+            start_job(lc.store, job_id, options.stream)
+        return cls(options, arrow, job_id, overwrite)
+
+    # -- executors -----------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
+        ctx = TaskContext.get()
+        opts = self.options
+        builder = EntryBuilder(self.schema, opts.entry_bytes, opts.compression)
+        ledger = None
+        in_flight: collections.deque = collections.deque()
+        with LedgerClient(opts.metadata) as lc:
+            try:
+                for payload in entries_of(iterator, builder):
+                    if ledger is None:
+                        ledger = lc.create_ledger(
+                            ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
+                            ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=self._tags(ctx),
+                        )
+                        check_job_running(lc.store, self.job_id)
+                    in_flight.append(ledger.append_async(payload))
+                    if len(in_flight) >= MAX_IN_FLIGHT:
+                        in_flight.popleft().result()
+                for future in in_flight:
+                    future.result()
+                if ledger is not None:
+                    ledger.close()
+            except BaseException:
+                if ledger is not None:
+                    _delete_own(lc, ledger)
+                raise
+        if ledger is None:
+            return TaskLedger(ctx.partitionId(), None, 0, 0)
+        return TaskLedger(ctx.partitionId(), ledger.ledger_id, builder.rows_written, ledger.last_add_confirmed + 1)
+
+    def _tags(self, ctx: TaskContext) -> dict[str, object]:
+        return {
+            STREAM_TAG: self.options.stream, JOB_TAG: self.job_id, PARTITION_TAG: ctx.partitionId(),
+            ATTEMPT_TAG: ctx.attemptNumber(), TASK_TAG: ctx.taskAttemptId(),
+        }
+
+    # -- driver --------------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        tasks = [m for m in messages if isinstance(m, TaskLedger)]
+        kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
+        opts = self.options
+        with LedgerClient(opts.metadata) as lc:
+            end_job(lc.store, self.job_id)
+            for ledger_id in job_ledgers(lc, self.job_id):
+                if ledger_id not in kept:
+                    discard(lc, ledger_id, opts.password)
+            replaced = self._register(lc.store, tasks)
+            # The rows are committed: from here on nothing may raise (abort would run and must not follow).
+            for ledger_id in replaced:
+                try:
+                    discard(lc, ledger_id, opts.password)
+                except LedgerError as exc:
+                    log.warning("overwrite of stream %r: replaced ledger %d not deleted: %s", opts.stream, ledger_id, exc)
+
+    def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> list[int]:
+        """One CAS puts every task ledger on the stream; returns the ledgers an overwrite replaced."""
+        replaced: list[int] = []
+
+        def transform(record: StreamRecord) -> StreamRecord:
+            replaced[:] = [s.ledger_id for s in record.ledgers] if self.overwrite else []
+            return committed(record, tasks, self.schema, self.overwrite)
+
+        while True:
+            if find_stream(store, self.options.stream) is not None:
+                update_stream(store, self.options.stream, transform)
+                return replaced
+            try:
+                create_stream(store, transform(new_stream(self.options.stream)))
+                return replaced
+            except StreamExistsError:
+                continue  # another job created it meanwhile: append to it
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        opts = self.options
+        with LedgerClient(opts.metadata) as lc:
+            end_job(lc.store, self.job_id)
+            found = find_stream(lc.store, opts.stream)
+            registered = {s.ledger_id for s in found.value.ledgers} if found else set()
+            reported = {m.ledger_id for m in messages if isinstance(m, TaskLedger) and m.ledger_id is not None}
+            for ledger_id in sorted((set(job_ledgers(lc, self.job_id)) | reported) - registered):
+                discard(lc, ledger_id, opts.password)
+
+
+def _settled(lc: LedgerClient, record: StreamRecord, options: LedgerOptions) -> StreamRecord:
+    """The stream with a dangling tail recovered and sealed; fails if it cannot take Spark rows."""
+    check_arrow_stream(record)
+    if record.ledgers and record.ledgers[-1].last_offset is None:
+        record, _ = stream_spans(lc, record.name, options.password, recover_dangling=True)
+    check_last_ledger_closed(record)
+    return record
+
+
+def _check_password(lc: LedgerClient, record: StreamRecord, password: bytes) -> None:
+    if record.ledgers:
+        check_password(lc.ledger_metadata(record.ledgers[-1].ledger_id), password, f"stream {record.name!r}")
+
+
+def _check_nodes(store: MetadataStore, ensemble_size: int) -> None:
+    writable = [n for n in registry.list_nodes(store).values() if n.state is NodeState.AVAILABLE]
+    if len(writable) < ensemble_size:
+        raise NotEnoughNodesError(
+            f"ensembleSize={ensemble_size} but only {len(writable)} writable storage nodes are registered; "
+            "lower ensembleSize (and writeQuorum/ackQuorum) or start more nodes"
+        )
+
+
+def _delete_own(lc: LedgerClient, ledger) -> None:
+    """A failing task removes its own ledger at once; the driver's sweep covers it if this fails too."""
+    with contextlib.suppress(LedgerError):
+        ledger.close()
+    with contextlib.suppress(LedgerError):
+        lc.delete_ledger(ledger.ledger_id)

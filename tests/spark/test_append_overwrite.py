@@ -1,0 +1,57 @@
+"""Appends, overwrites and a stream read by another Spark application."""
+import json
+import subprocess
+import sys
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from connector.client import LedgerClient, NoSuchLedgerError
+from metadata.store import MetadataStore
+from metadata.streams import read_stream
+from tests.spark.helpers import REPO, read, stream_ledgers, write
+
+
+def numbers(spark, first, count, partitions=2):
+    return spark.range(first, first + count, numPartitions=partitions).select("id", (F.col("id") * 2).alias("twice"))
+
+
+def test_append_twice_then_read(spark, shared_uri, stream):
+    write(numbers(spark, 0, 500), shared_uri, stream)
+    write(numbers(spark, 500, 300, partitions=3), shared_uri, stream)
+    back = read(spark, shared_uri, stream, includeMetadata="true")
+    assert_df_equality(back.select("id", "twice").orderBy("id"), numbers(spark, 0, 800).orderBy("id"),
+                       ignore_nullable=True)
+    assert back.filter("_offset != id").count() == 0
+    with MetadataStore(shared_uri) as store:
+        record = read_stream(store, stream).value
+    assert [s.first_offset for s in record.ledgers] == [0, 250, 500, 600, 700]
+    assert record.ledgers[-1].last_offset == 799
+    assert sorted(stream_ledgers(shared_uri, stream)) == sorted(s.ledger_id for s in record.ledgers)
+
+
+def test_overwrite_replaces_rows_and_deletes_old_ledgers(spark, shared_uri, stream):
+    write(numbers(spark, 0, 400), shared_uri, stream)
+    old = stream_ledgers(shared_uri, stream)
+    replacement = spark.range(0, 50, numPartitions=1).select(F.col("id").cast("string").alias("name"))
+    write(replacement, shared_uri, stream, mode="overwrite")
+    assert_df_equality(read(spark, shared_uri, stream).orderBy("name"), replacement.orderBy("name"),
+                       ignore_nullable=True)
+    new = stream_ledgers(shared_uri, stream)
+    assert len(new) == 1 and not set(new) & set(old)
+    with LedgerClient(shared_uri) as lc:
+        for ledger_id in old:
+            with pytest.raises(NoSuchLedgerError):
+                lc.ledger_metadata(ledger_id)
+
+
+def test_stream_written_by_one_application_is_read_by_another(spark, shared_uri, stream):
+    write(numbers(spark, 0, 1234, partitions=3), shared_uri, stream)
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.spark.other_session", shared_uri, stream],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"count": 1234, "sum_id": sum(range(1234)), "sum_twice": 2 * sum(range(1234))}
