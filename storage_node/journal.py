@@ -411,6 +411,10 @@ class Journal:
         except JournalWriteError as exc:
             self._on_write_error(exc)
             group.done.set_result(exc)
+            # The group gathered meanwhile may rely on a KEY or FENCE record of the failed one: fail it
+            # too, so nothing durable ever follows a record that was lost.
+            dependent, self._group = self._group, Group(self._loop)
+            dependent.done.set_result(exc)
             return
         self.durable = Position(segment, base + group.size)
         self.fsyncs += 1

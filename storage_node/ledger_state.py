@@ -21,8 +21,10 @@ class LedgerState:
     last_add_confirmed: int = -1     # highest LAC seen, piggybacked or explicit (durable ones only)
     last_entry_id: int = -1          # highest entry stored (durable ones only)
     index: LedgerIndex = dataclasses.field(default_factory=LedgerIndex)
-    key_durable: bool = False        # a KEY record is fsynced (else the next write journals one again)
-    fence_durable: bool = False      # a FENCE record is fsynced (else a fence request journals one again)
+    key_durable: bool = False        # a KEY record is fsynced
+    fence_durable: bool = False      # a FENCE record is fsynced
+    key_group: object = None         # the journal group carrying this ledger's KEY record, while in flight
+    fence_group: object = None       # the journal group carrying its FENCE record, while in flight
 
     def key_matches(self, master_key: bytes) -> bool:
         return hmac.compare_digest(self.master_key, master_key)

@@ -161,8 +161,12 @@ class Storage:
         return state
 
     def _journal_key(self, group: Group, state: LedgerState) -> None:
+        """Once per ledger; again only if the group that carried it failed (then key_group is reset)."""
+        if state.key_group is not None and not state.key_group.done.done():
+            return
         self.journal.append(group, encode_key(state.ledger_id, state.master_key))
         group.items.append((RecordType.KEY, state, 0, 0, 0, 0))
+        state.key_group = group
 
     def _apply(self, segment: int, base: int, items: list) -> None:
         """The group is durable: make it visible, in journal order (rule 5)."""
@@ -174,9 +178,9 @@ class Storage:
                 if state.record_entry(entry_id, lac):
                     advanced.append(state.ledger_id)
             elif kind == RecordType.KEY:
-                state.key_durable = True
+                state.key_durable, state.key_group = True, None
             elif kind == RecordType.FENCE:
-                state.fence_durable = True
+                state.fence_durable, state.fence_group = True, None
             elif state.record_lac(lac):
                 advanced.append(state.ledger_id)
         if self._lac_waiters:
@@ -210,11 +214,13 @@ class Storage:
         if state is None:
             state = self._create(ledger_id, key)
         state.fenced = True
-        if not state.key_durable:
-            self._journal_key(group, state)
-        self.journal.append(group, encode_fence(ledger_id))
-        group.items.append((RecordType.FENCE, state, 0, 0, 0, 0))
-        error = await group.done
+        if state.fence_group is None or state.fence_group.done.done():
+            if not state.key_durable:
+                self._journal_key(group, state)
+            self.journal.append(group, encode_fence(ledger_id))
+            group.items.append((RecordType.FENCE, state, 0, 0, 0, 0))
+            state.fence_group = group
+        error = await state.fence_group.done
         if error is not None:
             return pb.ERROR, f"fence of ledger {ledger_id} is not durable: {error}"
         return None
