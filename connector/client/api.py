@@ -59,6 +59,7 @@ class LedgerClient:
         self._runtime = Runtime()
         self._ctx = Context(self.store, GrpcTransport(self.store), timeout, add_timeout)
         self._recoveries: dict[int, asyncio.Future] = {}
+        self._pipelines: set[AddPipeline] = set()  # of open write handles, stopped when the client closes
         self._closed = False
 
     def __enter__(self) -> "LedgerClient":
@@ -71,10 +72,16 @@ class LedgerClient:
         if self._closed:
             return
         self._closed = True
-        self._runtime.run(self._ctx.transport.close())
+        self._runtime.run(self._shutdown())
         self._runtime.stop()
         self._writer_registration.close()
         self.store.close()
+
+    async def _shutdown(self) -> None:
+        for pipeline in self._pipelines:
+            pipeline.stop()
+        self._pipelines.clear()
+        await self._ctx.transport.close()
 
     # -- ledgers -----------------------------------------------------------------------------------------------
 
@@ -161,6 +168,7 @@ class WriteHandle:
         self._runtime = client._runtime
         self.ledger_id = current.value.ledger_id
         self._pipeline: AddPipeline = self._runtime.run(_make_pipeline(client._ctx, current, key))
+        client._pipelines.add(self._pipeline)
         self._closed: LedgerMetadata | None = None
 
     def __enter__(self) -> "WriteHandle":
@@ -194,14 +202,18 @@ class WriteHandle:
     def close(self) -> LedgerMetadata:
         """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe."""
         if self._closed is None:
-            self._runtime.run(self._pipeline.drain())
-            self._pipeline.stop()
+            self._runtime.run(self._stop_pipeline())
             seq = self._pipeline.seq
             stored = update_ledger(self._client.store, self.ledger_id,
                                    close_own(self.ledger_id, seq.last_add_confirmed, seq.length),
                                    current=self._pipeline.current)
             self._closed = stored.value
         return self._closed
+
+    async def _stop_pipeline(self) -> None:
+        await self._pipeline.drain()
+        self._pipeline.stop()
+        self._client._pipelines.discard(self._pipeline)
 
 
 async def _make_pipeline(ctx: Context, current: Versioned[LedgerMetadata], key: bytes) -> AddPipeline:

@@ -49,9 +49,19 @@ class Runtime:
         return self.submit(coro).result()
 
     def stop(self) -> None:
+        self.run(self._cancel_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+    @staticmethod
+    async def _cancel_tasks() -> None:
+        """Let what is left (calls being cancelled, LAC writes) finish, so nothing dies pending with the loop."""
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclasses.dataclass
@@ -66,9 +76,11 @@ def schedule_of(meta: LedgerMetadata) -> Schedule:
     return Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
 
 
-def add_entry(ledger_id: int, master_key: bytes, flags: int, add: PendingAdd) -> pb.AddEntry:
+def add_entry(ledger_id: int, master_key: bytes, flags: int, add: PendingAdd) -> bytes:
+    """The serialized AddEntry, sent as is to every node of the write set."""
     return pb.AddEntry(ledger_id=ledger_id, entry_id=add.entry_id, master_key=master_key, flags=flags,
-                       last_add_confirmed=add.last_add_confirmed, payload=add.payload, digest=add.digest)
+                       last_add_confirmed=add.last_add_confirmed, payload=add.payload,
+                       digest=add.digest).SerializeToString()
 
 
 class AddPipeline:
@@ -124,7 +136,7 @@ class AddPipeline:
             self._flush_scheduled = False
         now = time.monotonic()
         self._last_append = now
-        batches: dict[str, list[pb.AddEntry]] = collections.defaultdict(list)
+        batches: dict[str, list[bytes]] = collections.defaultdict(list)
         for payload, future in items:
             try:
                 add, targets = self.seq.append(payload, now)
@@ -138,7 +150,7 @@ class AddPipeline:
                 batches[node].append(entry)
         self._send(batches)
 
-    def _send(self, batches: dict[str, list[pb.AddEntry]]) -> None:
+    def _send(self, batches: dict[str, list[bytes]]) -> None:
         for node, entries in batches.items():
             self.ctx.transport.send_adds(node, self.recovery, entries)
 
@@ -175,7 +187,7 @@ class AddPipeline:
                 self.current = await asyncio.to_thread(self._store_change, failed)
                 resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
                                                             time.monotonic())
-                batches: dict[str, list[pb.AddEntry]] = collections.defaultdict(list)
+                batches: dict[str, list[bytes]] = collections.defaultdict(list)
                 for node, add in resends:
                     batches[node].append(add_entry(self.ledger_id, self.master_key, self.seq.flags, add))
                 self._send(batches)

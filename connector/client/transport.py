@@ -2,7 +2,8 @@
 
 One channel per node, addresses from the node registry. Adds travel on one bidi Add stream per node and lane
 (normal writes, recovery write-back) shared by every ledger of the client: whatever is queued for a node when
-its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Results
+its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Each
+AddEntry is serialized once and the AddRequest framed from those bytes, whatever the write quorum. Results
 are routed to the ledger's sink. gRPC retries only the idempotent reads; adds and fences are retried, or
 not, by the ops.
 """
@@ -22,6 +23,7 @@ from protos.ledger_pb2_grpc import StorageNodeStub
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_FIELD_ENTRIES = bytes([(pb.AddRequest.ENTRIES_FIELD_NUMBER << 3) | 2])  # AddRequest.entries, length-delimited
 
 # Idempotent reads only; UNAVAILABLE covers a node that is restarting.
 _READ_RETRY = json.dumps({"methodConfig": [{
@@ -46,7 +48,8 @@ class Transport(Protocol):
 
     def unregister(self, ledger_id: int, recovery: bool) -> None: ...
 
-    def send_adds(self, node: str, recovery: bool, entries: list[pb.AddEntry]) -> None: ...
+    def send_adds(self, node: str, recovery: bool, entries: list[bytes]) -> None:
+        """entries: serialized AddEntry messages (serialized once, sent to every node of the write set)."""
 
     async def read_lac(self, node: str, request: pb.ReadLacRequest, timeout: float) -> pb.ReadLacResponse: ...
 
@@ -63,18 +66,18 @@ class Transport(Protocol):
 class _AddStream:
     """One Add bidi stream to a node: a sender task that batches whatever is queued, a receiver that routes."""
 
-    def __init__(self, node: str, stub: StorageNodeStub, route: Callable[[pb.AddResult], None],
+    def __init__(self, node: str, stub: grpc.aio.StreamStreamCall, route: Callable[[pb.AddResult], None],
                  on_broken: Callable[[str], None]):
         self.node = node
-        self.queue: list[pb.AddEntry] = []
+        self.queue: list[bytes] = []
         self.wakeup = asyncio.Event()
-        self.call = stub.Add()
+        self.call = stub
         self.broken = False
         self._route = route
         self._on_broken = on_broken
         self._tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._receive())]
 
-    def send(self, entries: list[pb.AddEntry]) -> None:
+    def send(self, entries: list[bytes]) -> None:
         self.queue.extend(entries)
         self.wakeup.set()
 
@@ -85,16 +88,16 @@ class _AddStream:
                 self.wakeup.clear()
                 while self.queue:
                     batch, self.queue = self._take_batch()
-                    await self.call.write(pb.AddRequest(entries=batch))
+                    await self.call.write(b"".join(_FIELD_ENTRIES + _varint(len(e)) + e for e in batch))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream is gone: every ledger using it must replace the node
             self._break(f"add stream failed: {_describe(exc)}")
 
-    def _take_batch(self) -> tuple[list[pb.AddEntry], list[pb.AddEntry]]:
+    def _take_batch(self) -> tuple[list[bytes], list[bytes]]:
         size = 0
         for index, entry in enumerate(self.queue):
-            size += len(entry.payload)
+            size += len(entry)
             if index and size > MAX_BATCH_BYTES:
                 return self.queue[:index], self.queue[index:]
         return self.queue, []
@@ -145,15 +148,17 @@ class GrpcTransport:
     def unregister(self, ledger_id: int, recovery: bool) -> None:
         self._sinks[recovery].pop(ledger_id, None)
 
-    def send_adds(self, node: str, recovery: bool, entries: list[pb.AddEntry]) -> None:
+    def send_adds(self, node: str, recovery: bool, entries: list[bytes]) -> None:
         stream = self._streams.get((node, recovery))
         if stream is None or stream.broken:
             try:
-                stub = self._stub(node)
+                call = self._channel(node).stream_stream(
+                    "/ledger.v1.StorageNode/Add", request_serializer=None,
+                    response_deserializer=pb.AddResponse.FromString)()
             except NodeError as exc:
                 self._fail_node(node, recovery, str(exc))
                 return
-            stream = _AddStream(node, stub, lambda result: self._route(node, recovery, result),
+            stream = _AddStream(node, call, lambda result: self._route(node, recovery, result),
                                 lambda reason: self._stream_broken(node, recovery, reason))
             self._streams[(node, recovery)] = stream
         stream.send(entries)
@@ -212,6 +217,9 @@ class GrpcTransport:
     # -- channels ----------------------------------------------------------------------------------------------
 
     def _stub(self, node: str) -> StorageNodeStub:
+        return StorageNodeStub(self._channel(node))
+
+    def _channel(self, node: str) -> grpc.aio.Channel:
         channel = self._channels.get(node)
         if channel is None:
             address = self._addresses.get(node) or self._lookup(node)
@@ -222,7 +230,7 @@ class GrpcTransport:
                 ("grpc.enable_retries", 1),
             ])
             self._channels[node] = channel
-        return StorageNodeStub(channel)
+        return channel
 
     def _lookup(self, node: str) -> str:
         # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed.
@@ -245,6 +253,15 @@ class GrpcTransport:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _describe(exc: BaseException) -> str:

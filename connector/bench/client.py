@@ -1,0 +1,137 @@
+"""`ledger bench client`: the replicated writer (E=3, WQ=3, AQ=2) beside a single node (E=WQ=AQ=1).
+
+Starts a real ZooKeeper and three `python -m storage_node` processes (fsync on) in a temporary directory.
+One LedgerClient appends with many adds in flight (append_async, a bounded window), first to a one-node
+ledger, then to a replicated one, for 1 KiB and 1 MiB entries, and prints the ratios measured in this run.
+Then it times the recovery of OPEN ledgers of 1,000 and 100,000 entries: recovery starts at the LAC, so
+its time must not grow with the ledger's length.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from connector.client import LedgerClient
+from metadata.embedded import EmbeddedZooKeeper
+
+KiB = 1024
+MiB = 1024 * KiB
+TARGET_RATIO = 0.50
+_SERVING = re.compile(r"serving on (\S+:\d+)")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--dir", default=None, help="where ZooKeeper and the nodes keep their data "
+                                                   "(default: the system temp directory)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per case")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured time before each case")
+    parser.add_argument("--small-window", type=int, default=2000, help="1 KiB adds in flight")
+    parser.add_argument("--large-window", type=int, default=32, help="1 MiB adds in flight")
+    parser.add_argument("--recovery-lengths", default="1000,100000", help="entries of the OPEN ledgers recovered")
+
+
+def run(args) -> int:
+    base = pathlib.Path(args.dir or tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base, prefix="ledger-bench-client-") as tmp:
+        work = pathlib.Path(tmp)
+        with EmbeddedZooKeeper(work / "zookeeper") as zk:
+            uri = zk.uri("/bench")
+            nodes = [_start_node(work / f"node-{i}", uri, f"node-{i}") for i in range(1, 4)]
+            try:
+                with LedgerClient(uri, timeout=10.0, add_timeout=30.0) as client:
+                    for label, size, window in (("1KiB", KiB, args.small_window), ("1MiB", MiB, args.large_window)):
+                        _compare(client, label, size, window, args)
+                    lengths = [int(n) for n in args.recovery_lengths.split(",")]
+                    times = [_recovery_time(client, uri, n) for n in lengths]
+                    print("recovery of an OPEN ledger: " + ", ".join(
+                        f"{n:,} entries {t * 1000:,.0f} ms" for n, t in zip(lengths, times))
+                        + f"; ratio longest/shortest {times[-1] / times[0]:.2f} (must not grow with length)",
+                        flush=True)
+            finally:
+                for node in nodes:
+                    node.terminate()
+                for node in nodes:
+                    node.wait(20)
+    return 0
+
+
+def _start_node(data_dir: pathlib.Path, uri: str, node_id: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "storage_node", "--data-dir", str(data_dir), "--port", "0", "--metadata", uri,
+         "--node-id", node_id],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )
+    deadline = time.monotonic() + 60
+    for line in process.stdout:
+        if _SERVING.search(line):
+            threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
+            return process
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    raise SystemExit(f"bench: storage node {node_id} did not start")
+
+
+def _compare(client: LedgerClient, label: str, size: int, window: int, args) -> None:
+    single = _throughput(client, (1, 1, 1), size, window, args)
+    replicated = _throughput(client, (3, 3, 2), size, window, args)
+    ratio = replicated / single
+    verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+    print(f"client {label}: replicated E=3 WQ=3 AQ=2 {replicated:,.0f} appends/s {replicated * size / 1e6:,.1f} MB/s; "
+          f"single node {single:,.0f} appends/s {single * size / 1e6:,.1f} MB/s; ratio {ratio:.2f} "
+          f"(target >= {TARGET_RATIO:.2f}: {verdict})", flush=True)
+
+
+def _throughput(client: LedgerClient, quorums: tuple[int, int, int], size: int, window: int, args) -> float:
+    """Acknowledged appends per second with `window` adds in flight, after a warmup."""
+    payload = os.urandom(size)
+    writer = client.create_ledger(*quorums)
+    in_flight: collections.deque = collections.deque()
+    start = time.perf_counter()
+    measure_from = start + args.warmup
+    end = measure_from + args.seconds
+    counted = 0
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        while len(in_flight) < window:
+            in_flight.append(writer.append_async(payload))
+        in_flight.popleft().result()
+        if now >= measure_from:
+            counted += 1
+    for future in in_flight:
+        future.result()
+    writer.close()
+    client.delete_ledger(writer.ledger_id)
+    return counted / args.seconds
+
+
+def _recovery_time(client: LedgerClient, uri: str, entries: int) -> float:
+    """Seconds to recover an OPEN ledger of `entries` 100-byte entries whose writer stopped writing."""
+    with LedgerClient(uri) as writer_client:
+        writer = writer_client.create_ledger(3, 3, 2)
+        payload = os.urandom(100)
+        in_flight: collections.deque = collections.deque()
+        for _ in range(entries):
+            in_flight.append(writer.append_async(payload))
+            if len(in_flight) >= 2000:
+                in_flight.popleft().result()
+        for future in in_flight:
+            future.result()
+        started = time.perf_counter()
+        meta = client.recover_ledger(writer.ledger_id)
+        elapsed = time.perf_counter() - started
+    if meta.last_entry_id != entries - 1:
+        raise SystemExit(f"bench: recovery closed ledger {meta.ledger_id} at {meta.last_entry_id}, "
+                         f"expected {entries - 1}")
+    client.delete_ledger(meta.ledger_id)
+    return elapsed

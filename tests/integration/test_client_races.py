@@ -1,0 +1,102 @@
+"""Protocol races pinned down with a scripted network (tests/harness/fake_transport.py) and the real
+metadata store: the writer's late add arriving after recovery closed the ledger, an acknowledged entry
+missing from one node, and rule 3's resend only to the replacement."""
+import asyncio
+
+import pytest
+
+from connector.client import LedgerFencedError
+from connector.client.runner import AddPipeline, Context, recover
+from metadata import registry
+from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
+from protos.digest import master_key, password_hash
+from tests.harness.fake_transport import FakeNode, FakeTransport
+
+KEY = master_key(b"")
+
+
+def setup(store, node_ids, ensemble, quorums=(3, 3, 2)):
+    registrations = [registry.register_node(store, NodeRegistration(n, "fake:0")) for n in node_ids]
+    e, wq, aq = quorums
+    current = store.create_ledger(LedgerMetadata(0, e, wq, aq, (Fragment(0, tuple(ensemble)),),
+                                                 password_hash=password_hash(b"")))
+    transport = FakeTransport([FakeNode(n) for n in node_ids])
+    return current, transport, Context(store, transport, timeout=1.0, add_timeout=30.0), registrations
+
+
+async def until(condition, what):
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def append_all(writer, payloads):
+    return [await asyncio.wrap_future(writer.append_async(p)) for p in payloads]
+
+
+def test_late_add_reaching_the_nodes_after_recovery_closed_is_fenced_and_not_in_the_ledger(store):
+    current, transport, ctx, _ = setup(store, ["a", "b", "c"], ["a", "b", "c"])
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        assert await append_all(writer, [b"e%d" % i for i in range(5)]) == [0, 1, 2, 3, 4]
+        transport.hold_adds(lambda node, entry: entry.entry_id == 5)  # in the network, not yet at any node
+        late = writer.append_async(b"late")
+        await until(lambda: len(transport.held) == 3, "entry 5 sent to the three nodes")
+        closed = await recover(ctx, store.read_ledger(current.value.ledger_id), KEY)
+        transport.release()
+        with pytest.raises(LedgerFencedError):
+            await asyncio.wrap_future(late)
+        writer.stop()
+        return closed
+
+    closed = asyncio.run(scenario())
+    assert (closed.value.state, closed.value.last_entry_id) == (LedgerState.CLOSED, 4)
+    assert all(node.stored(current.value.ledger_id) == [0, 1, 2, 3, 4] for node in transport.nodes.values())
+
+
+def test_entry_acknowledged_by_two_nodes_but_missing_on_the_third_is_recovered(store):
+    current, transport, ctx, _ = setup(store, ["a", "b", "c"], ["a", "b", "c"])
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e0", b"e1"])
+        transport.hold_adds(lambda node, entry: node == "c" and entry.entry_id == 2)
+        assert await append_all(writer, [b"e2"]) == [2]  # acknowledged by a and b
+        closed = await recover(ctx, store.read_ledger(current.value.ledger_id), KEY)
+        transport.release()  # c is fenced now: the late copy is refused
+        await until(lambda: not transport.held, "the late add delivered")
+        with pytest.raises(LedgerFencedError):
+            await asyncio.wrap_future(writer.append_async(b"e3"))
+        writer.stop()
+        return closed
+
+    closed = asyncio.run(scenario())
+    assert closed.value.last_entry_id == 2
+    # the write-back put entry 2 on c too (a recovery add is accepted on a fenced ledger)
+    assert transport.nodes["c"].stored(current.value.ledger_id) == [0, 1, 2]
+    assert ("c", 2, True) in transport.sent
+
+
+def test_ensemble_change_resends_only_unconfirmed_entries_and_only_to_the_replacement(store):
+    current, transport, ctx, _ = setup(store, ["a", "b", "c", "d"], ["a", "b", "c"])
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e0", b"e1", b"e2"])
+        transport.hold_adds(lambda node, entry: node in ("b", "c") and entry.entry_id >= 3)
+        pending = [writer.append_async(b"e3"), writer.append_async(b"e4")]
+        await until(lambda: len(transport.held) == 4, "entries 3 and 4 held for b and c")
+        sent_before = len(transport.sent)
+        transport.fail_node("c")
+        ids = [await asyncio.wrap_future(f) for f in pending]  # a + the replacement d make AQ
+        writer.stop()
+        return ids, transport.sent[sent_before:]
+
+    ids, resent = asyncio.run(scenario())
+    assert ids == [3, 4]
+    assert sorted(resent) == [("d", 3, False), ("d", 4, False)]
+    meta = store.read_ledger(current.value.ledger_id).value
+    assert meta.fragments == (Fragment(0, ("a", "b", "c")), Fragment(3, ("a", "b", "d")))
