@@ -6,6 +6,7 @@ import pathlib
 from protos import ledger_pb2 as pb
 from storage_node.journal import encode_entry_head
 from tests.harness.node_client import NodeClient, make_entry, payload_for
+from tests.harness.poll import poll_until
 
 
 def last_segment(node) -> pathlib.Path:
@@ -102,3 +103,17 @@ def test_corrupt_stored_entry_reads_as_error_never_no_entry(start_node):
         assert ranged[77].status == pb.ERROR
         assert all(ranged[e].payload == wanted[(1, e)] for e in ranged if e != 77)
         assert client.read(1, 78).payload == wanted[(1, 78)]
+
+
+def test_periodic_checkpoint_then_crash_replays_only_the_tail(start_node):
+    node = start_node(None, "--checkpoint-interval", "0.2", "--disk-check-interval", "0.1")
+    snapshot = node.data_dir / "snapshot"
+    with NodeClient(node.address) as client:
+        wanted = add_striped_entries(client)
+        poll_until(lambda: snapshot.exists() and snapshot.stat().st_size > 1000, 30, what="a checkpoint")
+        tail = [make_entry(1, e, payload_for(1, e, 700)) for e in range(200, 260)]
+        assert all(r.status == pb.OK for r in client.add(*tail))
+        wanted.update({(1, e.entry_id): e.payload for e in tail})
+    node.restart()
+    with NodeClient(node.address) as client:
+        assert_reads_back(client, wanted)
