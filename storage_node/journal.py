@@ -283,7 +283,7 @@ class SegmentWriter:
             if self.size >= self._segment_bytes:
                 self._open_next()
         except OSError as exc:
-            raise JournalWriteError(f"cannot start journal segment {self.segment}: {exc}", ) from exc
+            raise JournalWriteError(f"cannot start journal segment {self.segment + 1}: {exc}") from exc
         base = self.size
         try:
             self._write_all(buffers, base, total)

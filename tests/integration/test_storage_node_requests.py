@@ -7,7 +7,7 @@ import concurrent.futures
 from metadata import layout, serde
 from metadata.model import NodeState
 from protos import ledger_pb2 as pb
-from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 

@@ -1,7 +1,7 @@
 """Journal framing and replay without processes: torn tails are dropped, damage in the middle is fatal."""
 from __future__ import annotations
 
-import os
+import pathlib
 
 import pytest
 
@@ -11,7 +11,6 @@ from storage_node.entry_index import LedgerIndex, pack, unpack
 from storage_node.errors import JournalCorruptError
 from storage_node.journal import (
     ENTRY_PAYLOAD_OFFSET,
-    FRAME,
     Position,
     SegmentScan,
     encode_entry_head,
@@ -31,7 +30,7 @@ def entry_record(ledger_id: int, entry_id: int, payload: bytes) -> bytes:
     return encode_entry_head(ledger_id, entry_id, entry_id - 1, 0, 1234, payload) + payload
 
 
-def write_segment(journal_dir, number: int, *records: bytes) -> "os.PathLike":
+def write_segment(journal_dir: pathlib.Path, number: int, *records: bytes) -> pathlib.Path:
     journal_dir.mkdir(parents=True, exist_ok=True)
     path = segment_path(journal_dir, number)
     path.write_bytes(b"".join(records))
