@@ -6,13 +6,15 @@
 """
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from connector.spark.commit import ARROW
-from connector.spark.errors import SchemaMismatchError
+from connector.spark.errors import InvalidOptionError, SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.read import LedgerReader
+from connector.spark.stream_options import StreamOptions
+from connector.spark.stream_read import LedgerStreamReader
 from connector.spark.schema import decode_schema, raw_read_schema, spark_schema_of, stream_read_schema
 from connector.spark.view import VIEW_SCHEMA, LedgerViewReader
 from connector.spark.write import LedgerWriter
@@ -30,7 +32,9 @@ class LedgerDataSource(DataSource):
         return LedgerOptions.parse(self.options)
 
     def schema(self) -> StructType:
-        opts = self._options()
+        # Spark asks batch and streaming reads alike: accept the streaming options here; reader() and
+        # streamReader() validate strictly for their own kind of read.
+        opts, _ = StreamOptions.parse(self.options)
         opts.check_readable()
         if opts.view:
             return VIEW_SCHEMA
@@ -45,6 +49,12 @@ class LedgerDataSource(DataSource):
             return LedgerViewReader(opts)
         raw = bool(opts.ledgers) or _stream(opts).format != ARROW
         return LedgerReader(opts, schema, raw)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts, stream_opts = StreamOptions.parse(self.options)
+        if not opts.stream or opts.ledgers or opts.view:
+            raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or view")
+        return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts).format != ARROW)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = self._options()

@@ -18,3 +18,7 @@ class StreamOwnedError(LedgerError):
 
 class UnsupportedStreamFormatError(LedgerError):
     """The operation needs a stream of another format (for example an Arrow write to a raw stream)."""
+
+
+class DataLossError(LedgerError):
+    """A streaming query's next offsets belong to ledgers that were deleted (see failOnDataLoss)."""

@@ -1,0 +1,175 @@
+"""The tailing streaming source: spark.readStream.format("ledger").load("events").
+
+Spark offsets are stream offsets ({"offset": n} = the next offset to read; a micro-batch reads
+[start, end)). The readable end of a stream is the end of its last sealed ledger, or, for the OPEN
+ledger of a live stream writer, the entry its writer last confirmed (LAC) as the nodes know it: a
+row is visible only once it is acknowledged, and never before. A dangling tail (writer gone) is
+recovered first, as for batch reads.
+
+Rate limits (maxRecordsPerTrigger, maxBytesPerTrigger) go through the ReadLimit API; with both
+options set, both caps apply whenever Spark passes the source's default limit. Deleted ledgers
+(offsets below the stream's first one) fail the query unless failOnDataLoss is false.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from connector.client import LedgerClient
+from connector.spark.errors import DataLossError
+from connector.spark.options import LedgerOptions
+from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
+from connector.spark.read import arrow_batches, raw_batches
+from connector.spark.schema import arrow_schema_of
+from connector.spark.spans import stream_spans
+from connector.spark.stream_options import LATEST, StreamOptions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BYTES_PER_OFFSET = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPartition(LedgerPartition):
+    """A ledger's entries to read, and the stream offsets [lo, hi] of this micro-batch within them."""
+
+    lo: int = 0
+    hi: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamExtent:
+    """What a stream holds right now: offsets [first, end) and the bytes per offset, on average."""
+
+    spans: tuple[LedgerSpan, ...]
+    first: int
+    end: int
+    bytes_per_offset: float
+
+
+class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Pickled to executors for read(): holds options and the schema, never a client."""
+
+    def __init__(self, options: LedgerOptions, stream_options: StreamOptions, schema: StructType, raw: bool):
+        self.options = options
+        self.stream_options = stream_options
+        self.schema = schema
+        self.raw = raw
+        self.available_now_end: int | None = None
+
+    # -- driver --------------------------------------------------------------------------------
+
+    def _extent(self) -> StreamExtent:
+        opts = self.options
+        with LedgerClient(opts.metadata) as lc:
+            record, spans = stream_spans(lc, opts.stream, opts.password, recover_dangling=True)
+            known_bytes = known_offsets = 0
+            for span in spans:
+                meta = lc.ledger_metadata(span.ledger_id)
+                if meta.is_closed and meta.length > 0 and span.last_offset is not None:
+                    known_bytes += meta.length
+                    known_offsets += span.last_offset - span.first_offset + 1
+        first = record.ledgers[0].first_offset if record.ledgers else 0
+        end = first
+        for span in spans:
+            if span.last_offset is not None:
+                end = span.last_offset + 1
+            elif self.raw:
+                end = span.first_offset + span.last_entry_id + 1  # a live writer's tail, up to its LAC
+            # An arrow ledger's row offsets are known once it is sealed; until then it ends the stream.
+        per_offset = known_bytes / known_offsets if known_offsets else DEFAULT_BYTES_PER_OFFSET
+        return StreamExtent(tuple(spans), first, end, per_offset)
+
+    def initialOffset(self) -> dict:
+        extent = self._extent()
+        starting = self.stream_options.starting
+        if starting == LATEST:
+            return {"offset": extent.end}
+        if isinstance(starting, int):
+            return {"offset": starting}
+        return {"offset": extent.first}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.stream_options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.stream_options.max_records_per_trigger)
+        if self.stream_options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.stream_options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        extent = self._extent()
+        begin = self._checked_start(start["offset"], extent)
+        end = extent.end if self.available_now_end is None else min(extent.end, self.available_now_end)
+        if not isinstance(limit, ReadAllAvailable):
+            caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
+            if isinstance(limit, ReadMaxRows):
+                caps.append(limit.max_rows)
+            elif isinstance(limit, ReadMaxBytes):
+                caps.append(_as_records(limit.max_bytes, extent))
+            for cap in caps:
+                if cap is not None:
+                    end = min(end, begin + cap)
+        return {"offset": max(begin, end)}
+
+    def reportLatestOffset(self) -> dict:
+        return {"offset": self._extent().end}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now_end = self._extent().end
+
+    def partitions(self, start: dict, end: dict) -> list[StreamPartition]:
+        extent = self._extent()
+        lo = self._checked_start(start["offset"], extent)
+        hi = end["offset"] - 1
+        if hi < lo:
+            return []
+        planned = plan_partitions(
+            extent.spans, ReadBounds.from_offsets(lo, hi + 1), self.options.split_entries, offset_per_entry=self.raw
+        )
+        return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, lo, hi) for p in planned]
+
+    def _checked_start(self, offset: int, extent: StreamExtent) -> int:
+        """Offsets below the stream's first one belong to deleted ledgers (rule: failOnDataLoss)."""
+        if offset >= extent.first:
+            return offset
+        message = (
+            f"stream {self.options.stream!r}: offsets {offset}..{extent.first - 1} are gone (their ledgers were "
+            f"deleted); the stream now starts at offset {extent.first}"
+        )
+        if self.stream_options.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", message)
+        return extent.first
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: a stream keeps its ledgers until they are deleted."""
+
+    # -- executors -----------------------------------------------------------------------------
+
+    def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
+        target = arrow_schema_of(self.schema)
+        with LedgerClient(self.options.metadata) as lc:
+            handle = lc.open_ledger(partition.ledger_id, password=self.options.password, recover=False)
+            entries = handle.read(partition.first_entry, partition.last_entry)
+            if self.raw:
+                yield from raw_batches(entries, partition, target)
+            else:
+                yield from arrow_batches(entries, partition, target, ReadBounds.from_offsets(partition.lo, partition.hi + 1))
+
+
+def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:
+    if max_bytes is None:
+        return None
+    return max(1, int(max_bytes // max(extent.bytes_per_offset, 1.0)))

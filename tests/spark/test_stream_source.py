@@ -1,0 +1,83 @@
+"""The tailing streaming source against a real cluster: live tail, rate limits, data loss handling."""
+import pytest
+
+from connector.client import LedgerClient
+from metadata import streams
+from tests.harness.poll import poll_until
+
+
+def stream_query(spark, uri, stream, table, **options):
+    reader = spark.readStream.format("ledger").option("metadata", uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(stream).writeStream.format("memory").queryName(table)
+
+
+def payloads(spark, table):
+    return [bytes(r.payload) for r in spark.sql(f"select payload from {table} order by ledger_id, entry_id").collect()]
+
+
+def test_tailing_query_sees_each_entry_after_it_is_acknowledged(spark, shared_uri, stream):
+    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream) as writer:
+        writer.append(b"before the query")
+        query = stream_query(spark, shared_uri, stream, "tail").trigger(processingTime="200 milliseconds").start()
+        try:
+            expected = [b"before the query"]
+            poll_until(lambda: payloads(spark, "tail") == expected, 60, what="the first entry")
+            for i in range(3):
+                payload = f"live {i}".encode()
+                writer.append(payload)
+                expected.append(payload)
+                # Visible once acknowledged and the idle writer's explicit LAC reached the nodes.
+                poll_until(lambda: payloads(spark, "tail") == expected, 60, what=f"entry {payload!r}")
+        finally:
+            query.stop()
+
+
+def write_entries(uri, stream, count, **writer_options):
+    with LedgerClient(uri) as lc, lc.open_stream_writer(stream, **writer_options) as writer:
+        return [writer.append(f"e{i:03d}".encode()) for i in range(count)]
+
+
+def test_rate_limit_caps_every_micro_batch_and_available_now_reads_everything(spark, shared_uri, stream):
+    write_entries(shared_uri, stream, 100, max_ledger_entries=40)
+    query = stream_query(spark, shared_uri, stream, "limited", maxRecordsPerTrigger="30").trigger(availableNow=True).start()
+    assert query.awaitTermination(120)
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert rows == [30, 30, 30, 10]
+    assert payloads(spark, "limited") == [f"e{i:03d}".encode() for i in range(100)]
+
+
+def test_starting_offsets_latest_skips_what_is_there(spark, shared_uri, stream):
+    write_entries(shared_uri, stream, 5)
+    query = stream_query(spark, shared_uri, stream, "latest", startingOffsets="latest").trigger(
+        processingTime="200 milliseconds").start()
+    try:
+        poll_until(lambda: query.recentProgress, 60, what="a first micro-batch")
+        with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream) as writer:
+            writer.append(b"new")
+        poll_until(lambda: payloads(spark, "latest") == [b"new"], 60, what="only the new entry")
+    finally:
+        query.stop()
+
+
+def drop_first_ledger(uri, stream):
+    with LedgerClient(uri) as lc:
+        record = streams.update_stream(lc.store, stream, lambda r: r.replace(ledgers=r.ledgers[1:])).value
+        return record.ledgers[0].first_offset
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_fail_on_data_loss(spark, shared_uri, stream, fail):
+    write_entries(shared_uri, stream, 10, max_ledger_entries=5)
+    first_left = drop_first_ledger(shared_uri, stream)
+    table = f"loss_{str(fail).lower()}"
+    query = stream_query(spark, shared_uri, stream, table, startingOffsets="0",
+                         failOnDataLoss=str(fail).lower()).trigger(availableNow=True).start()
+    if fail:
+        with pytest.raises(Exception, match="offsets 0..4 are gone"):
+            query.awaitTermination(120)
+    else:
+        assert query.awaitTermination(120)
+        assert first_left == 5
+        assert payloads(spark, table) == [f"e{i:03d}".encode() for i in range(5, 10)]
