@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "connector.commands.node",
     "connector.commands.admin",
     "connector.commands.bench",
+    "connector.commands.replication",
 )
 
 

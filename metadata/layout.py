@@ -6,6 +6,7 @@
     /nodes/<node id>            storage node registration (ephemeral)
     /cookies/<node id>          storage node cookies (persistent)
     /writers/<writer id>        writer liveness (ephemeral)
+    /decommissioned/<node id>   retired storage nodes: placement skips them, audit moves data off them
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ STREAMS = "/streams"
 NODES = "/nodes"
 COOKIES = "/cookies"
 WRITERS = "/writers"
-ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS)
+DECOMMISSIONED = "/decommissioned"
+ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED)
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -40,3 +42,7 @@ def cookie_path(node_id: str) -> str:
 
 def writer_path(writer_id: str) -> str:
     return f"{WRITERS}/{writer_id}"
+
+
+def decommissioned_path(node_id: str) -> str:
+    return f"{DECOMMISSIONED}/{node_id}"

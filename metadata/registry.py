@@ -108,3 +108,22 @@ def register_writer(store: MetadataStore, writer_id: str) -> EphemeralRegistrati
 
 def writer_alive(store: MetadataStore, writer_id: str) -> bool:
     return bool(writer_id) and store._call(store.zk.exists, layout.writer_path(writer_id)) is not None
+
+
+def mark_decommissioned(store: MetadataStore, node_id: str) -> None:
+    """Retire a node for good (persistent, idempotent): placement stops choosing it and the audit counts
+    every fragment on it as under-replicated until its data is copied elsewhere."""
+    try:
+        store._call(store.zk.create, layout.decommissioned_path(node_id), b"", makepath=True)
+    except NodeExistsError:
+        pass
+
+
+def decommissioned_nodes(store: MetadataStore) -> set[str]:
+    return set(store._call(store.zk.get_children, layout.DECOMMISSIONED))
+
+
+def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
+    """Registered nodes that new ensembles and replacements may use: decommissioned ones are left out."""
+    retired = decommissioned_nodes(store)
+    return {node_id: reg for node_id, reg in list_nodes(store).items() if node_id not in retired}

@@ -88,7 +88,7 @@ class LedgerClient:
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
                       password: bytes = b"", custom_metadata: Mapping[str, object] | None = None) -> "WriteHandle":
         Schedule(ensemble_size, write_quorum, ack_quorum)  # refuses impossible quorums before anything is stored
-        ensemble = choose_ensemble(registry.list_nodes(self.store), ensemble_size)
+        ensemble = choose_ensemble(registry.placeable_nodes(self.store), ensemble_size)
         meta = LedgerMetadata(
             ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
             fragments=(Fragment(0, ensemble),), password_hash=password_hash(password),

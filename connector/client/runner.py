@@ -202,7 +202,7 @@ class AddPipeline:
             asyncio.ensure_future(self._change_ensemble())
 
     def _store_change(self, failed: set[str]) -> Versioned[LedgerMetadata]:
-        nodes = registry.list_nodes(self.ctx.store)
+        nodes = registry.placeable_nodes(self.ctx.store)
         transform = change_ensemble(failed, self.seq.last_add_confirmed + 1, nodes, self.recovery,
                                     exclude=self._ever_failed)
         return update_ledger(self.ctx.store, self.ledger_id, transform, current=self.current)

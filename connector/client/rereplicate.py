@@ -1,0 +1,268 @@
+"""Re-replication I/O: audit, repair and decommission on top of the planning in replication.py.
+
+Reads go to the surviving replicas over the client transport, copies go to the replacement as recovery adds
+with the ledger's master key, and the fragment's ensemble changes by update_ledger only after the replacement
+acknowledged (fsynced) every copy. OPEN ledgers are recovered (fenced and closed) first: copying the open end
+of a ledger a writer may still extend would race the writer.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Callable, Iterable, Sequence
+
+from connector.client.api import LedgerClient
+from connector.client.errors import LedgerError, NodeError, NoSuchLedgerError
+from connector.client.placement import writable
+from connector.client.replication import (
+    CopyReads,
+    CopyWrites,
+    EntryCopy,
+    FragmentRepair,
+    ReplicaWriteError,
+    ReplicationConflictError,
+    ReplicationError,
+    choose_replacements,
+    fragments_to_repair,
+    lost_nodes,
+    plan_copies,
+    replace_in_fragment,
+)
+from connector.client.runner import Context, Runtime, schedule_of
+from connector.client.transport import GrpcTransport
+from metadata import registry
+from metadata.model import LedgerMetadata
+from metadata.update_loop import update_ledger
+from protos import ledger_pb2 as pb
+from protos.digest import master_key, password_hash
+
+BATCH_ENTRIES = 256          # entries read, then written, per round trip: bounds the memory of a copy
+MAX_REPLANS = 10             # metadata changes under one ledger's repair before giving up on it for this round
+MAX_REPLACEMENTS = 3         # replacement nodes tried for one fragment
+DECOMMISSION_PASSES = 5      # scans for ledgers placed on the node just before it was marked
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerAudit:
+    """An under-replicated ledger: its fragments on lost nodes, and why each node is lost."""
+
+    meta: LedgerMetadata
+    repairs: tuple[FragmentRepair, ...]
+    reasons: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerRepair:
+    """The outcome for one ledger: fragments moved and entries copied, or why it was left as it was."""
+
+    ledger_id: int
+    fragments: int = 0
+    entries: int = 0
+    recovered: bool = False
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def describe(self) -> str:
+        if self.error:
+            return f"ledger {self.ledger_id}: NOT repaired: {self.error}"
+        recovered = ", recovered and closed first" if self.recovered else ""
+        return (f"ledger {self.ledger_id}: moved {self.fragments} fragment(s), copied {self.entries} "
+                f"entr{'y' if self.entries == 1 else 'ies'}{recovered}")
+
+
+class Rereplicator:
+    """Moves ledger fragments off lost nodes. passwords: those of the ledgers to repair (the metadata keeps
+    only a hash; the nodes need the master key derived from the password)."""
+
+    def __init__(self, client: LedgerClient, passwords: Sequence[bytes] = (b"",), *, timeout: float = 5.0,
+                 add_timeout: float = 10.0):
+        self.client = client
+        self.store = client.store
+        self._keys = {password_hash(p): p for p in passwords}
+        self._runtime = Runtime()
+        self._ctx = Context(self.store, GrpcTransport(self.store), timeout, add_timeout)
+
+    def __enter__(self) -> "Rereplicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._runtime.run(self._ctx.transport.close())
+        self._runtime.stop()
+
+    # -- audit ---------------------------------------------------------------------------------------------------
+
+    def audit(self) -> list[LedgerAudit]:
+        """Every ledger with a fragment on a node that is gone (not registered) or decommissioned."""
+        registered, retired = registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)
+        found = []
+        for current in self.store.iter_ledgers():
+            meta = current.value
+            reasons = lost_nodes(meta.all_nodes(), registered, retired)
+            if reasons:
+                found.append(LedgerAudit(meta, tuple(fragments_to_repair(meta, reasons)), reasons))
+        return found
+
+    def repair(self, audits: Iterable[LedgerAudit]) -> list[LedgerRepair]:
+        """Re-replicate what audit() found; the lost nodes are re-checked per ledger, as they may be back."""
+        return [self.repair_ledger(a.meta.ledger_id, self._lost_now) for a in audits]
+
+    def _lost_now(self, nodes: Iterable[str]) -> set[str]:
+        return set(lost_nodes(nodes, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)))
+
+    # -- decommission --------------------------------------------------------------------------------------------
+
+    def decommission(self, node_id: str, on_ledger: Callable[[LedgerRepair], None] = lambda _: None
+                     ) -> list[LedgerRepair]:
+        """Retire node_id: mark it decommissioned first, so that no new ensemble or replacement picks it while
+        it drains, then move every fragment it holds. Returns the outcome per ledger; the node holds nothing
+        any more when every outcome is ok (a ledger created by a client that chose the node just before the
+        mark is caught by the next scan)."""
+        registry.mark_decommissioned(self.store, node_id)
+        outcomes: dict[int, LedgerRepair] = {}
+        for _ in range(DECOMMISSION_PASSES):
+            given_up = {o.ledger_id for o in outcomes.values() if not o.ok}
+            todo = [c.value.ledger_id for c in self.store.iter_ledgers()
+                    if node_id in c.value.all_nodes() and c.value.ledger_id not in given_up]
+            if not todo:
+                break
+            for ledger_id in todo:
+                outcomes[ledger_id] = self.repair_ledger(ledger_id, lambda nodes: {node_id} & set(nodes))
+                on_ledger(outcomes[ledger_id])
+        return sorted(outcomes.values(), key=lambda o: o.ledger_id)
+
+    # -- one ledger ----------------------------------------------------------------------------------------------
+
+    def repair_ledger(self, ledger_id: int, lost: Callable[[Iterable[str]], set[str]]) -> LedgerRepair:
+        """Move every fragment of the ledger off the nodes lost(ensemble) names, fragment by fragment."""
+        fragments = entries = replans = 0
+        recovered = False
+        try:
+            meta = self.store.read_ledger(ledger_id).value
+            password = self._keys.get(meta.password_hash)
+            if password is None:
+                return LedgerRepair(ledger_id, error="none of the given passwords is this ledger's; rerun with "
+                                                     "--password set to the password it was created with")
+            if not meta.is_closed:
+                self.client.recover_ledger_with_retry(ledger_id, password)
+                recovered = True
+            while True:
+                meta = self.store.read_ledger(ledger_id).value
+                repairs = fragments_to_repair(meta, lost(meta.all_nodes()))
+                if not repairs:
+                    return LedgerRepair(ledger_id, fragments, entries, recovered)
+                try:
+                    entries += self._repair_fragment(meta, repairs[0], master_key(password))
+                    fragments += 1
+                except ReplicationConflictError:
+                    replans += 1
+                    if replans >= MAX_REPLANS:
+                        raise
+        except NoSuchLedgerError:
+            return LedgerRepair(ledger_id, fragments, entries, recovered)  # deleted meanwhile: nothing to keep
+        except LedgerError as exc:
+            return LedgerRepair(ledger_id, fragments, entries, recovered, error=str(exc))
+
+    def _repair_fragment(self, meta: LedgerMetadata, repair: FragmentRepair, key: bytes) -> int:
+        """Copy the fragment to replacements (another one if a replacement fails), then CAS; entries copied."""
+        failed: set[str] = set()
+        nodes = registry.placeable_nodes(self.store)
+        for _ in range(MAX_REPLACEMENTS):
+            new_ensemble = choose_replacements(repair, nodes, exclude=failed)
+            copies = plan_copies(repair, schedule_of(meta), new_ensemble)
+            try:
+                self._runtime.run(self._copy(meta.ledger_id, copies, key))
+            except ReplicaWriteError as exc:
+                failed.add(exc.node)
+                continue
+            update_ledger(self.store, meta.ledger_id, replace_in_fragment(repair, new_ensemble))
+            return len(copies)
+        raise ReplicationError(
+            f"ledger {meta.ledger_id}: no replacement node took the copies of {repair.describe()} (tried "
+            f"{', '.join(sorted(failed))}; writable now: {', '.join(writable(nodes, failed)) or 'none'}); "
+            "check the nodes and retry")
+
+    # -- copying (on the runtime's loop) -------------------------------------------------------------------------
+
+    async def _copy(self, ledger_id: int, copies: list[EntryCopy], key: bytes) -> None:
+        for start in range(0, len(copies), BATCH_ENTRIES):
+            batch = copies[start:start + BATCH_ENTRIES]
+            entries = await self._read(ledger_id, batch)
+            await self._write(ledger_id, batch, entries, key)
+
+    async def _read(self, ledger_id: int, batch: list[EntryCopy]) -> dict[int, pb.ReadResponse]:
+        reads = CopyReads(ledger_id, batch)
+
+        async def range_call(call) -> None:
+            request = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=call.first_entry_id,
+                                          last_entry_id=call.last_entry_id)
+            reason = ""
+            try:
+                async for response in self._ctx.transport.read_range(call.node, request, self._ctx.timeout):
+                    if response.status != pb.OK:
+                        reason = f"{pb.Status.Name(response.status)} {response.message}".strip()
+                    for entry in response.entries:
+                        reads.on_entry(call.node, entry)
+            except NodeError as exc:
+                reason = str(exc)
+            reads.on_call_done(call, reason)
+
+        while not reads.done:
+            await asyncio.gather(*(range_call(call) for call in reads.calls()))
+        error = reads.error()
+        if error is not None:
+            raise error
+        return reads.entries
+
+    async def _write(self, ledger_id: int, batch: list[EntryCopy], entries: dict[int, pb.ReadResponse],
+                     key: bytes) -> None:
+        writes = CopyWrites(ledger_id, batch)
+        settled = asyncio.Event()
+        sink = _CopySink(writes, settled)
+        transport = self._ctx.transport
+        transport.register(ledger_id, True, sink)
+        try:
+            per_node: dict[str, list[bytes]] = {}
+            for copy in batch:
+                original = entries[copy.entry_id]
+                add = pb.AddEntry(ledger_id=ledger_id, entry_id=copy.entry_id, master_key=key, flags=pb.RECOVERY_ADD,
+                                  last_add_confirmed=original.last_add_confirmed, payload=original.payload,
+                                  digest=original.digest).SerializeToString()
+                for node in copy.targets:
+                    per_node.setdefault(node, []).append(add)
+            for node, adds in per_node.items():
+                transport.send_adds(node, True, adds)
+            try:
+                await asyncio.wait_for(settled.wait(), self._ctx.add_timeout)
+            except asyncio.TimeoutError:
+                for _, node in sorted(writes.waiting):
+                    writes.on_node_failure(node, "copies not acknowledged in time")
+        finally:
+            transport.unregister(ledger_id, True)
+        if writes.failure is not None:
+            raise writes.failure
+
+
+class _CopySink:
+    """Routes the transport's add results for one ledger's copies into CopyWrites (runner.AddPipeline's role)."""
+
+    def __init__(self, writes: CopyWrites, settled: asyncio.Event):
+        self._writes = writes
+        self._settled = settled
+
+    def on_add_result(self, node: str, result: pb.AddResult) -> None:
+        self._writes.on_result(node, result.entry_id, result.status, result.message)
+        self._check()
+
+    def on_node_failure(self, node: str, reason: str) -> None:
+        self._writes.on_node_failure(node, reason)
+        self._check()
+
+    def _check(self) -> None:
+        if self._writes.done:
+            self._settled.set()

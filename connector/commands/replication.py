@@ -1,0 +1,93 @@
+"""`ledger audit` and `ledger decommission`: find under-replicated ledgers, re-replicate them, retire a node.
+
+The password options exist because ledger metadata keeps only a password hash while the nodes need the master
+key: ledgers whose password is not among those given are reported and left as they are.
+"""
+from __future__ import annotations
+
+import time
+
+from connector.client import LedgerClient, default_metadata_uri
+from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
+
+
+def register(subparsers) -> None:
+    def command(name: str, help: str, func):
+        sub = subparsers.add_parser(name, help=help)
+        sub.add_argument("--metadata", default=default_metadata_uri(),
+                         help="metadata URI (default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        sub.add_argument("--password", dest="passwords", action="append",
+                         help="password of the ledgers to re-replicate; repeat for several (default: empty)")
+        sub.set_defaults(func=func)
+        return sub
+
+    audit = command("audit", "list ledgers with a fragment on a gone or decommissioned node; --repair fixes them",
+                    run_audit)
+    audit.add_argument("--repair", action="store_true", help="re-replicate the under-replicated ledgers found")
+    audit.add_argument("--watch", type=float, metavar="SECONDS",
+                       help="run as the auditor: audit and repair every SECONDS until interrupted")
+    audit.add_argument("--once", action="store_true", help="with --watch: run a single auditor round and exit")
+    decommission = command("decommission", "copy every fragment on a node to other nodes, then retire it",
+                           run_decommission)
+    decommission.add_argument("node_id")
+
+
+def _passwords(args) -> list[bytes]:
+    return [p.encode() for p in (args.passwords or [""])]
+
+
+def run_audit(args) -> int:
+    with LedgerClient(args.metadata) as client, Rereplicator(client, _passwords(args)) as worker:
+        if args.watch is None:
+            return _audit_round(worker, args.repair)
+        while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
+            status = _audit_round(worker, repair=True)
+            if args.once:
+                return status
+            time.sleep(args.watch)
+
+
+def _audit_round(worker: Rereplicator, repair: bool) -> int:
+    """One audit (and repair); 0 when nothing is left under-replicated."""
+    found = worker.audit()
+    for audit in found:
+        print(describe_audit(audit))
+    if not found:
+        print("no under-replicated ledgers")
+        return 0
+    if not repair:
+        print(f"{len(found)} under-replicated ledger(s); run `ledger audit --repair` to re-replicate them")
+        return 1
+    outcomes = worker.repair(found)
+    for outcome in outcomes:
+        print(outcome.describe())
+    failed = [o for o in outcomes if not o.ok]
+    print(f"repaired {len(outcomes) - len(failed)} of {len(outcomes)} under-replicated ledger(s)")
+    return 1 if failed else 0
+
+
+def run_decommission(args) -> int:
+    with LedgerClient(args.metadata) as client, Rereplicator(client, _passwords(args)) as worker:
+        print(f"node {args.node_id} is marked decommissioned: no new data is placed on it; moving its fragments")
+        outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        print(f"node {args.node_id} still holds fragments of {len(failed)} ledger(s) "
+              f"({', '.join(str(o.ledger_id) for o in failed)}); fix the causes above and run "
+              f"`ledger decommission {args.node_id}` again. Keep the node and its data until then.")
+        return 1
+    print(f"node {args.node_id} is decommissioned: no ledger uses it ({len(outcomes)} ledger(s) moved); "
+          "stop it and delete its data directory")
+    return 0
+
+
+def _print_outcome(outcome: LedgerRepair) -> None:
+    print(outcome.describe(), flush=True)
+
+
+def describe_audit(audit: LedgerAudit) -> str:
+    meta = audit.meta
+    lost = ", ".join(f"{node} {why}" for node, why in sorted(audit.reasons.items()))
+    fragments = "; ".join(repair.describe() for repair in audit.repairs)
+    state = "" if meta.is_closed else f" ({meta.state.value}: a repair recovers and closes it first, fencing its writer)"
+    return f"ledger {meta.ledger_id}{state}: {lost}: {fragments}"
