@@ -123,6 +123,10 @@ class Rereplicator:
         it drains, then move every fragment it holds. Returns the outcome per ledger; the node holds nothing
         any more when every outcome is ok (a ledger created by a client that chose the node just before the
         mark is caught by the next scan)."""
+        if (node_id not in registry.list_nodes(self.store) and registry.read_cookie(self.store, node_id) is None
+                and not any(node_id in c.value.all_nodes() for c in self.store.iter_ledgers())):
+            raise ReplicationError(f"node {node_id} is unknown: not registered, no cookie, in no ledger; check the "
+                                   "node id (`ledger cluster status` lists the nodes)")
         registry.mark_decommissioned(self.store, node_id)
         outcomes: dict[int, LedgerRepair] = {}
         for _ in range(DECOMMISSION_PASSES):

@@ -68,7 +68,6 @@ def _audit_round(worker: Rereplicator, repair: bool) -> int:
 
 def run_decommission(args) -> int:
     with LedgerClient(args.metadata) as client, Rereplicator(client, _passwords(args)) as worker:
-        print(f"node {args.node_id} is marked decommissioned: no new data is placed on it; moving its fragments")
         outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
     failed = [o for o in outcomes if not o.ok]
     if failed:

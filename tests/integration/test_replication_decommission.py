@@ -25,6 +25,10 @@ def test_decommission_under_data_then_delete_the_nodes_directory(start_node, met
         spare = start_node()  # the only node a fragment can move to
         victim = originals[1]
 
+        assert main(["decommission", "node-typo", "--metadata", metadata_uri]) == 1
+        assert "node node-typo is unknown" in capsys.readouterr().err
+        assert registry.decommissioned_nodes(client.store) == set()
+
         # Without the password of one ledger, the rest moves; that ledger stays on the node, and the command
         # says so instead of claiming success.
         assert main(["decommission", victim.node_id, "--metadata", metadata_uri]) == 1
