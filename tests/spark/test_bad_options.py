@@ -59,6 +59,8 @@ def test_incompatible_append_fails_before_writing(spark, shared_uri, stream):
 
 
 def test_bad_read_options(spark, shared_uri, stream):
+    write(small(spark), shared_uri, stream)
+    # `latest` is a streaming start (spark.readStream); a batch read rejects it.
     with pytest.raises(Exception, match="startingOffsets='latest'"):
         read(spark, shared_uri, stream, startingOffsets="latest").count()
     with pytest.raises(Exception, match="nothing to read"):
