@@ -1,0 +1,61 @@
+"""`ledger cluster start|status|stop` as a user runs them, and a restart keeping the data."""
+import subprocess
+import sys
+
+import grpc
+
+from metadata import registry
+from metadata.store import MetadataStore
+from protos import digest, ledger_pb2, ledger_pb2_grpc
+
+
+def ledger(*args, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "connector.cli", *args], capture_output=True, text=True, timeout=180
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"ledger {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def add_one(address, ledger_id, payload):
+    key = digest.master_key(b"")
+    entry = ledger_pb2.AddEntry(
+        ledger_id=ledger_id, entry_id=0, master_key=key, last_add_confirmed=-1, payload=payload,
+        digest=digest.entry_digest(ledger_id, 0, -1, payload),
+    )
+    with grpc.insecure_channel(address) as channel:
+        replies = ledger_pb2_grpc.StorageNodeStub(channel).Add(iter([ledger_pb2.AddRequest(entries=[entry])]))
+        return [r.status for reply in replies for r in reply.results]
+
+
+def read_one(address, ledger_id):
+    with grpc.insecure_channel(address) as channel:
+        return ledger_pb2_grpc.StorageNodeStub(channel).Read(
+            ledger_pb2.ReadRequest(ledger_id=ledger_id, entry_id=0), timeout=10
+        )
+
+
+def test_start_status_stop_and_restart_keeps_data(tmp_path):
+    directory = tmp_path / "cluster"
+    uri = ledger("cluster", "start", "--nodes", "2", "--dir", str(directory)).stdout.strip()
+    try:
+        assert uri.startswith("zk://127.0.0.1:")
+        with MetadataStore(uri) as store:
+            nodes = registry.list_nodes(store)
+        assert sorted(nodes) == ["node-1", "node-2"]
+        status = ledger("cluster", "status", "--dir", str(directory)).stdout
+        assert "zookeeper  serving" in status and status.count(" up ") == 2
+
+        address = nodes["node-1"].address
+        assert add_one(address, 7, b"kept across restarts") == [ledger_pb2.OK]
+
+        ledger("cluster", "stop", "--dir", str(directory))
+        down = ledger("cluster", "status", "--dir", str(directory), check=False)
+        assert down.returncode == 1 and "DOWN" in down.stdout
+
+        assert ledger("cluster", "start", "--dir", str(directory)).stdout.strip() == uri
+        reply = read_one(address, 7)
+        assert reply.status == ledger_pb2.OK and reply.payload == b"kept across restarts"
+    finally:
+        ledger("cluster", "stop", "--dir", str(directory), check=False)
