@@ -5,9 +5,10 @@ key: ledgers whose password is not among those given are reported and left as th
 """
 from __future__ import annotations
 
+import sys
 import time
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import LedgerClient, LedgerError, default_metadata_uri
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 
 
@@ -41,7 +42,12 @@ def run_audit(args) -> int:
         if args.watch is None:
             return _audit_round(worker, args.repair)
         while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
-            status = _audit_round(worker, repair=True)
+            try:
+                status = _audit_round(worker, repair=True)
+            except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
+                print(f"audit round failed: {exc}; next round in {args.watch}s", file=sys.stderr, flush=True)
+                status = 1
+            sys.stdout.flush()  # an auditor's log is read while it runs
             if args.once:
                 return status
             time.sleep(args.watch)

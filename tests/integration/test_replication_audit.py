@@ -61,7 +61,8 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
             auditor.terminate()
             output = auditor.communicate(timeout=20)[0]
         assert f"ledger {live.ledger_id}: moved 1 fragment(s)" in output and "recovered and closed first" in output
-        capsys.readouterr()
+        assert main(["audit", "--watch", "1", "--once", "--metadata", metadata_uri]) == 0  # one auditor round
+        assert "no under-replicated ledgers" in capsys.readouterr().out
         for ledger_id in expected:
             meta = client.ledger_metadata(ledger_id)
             assert meta.is_closed and lost.node_id not in meta.all_nodes()
