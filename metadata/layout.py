@@ -7,6 +7,7 @@
     /cookies/<node id>          storage node cookies (persistent)
     /writers/<writer id>        writer liveness (ephemeral)
     /decommissioned/<node id>   retired storage nodes: placement skips them, audit moves data off them
+    /readonly/<node id>         operator's read-only flag (persistent): the node refuses normal adds
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ NODES = "/nodes"
 COOKIES = "/cookies"
 WRITERS = "/writers"
 DECOMMISSIONED = "/decommissioned"
-ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED)
+READONLY = "/readonly"
+ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY)
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -46,3 +48,7 @@ def writer_path(writer_id: str) -> str:
 
 def decommissioned_path(node_id: str) -> str:
     return f"{DECOMMISSIONED}/{node_id}"
+
+
+def readonly_path(node_id: str) -> str:
+    return f"{READONLY}/{node_id}"

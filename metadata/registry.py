@@ -8,9 +8,11 @@ from fencing (DESIGN rule 14).
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import DataWatch
 
 from metadata import layout, serde
 from metadata.errors import MetadataConflictError
@@ -127,3 +129,27 @@ def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
     """Registered nodes that new ensembles and replacements may use: decommissioned ones are left out."""
     retired = decommissioned_nodes(store)
     return {node_id: reg for node_id, reg in list_nodes(store).items() if node_id not in retired}
+
+
+def set_readonly(store: MetadataStore, node_id: str, on: bool) -> None:
+    """The operator's drain switch (seed 002): a persistent flag the node watches; idempotent both ways."""
+    path = layout.readonly_path(node_id)
+    try:
+        if on:
+            store._call(store.zk.create, path, b"", makepath=True)
+        else:
+            store._call(store.zk.delete, path)
+    except (NodeExistsError, NoNodeError):
+        pass
+
+
+def readonly_requested(store: MetadataStore, node_id: str) -> bool:
+    return store._call(store.zk.exists, layout.readonly_path(node_id)) is not None
+
+
+def watch_readonly(store: MetadataStore, node_id: str, on_change: Callable[[bool], None]) -> None:
+    """Call on_change(flag set?) now and on every change, across reconnects (on kazoo's thread)."""
+    def changed(data, stat, event=None) -> None:
+        on_change(stat is not None)
+
+    DataWatch(store.zk, layout.readonly_path(node_id), changed)

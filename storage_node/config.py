@@ -25,6 +25,9 @@ class NodeConfig:
     disk_check_interval: float = 1.0
     zk_session_timeout: float = 10.0
     journal_segment_bytes: int = 512 * MiB
+    gc_interval: float = 300.0
+    compaction_threshold: float = 0.5
+    metrics_port: int = 0
 
     @property
     def address(self) -> str:
@@ -52,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-session-timeout", type=float, default=10.0, help="ZooKeeper session timeout in seconds")
     p.add_argument("--journal-segment-bytes", type=int, default=512 * MiB,
                    help="a new journal segment starts once the current one is this large")
+    p.add_argument("--gc-interval", type=float, default=300.0,
+                   help="seconds between garbage collection rounds (drop ledgers deleted from metadata, compact)")
+    p.add_argument("--compaction-threshold", type=float, default=0.5,
+                   help="rewrite a sealed journal file when less than this fraction of it is still live")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus metrics HTTP port on --host; 0 picks a free one (registered in ZooKeeper)")
     return p
 
 
@@ -70,6 +79,9 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         disk_check_interval=args.disk_check_interval,
         zk_session_timeout=args.zk_session_timeout,
         journal_segment_bytes=args.journal_segment_bytes,
+        gc_interval=args.gc_interval,
+        compaction_threshold=args.compaction_threshold,
+        metrics_port=args.metrics_port,
     )
     validate(config)
     return config
@@ -88,6 +100,10 @@ def validate(config: NodeConfig) -> None:
         (config.disk_check_interval > 0, "--disk-check-interval must be positive"),
         (config.zk_session_timeout >= 1.0, "--zk-session-timeout must be at least 1 second"),
         (config.journal_segment_bytes >= MiB, "--journal-segment-bytes must be at least 1 MiB"),
+        (config.gc_interval > 0, "--gc-interval must be positive"),
+        (0.0 <= config.compaction_threshold <= 1.0,
+         f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
+        (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),
     ]
     for ok, message in checks:
         if not ok:

@@ -23,6 +23,11 @@ def unpack(location: int) -> tuple[int, int]:
     return location >> _OFFSET_BITS, location & _OFFSET_MASK
 
 
+def file_of(location: int) -> int:
+    """The segment (or compacted file) number of a packed location."""
+    return location >> _OFFSET_BITS
+
+
 class LedgerIndex:
     __slots__ = ("base", "locations", "lengths", "overflow", "count")
 

@@ -1,7 +1,10 @@
 """The journal: append-only segment files with group commit, which double as the entry log.
 
 Segments are ``journal/segment-%08d.log``; each record is framed as ``u32 length | u32 crc32c(body) |
-body`` and the body starts with a type byte (ENTRY, KEY, FENCE, LAC).
+body`` and the body starts with a type byte (ENTRY, KEY, FENCE, LAC, DELETE). Garbage collection
+(storage_node/compaction.py) copies live entries of sealed segments into ``journal/compacted-%08d.log``
+files, which take their numbers from the same sequence (so an index location names one file) and are
+never replayed: only the checkpoint points into them.
 
 Why the journal is also the entry log: BookKeeper writes every entry twice (journal, then entry log via
 a write cache). Here an entry is written once: the group commit is one write and one fsync for all
@@ -26,6 +29,7 @@ import pathlib
 import struct
 import sys
 import threading
+import time
 from typing import Callable, Iterator
 
 import crc32c
@@ -38,6 +42,7 @@ ENTRY_HEAD = struct.Struct("<BqqqII")       # type, ledger, entry, piggybacked l
 KEY_HEAD = struct.Struct("<Bq")             # type, ledger; master key follows
 FENCE_BODY = struct.Struct("<Bq")           # type, ledger
 LAC_BODY = struct.Struct("<Bqq")            # type, ledger, explicit lac
+DELETE_BODY = struct.Struct("<Bq")          # type, ledger (deleted from metadata; garbage collected)
 ENTRY_PAYLOAD_OFFSET = FRAME.size + ENTRY_HEAD.size
 MAX_BODY = 1 << 30                          # no record is ever this large; a bigger length is damage
 _IOV_MAX = 512
@@ -48,6 +53,7 @@ class RecordType(enum.IntEnum):
     KEY = 2
     FENCE = 3
     LAC = 4
+    DELETE = 5
 
 
 _MIN_BODY = {
@@ -55,6 +61,7 @@ _MIN_BODY = {
     RecordType.KEY: KEY_HEAD.size + 1,
     RecordType.FENCE: FENCE_BODY.size,
     RecordType.LAC: LAC_BODY.size,
+    RecordType.DELETE: DELETE_BODY.size,
 }
 
 
@@ -90,6 +97,10 @@ def encode_lac(ledger_id: int, lac: int) -> bytes:
     return _frame(LAC_BODY.pack(RecordType.LAC, ledger_id, lac))
 
 
+def encode_delete(ledger_id: int) -> bytes:
+    return _frame(DELETE_BODY.pack(RecordType.DELETE, ledger_id))
+
+
 def frame_problem(data, pos: int, end: int) -> str | None:
     """Why the record at pos is not a valid record, or None if it is."""
     if end - pos < FRAME.size:
@@ -118,16 +129,48 @@ def segment_path(directory: pathlib.Path, segment: int) -> pathlib.Path:
     return directory / f"segment-{segment:08d}.log"
 
 
-def list_segments(directory: pathlib.Path) -> list[int]:
+def compacted_path(directory: pathlib.Path, number: int) -> pathlib.Path:
+    return directory / f"compacted-{number:08d}.log"
+
+
+def data_file_path(directory: pathlib.Path, number: int) -> pathlib.Path:
+    """The file an index location with this number points into: a journal segment or a compacted file."""
+    path = segment_path(directory, number)
+    return path if path.exists() else compacted_path(directory, number)
+
+
+def _list_numbered(directory: pathlib.Path, prefix: str) -> list[int]:
     if not directory.exists():
         return []
     numbers = []
-    for path in directory.glob("segment-*.log"):
+    for path in directory.glob(f"{prefix}-*.log"):
         try:
             numbers.append(int(path.stem.split("-", 1)[1]))
         except ValueError:
             continue
     return sorted(numbers)
+
+
+def list_segments(directory: pathlib.Path) -> list[int]:
+    return _list_numbered(directory, "segment")
+
+
+def list_compacted(directory: pathlib.Path) -> list[int]:
+    return _list_numbered(directory, "compacted")
+
+
+class FileNumbers:
+    """Hands out file numbers to the journal writer and to compaction, never the same one twice."""
+
+    def __init__(self, first: int):
+        self._next = first
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            number = self._next
+            self._next += 1
+            return number
 
 
 def fsync_directory(directory: pathlib.Path) -> None:
@@ -229,7 +272,7 @@ def read_record(fd: int, offset: int, length: int) -> bytes:
 
 
 class SegmentReaders:
-    """Read-only descriptors of the segments, opened on first use (pread is thread-safe)."""
+    """Read-only descriptors of segments and compacted files, opened on first use (pread is thread-safe)."""
 
     def __init__(self, directory: pathlib.Path):
         self._directory = directory
@@ -242,9 +285,16 @@ class SegmentReaders:
             with self._lock:
                 fd = self._fds.get(segment)
                 if fd is None:
-                    fd = os.open(segment_path(self._directory, segment), os.O_RDONLY)
+                    fd = os.open(data_file_path(self._directory, segment), os.O_RDONLY)
                     self._fds[segment] = fd
         return fd
+
+    def forget(self, segment: int) -> None:
+        """Close the descriptor of a file that compaction deleted (no index entry points into it)."""
+        with self._lock:
+            fd = self._fds.pop(segment, None)
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:
@@ -258,19 +308,21 @@ class SegmentReaders:
 class SegmentWriter:
     """The segment being appended to. Used only from the flusher's worker thread."""
 
-    def __init__(self, directory: pathlib.Path, segment: int, segment_bytes: int):
+    def __init__(self, directory: pathlib.Path, numbers: FileNumbers, segment_bytes: int):
         self._directory = directory
+        self._numbers = numbers
         self._segment_bytes = segment_bytes
         self._broken: str | None = None
         self._fd = -1
-        self.segment = segment - 1
+        self.segment = 0
         self.size = 0
+        self.fsync_seconds = 0.0          # of the last write, for the fsync latency histogram
         self._open_next()
 
     def _open_next(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-        self.segment += 1
+        self.segment = self._numbers.take()
         self._fd = os.open(segment_path(self._directory, self.segment), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.size = 0
         fsync_directory(self._directory)
@@ -283,19 +335,21 @@ class SegmentWriter:
             if self.size >= self._segment_bytes:
                 self._open_next()
         except OSError as exc:
-            raise JournalWriteError(f"cannot start journal segment {self.segment + 1}: {exc}") from exc
+            raise JournalWriteError(f"cannot start a new journal segment after {self.segment}: {exc}") from exc
         base = self.size
         try:
             self._write_all(buffers, base, total)
         except OSError as exc:
             self._undo(base, exc)
             raise JournalWriteError(f"journal write failed: {exc}") from exc
+        started = time.perf_counter()
         try:
             os.fsync(self._fd)
         except OSError as exc:
             # After a failed fsync the page cache state is unknown: never write to this journal again.
             self._broken = f"journal fsync failed earlier ({exc}); restart the node"
             raise JournalWriteError(f"journal fsync failed: {exc}") from exc
+        self.fsync_seconds = time.perf_counter() - started
         self.size = base + total
         return self.segment, base
 
@@ -337,12 +391,13 @@ def _drop_written(buffers: list, n: int) -> list:
 class Group:
     """The records that share one write + fsync. `done` resolves to None (durable) or the error."""
 
-    __slots__ = ("buffers", "size", "records", "items", "done")
+    __slots__ = ("buffers", "size", "records", "items", "done", "started")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.buffers: list = []
         self.size = 0
         self.records = 0
+        self.started = 0.0             # perf_counter of the first append: the group's add latency starts here
         self.items: list = []          # what to apply once durable, with offsets relative to the group
         self.done: asyncio.Future = loop.create_future()
 
@@ -351,16 +406,19 @@ class Journal:
     """Group commit: appends go to the current group; one flusher writes and fsyncs a whole group at a
     time in a worker thread (the GIL is released while it syncs) while the next group accumulates.
 
-    apply(segment, base_offset, items) runs on the event loop after the fsync, before the group's
-    waiters are woken, so the index and ledger state change in journal order (rule 5).
+    apply(segment, base_offset, group, fsync_seconds) runs on the event loop after the fsync, before
+    the group's waiters are woken, so the index and ledger state change in journal order (rule 5); it
+    also takes the metrics, once per group commit rather than per entry.
     """
 
-    def __init__(self, directory: pathlib.Path, first_segment: int, segment_bytes: int,
-                 apply: Callable[[int, int, list], None], on_write_error: Callable[[JournalWriteError], None]):
+    def __init__(self, directory: pathlib.Path, numbers: FileNumbers, segment_bytes: int,
+                 apply: Callable[[int, int, Group, float], None],
+                 on_write_error: Callable[[JournalWriteError], None]):
         self._loop = asyncio.get_running_loop()
-        self._writer = SegmentWriter(directory, first_segment, segment_bytes)
+        self._writer = SegmentWriter(directory, numbers, segment_bytes)
         self._apply = apply
         self._on_write_error = on_write_error
+        self._syncing_records = 0
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-fsync")
         self._group = Group(self._loop)
         self._wakeup = asyncio.Event()
@@ -378,9 +436,16 @@ class Journal:
             raise JournalWriteError(self._failed or "the journal is closing: the node is shutting down")
         return self._group
 
+    @property
+    def queued_records(self) -> int:
+        """Records appended but not yet durable: the group being synced plus the one gathering."""
+        return self._syncing_records + self._group.records
+
     def append(self, group: Group, *chunks) -> int:
         """Add a record's chunks to group; returns its offset relative to the group start."""
         rel = group.size
+        if not rel:
+            group.started = time.perf_counter()
         group.buffers.extend(chunks)
         for chunk in chunks:
             group.size += len(chunk)
@@ -404,11 +469,13 @@ class Journal:
             await self._flush(group)
 
     async def _flush(self, group: Group) -> None:
+        self._syncing_records = group.records
         try:
             segment, base = await self._loop.run_in_executor(
                 self._executor, self._writer.write, group.buffers, group.size
             )
         except JournalWriteError as exc:
+            self._syncing_records = 0
             self._on_write_error(exc)
             group.done.set_result(exc)
             # The group gathered meanwhile may rely on a KEY or FENCE record of the failed one: fail it
@@ -416,11 +483,12 @@ class Journal:
             dependent, self._group = self._group, Group(self._loop)
             dependent.done.set_result(exc)
             return
+        self._syncing_records = 0
         self.durable = Position(segment, base + group.size)
         self.fsyncs += 1
         self.records += group.records
         try:
-            self._apply(segment, base, group.items)
+            self._apply(segment, base, group, self._writer.fsync_seconds)
         except Exception as exc:  # a bug: the in-memory state is now unknown, stop taking writes
             self._failed = f"applying a journal group failed ({exc!r}); restart the node"
             print(f"storage node: {self._failed}", file=sys.stderr, flush=True)

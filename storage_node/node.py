@@ -1,4 +1,5 @@
-"""One storage node's life: cookie check, replay, serve, register, checkpoint, watch the disk, shut down."""
+"""One storage node's life: cookie check, replay, serve (gRPC and metrics), register, watch the operator's
+read-only flag, checkpoint, watch the disk, collect garbage, shut down."""
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +14,8 @@ from metadata.model import NodeRegistration, NodeState
 from metadata.store import MetadataStore
 from storage_node.config import NodeConfig
 from storage_node.cookie import check_cookie
+from storage_node.gc import run_periodically
+from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
 from storage_node.service import StorageNodeService
 from storage_node.storage import Storage
@@ -26,25 +29,26 @@ def disk_fill(config: NodeConfig) -> float:
 
 
 class DiskWatch:
-    """Rule 9: read-only while the disk is over the threshold (sticky for --read-only and ENOSPC)."""
+    """Rule 9: read-only while the disk is over the threshold (--read-only, ENOSPC and the operator's flag
+    are separate reasons, so the disk coming back under the threshold does not lift them)."""
 
     def __init__(self, config: NodeConfig, storage: Storage):
         self.config = config
         self.storage = storage
-        self._full = False
 
     def check(self) -> None:
         fill = disk_fill(self.config)
         full = fill >= self.config.read_only_threshold
-        if full and not self.storage.read_only_reason:
+        if full and not self.storage.is_read_only_because("disk"):
             self.storage.set_read_only(
-                f"disk of {self.config.data_dir} is {fill:.1%} full, over --read-only-threshold "
-                f"{self.config.read_only_threshold}"
+                "disk", f"disk of {self.config.data_dir} is {fill:.1%} full, over --read-only-threshold "
+                        f"{self.config.read_only_threshold}"
             )
-            self._full = True
-        elif not full and self._full:
-            self.storage.set_read_only("")
-            self._full = False
+        elif not full and self.storage.is_read_only_because("disk"):
+            self.storage.set_read_only("disk", "")
+
+
+OPERATOR_READ_ONLY = "set read-only by an operator (`ledger node readonly`); `--off` makes it writable"
 
 
 async def serve(config: NodeConfig) -> int:
@@ -55,7 +59,13 @@ async def serve(config: NodeConfig) -> int:
     store = await asyncio.to_thread(MetadataStore, config.metadata, session_timeout=config.zk_session_timeout)
     try:
         await asyncio.to_thread(check_cookie, store, config.data_dir, config.node_id)
-        storage = Storage(config)
+        metrics = NodeMetrics()
+        storage = Storage(config, metrics)
+        metrics.watch(
+            data_dir=config.data_dir, read_only=lambda: bool(storage.read_only_reason), data_bytes=storage.data_bytes,
+            queue_depth=lambda: storage.journal.queued_records if storage.journal else 0,
+        )
+        metrics_server = metrics.serve(config.host, config.metrics_port)
         service = StorageNodeService(storage, config)
         await service.set_serving(False)
         server, port = create_server(config, service)
@@ -63,42 +73,79 @@ async def serve(config: NodeConfig) -> int:
         try:
             service.address = f"{config.host}:{port}"
             await storage.open()
-            await _serve_registered(config, store, storage, service, stop)
+            await _serve_registered(config, store, storage, service, stop,
+                                    f"{config.host}:{metrics_server.server_address[1]}")
         finally:
             await service.set_serving(False)
             await server.stop(SHUTDOWN_GRACE_SECONDS)
             await storage.close()
+            await asyncio.to_thread(metrics_server.shutdown)
+            metrics_server.server_close()
     finally:
         await asyncio.to_thread(store.close)
     return 0
 
 
 async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: Storage,
-                            service: StorageNodeService, stop: asyncio.Event) -> None:
+                            service: StorageNodeService, stop: asyncio.Event, metrics_address: str) -> None:
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def operator_flag(on: bool) -> None:
+        storage.set_read_only("operator", OPERATOR_READ_ONLY if on else "")
+        changed.set()
+
+    # The first call happens inside watch_readonly, in its worker thread; call_soon_threadsafe queues it
+    # ahead of that thread's own result, so the flag is in place before the node registers.
+    await asyncio.to_thread(registry.watch_readonly, store, config.node_id,
+                            lambda on: loop.call_soon_threadsafe(operator_flag, on))
     disk = DiskWatch(config, storage)
     disk.check()
     published = storage.read_only_reason
-    reg = NodeRegistration(config.node_id, service.address, _state(published), str(config.data_dir), os.getpid())
+    reg = NodeRegistration(config.node_id, service.address, _state(published), str(config.data_dir), os.getpid(),
+                           metrics_address)
     registration = await asyncio.to_thread(registry.register_node, store, reg)
     await service.set_serving(True)
-    print(f"storage node {config.node_id} serving on {service.address}", flush=True)
-    next_checkpoint = asyncio.get_running_loop().time() + config.checkpoint_interval
+    print(f"storage node {config.node_id} serving on {service.address} (metrics on http://{metrics_address}/metrics)",
+          flush=True)
+    collector = asyncio.ensure_future(
+        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.node_id)
+    )
+    next_checkpoint = loop.time() + config.checkpoint_interval
     try:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), config.disk_check_interval)
-            except asyncio.TimeoutError:
-                pass
+            changed.clear()
+            await _first_of(stop.wait(), changed.wait(), timeout=config.disk_check_interval)
             disk.check()
+            _refresh_gauges(storage)
             if storage.read_only_reason != published:
                 published = storage.read_only_reason
                 reg = dataclasses.replace(reg, state=_state(published))
                 await _publish(registration, reg)
-            if asyncio.get_running_loop().time() >= next_checkpoint:
+            if loop.time() >= next_checkpoint:
                 await storage.checkpoint()
-                next_checkpoint = asyncio.get_running_loop().time() + config.checkpoint_interval
+                next_checkpoint = loop.time() + config.checkpoint_interval
     finally:
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
         await asyncio.to_thread(registration.close)
+
+
+async def _first_of(*waits, timeout: float) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _refresh_gauges(storage: Storage) -> None:
+    """The gauges that walk every ledger, on the loop thread that owns the ledgers."""
+    metrics = storage.metrics
+    metrics.ledgers.set(len(storage.ledgers))
+    metrics.entries.set(storage.entry_count())
+    metrics.fenced_ledgers.set(storage.fenced_count())
 
 
 def _state(read_only_reason: str) -> NodeState:

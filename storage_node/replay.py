@@ -1,8 +1,13 @@
 """Start-up recovery: load the last checkpoint, then replay the journal from the position it covers.
 
 Replay restores entries (index, last entry, piggybacked LAC), master keys, fence flags and explicit
-LACs. A torn tail on the last segment is truncated away; any other damage stops the node (rule 8:
-better down than answering "no such entry" for something it acknowledged).
+LACs, and forgets ledgers at their DELETE record. A torn tail on the last segment is truncated away;
+any other damage stops the node (rule 8: better down than answering "no such entry" for something it
+acknowledged).
+
+Once compaction has removed a segment (the journal no longer starts at segment 1, or compacted files
+exist), only the checkpoint describes what those files held: without a usable snapshot the node
+refuses to start instead of replaying a journal with a hole in it.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from storage_node.checkpoint import SnapshotDamaged, load_snapshot
 from storage_node.entry_index import pack
 from storage_node.errors import JournalCorruptError
 from storage_node.journal import (
+    DELETE_BODY,
     ENTRY_HEAD,
     FENCE_BODY,
     KEY_HEAD,
@@ -20,6 +26,7 @@ from storage_node.journal import (
     Position,
     RecordType,
     SegmentScan,
+    list_compacted,
     list_segments,
     segment_path,
     truncate_segment,
@@ -30,14 +37,15 @@ from storage_node.ledger_state import LedgerState
 @dataclasses.dataclass
 class Recovered:
     ledgers: dict[int, LedgerState]
-    next_segment: int                     # where the journal goes on writing
+    next_segment: int                     # the first file number not used by a segment or compacted file
     notes: list[str]                      # what start-up had to do, for the log
 
 
 def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
     notes: list[str] = []
     segments = list_segments(journal_dir)
-    start, ledgers = _load_checkpoint(data_dir, segments, notes)
+    compacted = list_compacted(journal_dir)
+    start, ledgers = _load_checkpoint(data_dir, segments, bool(compacted), notes)
     for segment in segments:
         if segment < start.segment:
             continue
@@ -59,18 +67,24 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
     for state in ledgers.values():
         state.key_durable = True
         state.fence_durable = state.fenced
-    return Recovered(ledgers, (segments[-1] + 1) if segments else 1, notes)
+    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes)
 
 
-def _load_checkpoint(data_dir: pathlib.Path, segments: list[int],
+def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,
                      notes: list[str]) -> tuple[Position, dict[int, LedgerState]]:
     first = Position(segments[0] if segments else 1, 0)
+    # Numbers are shared with compacted files, so any gap also means compaction has run.
+    whole_journal = not compacted and segments == list(range(1, len(segments) + 1))
     try:
         loaded = load_snapshot(data_dir)
     except SnapshotDamaged as exc:
+        if not whole_journal:
+            raise JournalCorruptError(_without_snapshot(data_dir, f"is damaged ({exc})")) from exc
         notes.append(f"ignored the damaged checkpoint snapshot ({exc}); replaying the whole journal")
         return first, {}
     if loaded is None:
+        if not whole_journal:
+            raise JournalCorruptError(_without_snapshot(data_dir, "is missing"))
         return first, {}
     position, ledgers = loaded
     if position.segment not in segments and position.offset > 0:
@@ -80,6 +94,13 @@ def _load_checkpoint(data_dir: pathlib.Path, segments: list[int],
             f"Restore the data directory, or decommission this node"
         )
     return position, ledgers
+
+
+def _without_snapshot(data_dir: pathlib.Path, what: str) -> str:
+    return (f"the checkpoint snapshot of {data_dir} {what}, and garbage collection already removed older "
+            f"journal segments that only the snapshot describes: replaying the rest would forget "
+            f"acknowledged entries; the node refuses to start. Restore the data directory, or decommission "
+            f"this node")
 
 
 def _apply_record(ledgers: dict[int, LedgerState], segment: int, offset: int, length: int,
@@ -97,6 +118,9 @@ def _apply_record(ledgers: dict[int, LedgerState], segment: int, offset: int, le
     elif kind == RecordType.FENCE:
         _, ledger_id = FENCE_BODY.unpack_from(body, 0)
         _known(ledgers, ledger_id, path, offset).fenced = True
+    elif kind == RecordType.DELETE:
+        # A later add of the same id (a late writer) starts again with its own KEY record.
+        ledgers.pop(DELETE_BODY.unpack_from(body, 0)[1], None)
     else:
         _, ledger_id, lac = LAC_BODY.unpack_from(body, 0)
         _known(ledgers, ledger_id, path, offset).record_lac(lac)

@@ -12,6 +12,7 @@ import functools
 import importlib.metadata
 import shutil
 import sys
+import time
 import traceback
 
 from grpc_health.v1 import health, health_pb2
@@ -136,7 +137,9 @@ class StorageNodeService:
             verdict = await self.storage.fence(ledger_id, request.master_key)
             if verdict:
                 return pb.ReadResponse(status=verdict[0], message=verdict[1], ledger_id=ledger_id, entry_id=entry_id)
+        started = time.perf_counter()
         status, message, lac, payload, digest = self.storage.read_entry(ledger_id, entry_id)
+        self.storage.metrics.read_done(status == pb.OK, len(payload), time.perf_counter() - started)
         return pb.ReadResponse(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
                                last_add_confirmed=lac, payload=payload, digest=digest)
 
@@ -172,6 +175,7 @@ class StorageNodeService:
             return
         limit = min(request.max_bytes_per_message or READ_RANGE_BYTES, self.config.max_request_bytes)
         response, size = pb.ReadRangeResponse(status=pb.OK), 0
+        started, entries, total = time.perf_counter(), 0, 0
         for entry_id, (status, message, lac, payload, digest) in self.storage.read_range(ledger_id, first, last):
             if size + len(payload) > limit and len(response.entries):
                 yield response
@@ -179,7 +183,10 @@ class StorageNodeService:
             response.entries.add(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
                                  last_add_confirmed=lac, payload=payload, digest=digest)
             size += len(payload)
+            entries += status == pb.OK
+            total += len(payload)
         response.done = True
+        self.storage.metrics.read_done(entries, total, time.perf_counter() - started)
         yield response
 
     @_answers_error(pb.ReadLacResponse)

@@ -7,13 +7,17 @@ ERROR for anything it cannot vouch for.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import os
 import sys
+import time
 from typing import Iterator
 
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 from storage_node.checkpoint import encode_snapshot, save_snapshot
+from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalWriteError
@@ -22,17 +26,24 @@ from storage_node.journal import (
     ENTRY_PAYLOAD_OFFSET,
     FRAME,
     JOURNAL_DIR,
+    FileNumbers,
     Group,
     Journal,
     RecordType,
     SegmentReaders,
+    data_file_path,
+    encode_delete,
     encode_entry_head,
     encode_fence,
     encode_key,
     encode_lac,
+    fsync_directory,
+    list_compacted,
+    list_segments,
     read_record,
 )
 from storage_node.ledger_state import LedgerState, Verdict
+from storage_node.metrics import NodeMetrics
 from storage_node.replay import recover
 
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
@@ -44,18 +55,34 @@ AddResult = tuple[int, int, int, str]        # ledger id, entry id, Status, mess
 ReadResult = tuple[int, str, int, bytes, int]  # Status, message, piggybacked lac, payload, digest
 
 
+@dataclasses.dataclass(frozen=True)
+class CompactionResult:
+    rewritten: tuple[int, ...]       # files whose live records were copied
+    deleted: tuple[int, ...]         # files removed
+    copied_bytes: int
+    reclaimed_bytes: int
+
+
 class Storage:
-    def __init__(self, config: NodeConfig):
+    def __init__(self, config: NodeConfig, metrics: NodeMetrics | None = None):
         self.config = config
         self.data_dir = config.data_dir
         self.journal_dir = config.data_dir / JOURNAL_DIR
+        self.metrics = metrics or NodeMetrics()
         self.ledgers: dict[int, LedgerState] = {}
         self.ready = False
-        self.read_only_reason = "started with --read-only (drained)" if config.read_only else ""
+        # Why the node is read-only, by source (startup flag, disk, operator flag); read_only_reason joins
+        # them, kept as a plain string because every add checks it.
+        self._read_only: dict[str, str] = {}
+        self.read_only_reason = ""
+        if config.read_only:
+            self.set_read_only("startup", "started with --read-only (drained)")
         self.journal: Journal | None = None
+        self._numbers: FileNumbers | None = None
         self._readers = SegmentReaders(self.journal_dir)
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
+        self._compaction_lock = asyncio.Lock()
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -67,8 +94,9 @@ class Storage:
         for note in recovered.notes:
             print(f"storage node {self.config.node_id}: {note}", file=sys.stderr, flush=True)
         self.ledgers = recovered.ledgers
+        self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
-            self.journal_dir, recovered.next_segment, self.config.journal_segment_bytes,
+            self.journal_dir, self._numbers, self.config.journal_segment_bytes,
             apply=self._apply, on_write_error=self._on_write_error,
         )
         self.ready = True
@@ -87,8 +115,16 @@ class Storage:
         self._readers.close()
         self.ready = False
 
-    def set_read_only(self, reason: str) -> None:
-        self.read_only_reason = reason
+    def set_read_only(self, source: str, reason: str) -> None:
+        """Turn one source of read-only mode on (a reason) or off (""); the node is writable without any."""
+        if reason:
+            self._read_only[source] = reason
+        else:
+            self._read_only.pop(source, None)
+        self.read_only_reason = "; ".join(self._read_only.values())
+
+    def is_read_only_because(self, source: str) -> bool:
+        return source in self._read_only
 
     # -- adds -----------------------------------------------------------------------------------
 
@@ -168,13 +204,16 @@ class Storage:
         group.items.append((RecordType.KEY, state, 0, 0, 0, 0))
         state.key_group = group
 
-    def _apply(self, segment: int, base: int, items: list) -> None:
+    def _apply(self, segment: int, base: int, group: Group, fsync_seconds: float) -> None:
         """The group is durable: make it visible, in journal order (rule 5)."""
         origin = pack(segment, base)
         advanced = []
-        for kind, state, entry_id, lac, rel, length in items:
+        entries = stored = 0
+        for kind, state, entry_id, lac, rel, length in group.items:
             if kind == RecordType.ENTRY:
                 state.index.put(entry_id, origin + rel, length)
+                entries += 1
+                stored += length
                 if state.record_entry(entry_id, lac):
                     advanced.append(state.ledger_id)
             elif kind == RecordType.KEY:
@@ -183,6 +222,8 @@ class Storage:
                 state.fence_durable, state.fence_group = True, None
             elif state.record_lac(lac):
                 advanced.append(state.ledger_id)
+        self.metrics.group_synced(entries, stored - entries * ENTRY_PAYLOAD_OFFSET, fsync_seconds,
+                                  time.perf_counter() - group.started)
         if self._lac_waiters:
             for ledger_id in advanced:
                 for waiter in self._lac_waiters.pop(ledger_id, ()):
@@ -192,7 +233,7 @@ class Storage:
     def _on_write_error(self, exc: JournalWriteError) -> None:
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            self.read_only_reason = "the disk is full (a journal write failed with ENOSPC)"
+            self.set_read_only("enospc", "the disk is full (a journal write failed with ENOSPC)")
 
     # -- fencing and LAC --------------------------------------------------------------------------
 
@@ -313,8 +354,101 @@ class Storage:
                     -1, b"", 0)
         return pb.OK, "", lac, data[ENTRY_PAYLOAD_OFFSET:], digest
 
+    # -- garbage collection ---------------------------------------------------------------------
+
+    async def delete_ledgers(self, ledger_ids: list[int]) -> int:
+        """Drop ledgers that were deleted from metadata (the caller re-checked); returns how many.
+
+        The DELETE records are journaled under the checkpoint lock: the states leave memory when their
+        records are appended, so a snapshot taken before they are durable could otherwise omit a ledger
+        whose older records follow the snapshot's position (replay would find entries without a key).
+        """
+        async with self._checkpoint_lock:
+            try:
+                group = self.journal.group
+            except JournalWriteError as exc:
+                print(f"storage node {self.config.node_id}: garbage collection skipped: {exc}",
+                      file=sys.stderr, flush=True)
+                return 0
+            dropped = 0
+            for ledger_id in ledger_ids:
+                # From here on an add or fence of this id (a late writer) starts a fresh state whose
+                # KEY record follows the DELETE record in the journal.
+                if self.ledgers.pop(ledger_id, None) is not None:
+                    self.journal.append(group, encode_delete(ledger_id))
+                    dropped += 1
+            if not dropped:
+                return 0
+            error = await group.done
+        if error is not None:
+            # Deleted in metadata anyway; after a restart replay brings them back and the next round retries.
+            print(f"storage node {self.config.node_id}: deleting ledgers is not durable: {error}",
+                  file=sys.stderr, flush=True)
+            return 0
+        self.metrics.gc_ledgers_deleted.inc(dropped)
+        return dropped
+
+    async def compact(self, threshold: float) -> CompactionResult:
+        """One compaction round; the steps and why a crash at any of them is safe: storage_node/compaction.py."""
+        async with self._compaction_lock:
+            loop = asyncio.get_running_loop()
+            sealed_below = self.journal.durable.segment
+            sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)
+            plan = plan_compaction(sizes, live_bytes_by_file(self.ledgers.values()), threshold)
+            if not plan:
+                return CompactionResult((), (), 0, 0)
+            moves = moves_out_of(list(self.ledgers.values()), set(plan.rewrite))
+            if moves:
+                number = self._numbers.take()
+                locations = await loop.run_in_executor(
+                    None, copy_records, self.journal_dir, number, [(m.location, m.length) for m in moves],
+                )
+                for move, location in zip(moves, locations):
+                    if move.state.index.get(move.entry_id) == (move.location, move.length):
+                        move.state.index.put(move.entry_id, location, move.length)
+            await self.checkpoint()
+            # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
+            still_live = live_bytes_by_file(self.ledgers.values())
+            deleted = tuple(n for n in plan.sources if not still_live.get(n))
+            for number in deleted:
+                self._readers.forget(number)
+            freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
+        self.metrics.gc_files_deleted.inc(len(deleted))
+        self.metrics.gc_bytes_reclaimed.inc(max(freed - plan.live_bytes, 0))
+        return CompactionResult(plan.rewrite, deleted, plan.live_bytes, max(freed - plan.live_bytes, 0))
+
     # -- info -----------------------------------------------------------------------------------
 
     def entry_count(self) -> int:
         return sum(state.index.count for state in self.ledgers.values())
+
+    def fenced_count(self) -> int:
+        return sum(1 for state in self.ledgers.values() if state.fenced)
+
+    def data_bytes(self) -> int:
+        """Bytes of journal segments and compacted files (what garbage collection shrinks)."""
+        total = 0
+        for path in self.journal_dir.glob("*.log"):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue
+        return total
+
+
+def _sealed_file_sizes(journal_dir, sealed_below: int) -> dict[int, int]:
+    """Compaction candidates: journal segments below the durable one, and all compacted files."""
+    numbers = [n for n in list_segments(journal_dir) if n < sealed_below] + list_compacted(journal_dir)
+    return {n: data_file_path(journal_dir, n).stat().st_size for n in numbers}
+
+
+def _delete_files(journal_dir, numbers: tuple[int, ...]) -> int:
+    freed = 0
+    for number in numbers:
+        path = data_file_path(journal_dir, number)
+        freed += path.stat().st_size
+        path.unlink()
+    if numbers:
+        fsync_directory(journal_dir)
+    return freed
 

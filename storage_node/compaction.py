@@ -1,0 +1,163 @@
+"""Compaction: reclaim the disk space of sealed journal segments and compacted files that hold mostly
+entries nobody can read any more (their ledger was garbage collected, or a recovery add rewrote them).
+
+One round, run by storage.Storage.compact on the event loop (only the copy runs in a worker thread):
+
+1. plan: live bytes per file, counted from the in-memory index; candidates are journal segments below
+   the durable position's segment (sealed and fully applied) and every compacted file. A file with
+   no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten.
+2. copy: the live records of the rewritten files, as they are (frame, CRC and all), go into one new
+   ``compacted-N.log``; each is verified while read; the file and the directory are fsynced.
+3. switch: each copied entry's index slot is pointed at its copy if it still points at the old place
+   (one synchronous step on the loop, like every read, so a read sees either the old or the new
+   location and both files exist: a read never answers NO_ENTRY for a live entry, rule 8).
+4. checkpoint: the snapshot now covers a position past every source segment and names the new
+   locations; the KEY/FENCE/LAC records of the source segments live on in its ledger states.
+5. delete the sources that no index slot points into any more, closing their read descriptors.
+
+Crash at any point, and what replay (storage_node/replay.py) restores:
+- before 4: the previous snapshot still points into the sources, which are all still there; the new
+  compacted file is an orphan nobody points to, deleted by the next round as a file with no live bytes.
+- after 4, before or during 5: the new snapshot points into the compacted file (complete: fsynced in
+  2 before any slot could point at it) and replay starts past the sources, so the remaining sources are
+  never read; the next round finds them without live bytes and deletes them.
+- after 5: the snapshot plus the journal tail hold exactly the live data.
+A snapshot therefore stops being disposable once a segment has gone: replay refuses to start without
+one rather than replay a journal with a hole in it. Ledger deletions are journaled (DELETE records)
+under the checkpoint lock, so no snapshot ever omits a ledger whose older records follow its position.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Iterable
+
+from storage_node.entry_index import file_of, pack, unpack
+from storage_node.errors import StoredEntryError
+from storage_node.journal import compacted_path, data_file_path, fsync_directory, read_record
+from storage_node.ledger_state import LedgerState
+
+_COPY_CHUNK = 8 << 20       # bytes gathered before one write to the compacted file
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPlan:
+    rewrite: tuple[int, ...]        # files whose live records are copied, then deleted
+    drop: tuple[int, ...]           # files without live records: deleted after the checkpoint
+    live_bytes: int                 # to copy
+    reclaim_bytes: int              # freed once the sources are deleted
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return self.rewrite + self.drop
+
+    def __bool__(self) -> bool:
+        return bool(self.sources)
+
+
+def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: float) -> CompactionPlan:
+    """Which candidate files (number -> size) to rewrite or drop, given live bytes per file number.
+
+    Pure: the caller passes only files that are sealed (journal segments below the durable position,
+    and compacted files).
+    """
+    rewrite, drop, live_total, reclaim = [], [], 0, 0
+    for number in sorted(sizes):
+        size, used = sizes[number], live.get(number, 0)
+        if used == 0:
+            drop.append(number)
+        elif size and used / size < threshold:
+            rewrite.append(number)
+            live_total += used
+        else:
+            continue
+        reclaim += size
+    return CompactionPlan(tuple(rewrite), tuple(drop), live_total, reclaim - live_total)
+
+
+def live_bytes_by_file(ledgers: Iterable[LedgerState]) -> dict[int, int]:
+    """Bytes of index-referenced records per file number."""
+    live: dict[int, int] = {}
+    for state in ledgers:
+        index = state.index
+        for location, length in zip(index.locations, index.lengths):
+            if location >= 0:
+                number = file_of(location)
+                live[number] = live.get(number, 0) + length
+        for location, length in index.overflow.values():
+            number = file_of(location)
+            live[number] = live.get(number, 0) + length
+    return live
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    state: LedgerState
+    entry_id: int
+    location: int
+    length: int
+
+
+def moves_out_of(ledgers: Iterable[LedgerState], sources: set[int]) -> list[Move]:
+    """Every indexed record stored in one of the source files, in file order (a sequential copy)."""
+    moves = []
+    for state in ledgers:
+        index = state.index
+        for slot, (location, length) in enumerate(zip(index.locations, index.lengths)):
+            if location >= 0 and file_of(location) in sources:
+                moves.append(Move(state, index.base + slot, location, length))
+        for entry_id, (location, length) in index.overflow.items():
+            if file_of(location) in sources:
+                moves.append(Move(state, entry_id, location, length))
+    moves.sort(key=lambda move: move.location)
+    return moves
+
+
+def copy_records(journal_dir: pathlib.Path, number: int, records: list[tuple[int, int]]) -> list[int]:
+    """Copy (location, length) records into compacted file `number`, verified and fsynced; returns the
+    new packed locations. Blocking: run it in a worker thread. On any failure the partial file is removed
+    and StoredEntryError raised, so nothing ever points into it."""
+    path = compacted_path(journal_dir, number)
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    sources: dict[int, int] = {}
+    try:
+        locations, chunk, offset, written = [], [], 0, 0
+        for location, length in records:
+            segment, source_offset = unpack(location)
+            fd = sources.get(segment)
+            if fd is None:
+                fd = sources[segment] = os.open(data_file_path(journal_dir, segment), os.O_RDONLY)
+            try:
+                chunk.append(read_record(fd, source_offset, length))
+            except ValueError as exc:
+                raise StoredEntryError(
+                    f"cannot compact file {segment}: the record at offset {source_offset} is damaged ({exc}); "
+                    f"the file is kept and reads of that entry answer ERROR"
+                ) from exc
+            locations.append(pack(number, offset))
+            offset += length
+            if offset - written >= _COPY_CHUNK:
+                written += _write_all(out, chunk, written)
+                chunk = []
+        _write_all(out, chunk, written)
+        os.fsync(out)
+    except BaseException:
+        os.close(out)
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        for fd in sources.values():
+            os.close(fd)
+    os.close(out)
+    fsync_directory(journal_dir)
+    return locations
+
+
+def _write_all(fd: int, chunk: list[bytes], at: int) -> int:
+    data = memoryview(b"".join(chunk))
+    total = len(data)
+    while data:
+        n = os.pwrite(fd, data, at)
+        data, at = data[n:], at + n
+    return total

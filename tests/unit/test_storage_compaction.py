@@ -1,0 +1,163 @@
+"""Compaction without processes: planning (live fraction, which files), and whole rounds on a real Storage
+in a temporary directory, including the files a crash would leave at each step of a round."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from protos import ledger_pb2 as pb
+from storage_node.checkpoint import SNAPSHOT_NAME
+from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
+from storage_node.config import NodeConfig
+from storage_node.entry_index import pack, unpack
+from storage_node.errors import JournalCorruptError
+from storage_node.journal import list_compacted, list_segments, segment_path
+from storage_node.ledger_state import LedgerState
+from storage_node.replay import recover
+from storage_node.storage import Storage
+from tests.harness.node_client import KEY, make_entry, payload_for
+
+MiB = 1 << 20
+
+
+def test_plan_drops_dead_files_rewrites_sparse_ones_and_keeps_dense_ones():
+    sizes = {1: 1000, 2: 1000, 3: 1000, 6: 500}
+    live = {2: 300, 3: 800, 6: 500, 9: 42}            # 1 is dead; 9 is not a candidate (the open segment)
+    plan = plan_compaction(sizes, live, threshold=0.5)
+    assert plan.drop == (1,) and plan.rewrite == (2,)
+    assert plan.live_bytes == 300 and plan.reclaim_bytes == 1700
+    assert plan.sources == (2, 1)
+    assert not plan_compaction({3: 1000}, {3: 800}, threshold=0.5)
+    assert plan_compaction({3: 1000}, {3: 800}, threshold=0.9).rewrite == (3,)
+    assert plan_compaction({3: 1000}, {3: 800}, threshold=0.0).rewrite == ()
+
+
+def test_live_bytes_and_moves_count_dense_and_overflow_slots_once():
+    state = LedgerState(7, KEY)
+    state.index.put(0, pack(1, 0), 100)
+    state.index.put(2, pack(2, 0), 50)
+    state.index.put(1 << 40, pack(1, 100), 70)       # far away: overflow
+    assert live_bytes_by_file([state]) == {1: 170, 2: 50}
+    moves = moves_out_of([state], {1})
+    assert [(m.entry_id, unpack(m.location), m.length) for m in moves] == [(0, (1, 0), 100), (1 << 40, (1, 100), 70)]
+
+
+def _config(tmp_path) -> NodeConfig:
+    return NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit",
+                      journal_segment_bytes=MiB)
+
+
+async def _write(storage: Storage, ledgers: range, entries: int, size: int) -> None:
+    for entry_id in range(entries):
+        batch = [make_entry(l, entry_id, payload_for(l, entry_id, size)) for l in ledgers]
+        results, group = storage.add_batch(batch)
+        assert all(r[2] == pb.OK for r in results), results
+        assert await group.done is None
+
+
+def _assert_reads(storage: Storage, ledgers, entries: int, size: int) -> None:
+    for l in ledgers:
+        for entry_id in range(entries):
+            status, message, _, payload, _ = storage.read_entry(l, entry_id)
+            assert status == pb.OK, message
+            assert payload == payload_for(l, entry_id, size)
+
+
+async def _restart(storage: Storage, tmp_path) -> Storage:
+    await storage.close()
+    again = Storage(_config(tmp_path))
+    await again.open()
+    return again
+
+
+def test_a_round_keeps_live_ledgers_and_replay_after_it_restores_exactly_them(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 7), entries=60, size=8000)       # ~2.9 MB over several 1 MiB segments
+        storage = await _restart(storage, tmp_path)                      # seals the last segment
+        sealed = list_segments(storage.journal_dir)[:-1]
+        assert len(sealed) >= 3
+        before = storage.data_bytes()
+        assert await storage.delete_ledgers([2, 4, 6]) == 3
+        result = await storage.compact(0.8)
+        assert set(result.deleted) >= set(sealed) and result.rewritten
+        assert storage.data_bytes() < 0.6 * before
+        _assert_reads(storage, [1, 3, 5], 60, 8000)
+        assert storage.read_entry(2, 0)[0] == pb.NO_LEDGER
+        storage = await _restart(storage, tmp_path)
+        assert sorted(storage.ledgers) == [1, 3, 5]
+        _assert_reads(storage, [1, 3, 5], 60, 8000)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_files_left_by_a_crash_in_the_middle_of_a_round_are_harmless_and_cleaned_up(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 5), entries=60, size=8000)
+        storage = await _restart(storage, tmp_path)
+        first = list_segments(storage.journal_dir)[0]
+        kept = tmp_path / "kept-segment"
+        shutil.copyfile(segment_path(storage.journal_dir, first), kept)
+        await storage.delete_ledgers([1, 2])
+        await storage.compact(0.8)
+        await storage.close()
+
+        # Crash after the checkpoint but before the sources were deleted: a source is still there.
+        shutil.copyfile(kept, segment_path(storage.journal_dir, first))
+        # Crash before a later round's checkpoint: an orphan compacted file nobody points to.
+        orphan_number = max(list_segments(storage.journal_dir) + list_compacted(storage.journal_dir)) + 1
+        live = recover(tmp_path, storage.journal_dir).ledgers[3].index
+        copy_records(storage.journal_dir, orphan_number, [live.get(e) for e in range(10)])
+        recovered = recover(tmp_path, storage.journal_dir)
+        assert sorted(recovered.ledgers) == [3, 4]
+        assert recovered.next_segment > orphan_number
+
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        _assert_reads(storage, [3, 4], 60, 8000)
+        result = await storage.compact(0.8)
+        assert first in result.deleted and orphan_number in result.deleted
+        _assert_reads(storage, [3, 4], 60, 8000)
+        storage = await _restart(storage, tmp_path)
+        _assert_reads(storage, [3, 4], 60, 8000)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_late_add_after_the_delete_replays_as_a_new_ledger(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 3), entries=5, size=100)
+        await storage.delete_ledgers([1])
+        results, group = storage.add_batch([make_entry(1, 7, b"late", lac=-1)])
+        assert results[0][2] == pb.OK and await group.done is None
+        storage = await _restart(storage, tmp_path)
+        assert list(storage.ledgers[1].index.entries_between(0, 100)) == [7]
+        _assert_reads(storage, [2], 5, 100)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_without_its_snapshot_a_compacted_journal_refuses_to_replay(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 3), entries=200, size=8000)
+        storage = await _restart(storage, tmp_path)
+        await storage.delete_ledgers([1])
+        assert (await storage.compact(0.8)).deleted
+        await storage.close()
+
+    asyncio.run(scenario())
+    (tmp_path / SNAPSHOT_NAME).unlink()
+    with pytest.raises(JournalCorruptError, match="snapshot .* is missing"):
+        recover(tmp_path, tmp_path / "journal")
