@@ -197,6 +197,7 @@ class LocalCluster:
                 "registered": reg is not None,
                 "state": reg.state.value if reg else "-",
                 "address": reg.address if reg else spec.address,
+                "metrics_address": reg.metrics_address if reg else "",
             }
             entry.update(node_info(entry["address"]) if entry["running"] else {})
             result["nodes"].append(entry)
@@ -240,6 +241,7 @@ def node_info(address: str, timeout: float = 2.0) -> dict:
         return {"error": exc.code().name}
     return {
         "read_only": info.read_only,
+        "read_only_reason": info.read_only_reason,
         "disk_used_bytes": info.disk_used_bytes,
         "disk_total_bytes": info.disk_total_bytes,
         "ledgers": info.ledger_count,

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Awaitable, TypeVar
 
+from connector.client import metrics
 from connector.client.errors import LedgerClosedError, LedgerError, NodeError, RecoveryIncompleteError
 from connector.client.ops.add import AddSequence, PendingAdd
 from connector.client.ops.close import close_recovered
@@ -164,6 +165,7 @@ class AddPipeline:
         self._settle([])
 
     def _settle(self, completed: list[PendingAdd]) -> None:
+        metrics.adds_completed(completed)
         for add in completed:
             self._futures.pop(add.entry_id).set_result(add.entry_id)
         if self.seq.error is not None:
@@ -185,6 +187,7 @@ class AddPipeline:
                 failed = set(self.seq.failed_nodes)
                 self._ever_failed |= failed
                 self.current = await asyncio.to_thread(self._store_change, failed)
+                metrics.ENSEMBLE_CHANGES.inc()
                 resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
                                                             time.monotonic())
                 batches: dict[str, list[bytes]] = collections.defaultdict(list)
@@ -304,7 +307,9 @@ async def recover(ctx: Context, current: Versioned[LedgerMetadata], master_key: 
     finally:
         write_back.stop()
     # The length in bytes of what the dead writer confirmed is not known to a recovery: -1 says so.
-    return await asyncio.to_thread(update_ledger, store, ledger_id, close_recovered(op.end, -1), current)
+    closed = await asyncio.to_thread(update_ledger, store, ledger_id, close_recovered(op.end, -1), current)
+    metrics.RECOVERIES.inc()
+    return closed
 
 
 async def _recovery_reads(ctx: Context, op: RecoveryReadOp, master_key: bytes,
@@ -376,7 +381,9 @@ async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
 
     await asyncio.gather(*(range_call(call) for call in chunk.calls))
     await asyncio.gather(*(failover(read) for read in chunk.failovers()))
-    return chunk.in_order()
+    entries = chunk.in_order()
+    metrics.entries_read(entries)
+    return entries
 
 
 async def wait_last_add_confirmed(ctx: Context, meta: LedgerMetadata, previous: int, timeout: float) -> int:

@@ -41,6 +41,10 @@ def run_status(args) -> int:
         if node["running"] and node["registered"] and "error" not in node:
             used = node["disk_used_bytes"] / max(node["disk_total_bytes"], 1)
             health = f"up  {node['state']:<9} disk {used:5.1%}  ledgers {node['ledgers']}  entries {node['entries']}"
+            if node["metrics_address"]:
+                health += f"  metrics http://{node['metrics_address']}/metrics"
+            if node["read_only_reason"]:
+                health += f"  ({node['read_only_reason']})"
         else:
             healthy = False
             health = "DOWN" if not node["running"] else f"unhealthy ({node.get('error', 'not registered')})"
