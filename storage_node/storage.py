@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
-import os
 import sys
 import time
 from typing import Iterator
