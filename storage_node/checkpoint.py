@@ -3,8 +3,9 @@
 Start-up loads the snapshot and replays the journal only from that position. The snapshot is
 written to a temporary file, fsynced, renamed over the old one and the directory fsynced, so a
 crash leaves either the old or the new snapshot; a CRC guards against anything else (a damaged
-snapshot is ignored and the whole journal replayed). Arrays are stored in native byte order: a
-snapshot is only read back by the machine that wrote it, and is disposable.
+snapshot is ignored and the whole journal replayed, as long as compaction has not removed any of it:
+after that the snapshot is the only record of those files and replay refuses to start without it).
+Arrays are stored in native byte order: a snapshot is only read back by the machine that wrote it.
 """
 from __future__ import annotations
 
