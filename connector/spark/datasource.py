@@ -54,6 +54,8 @@ class LedgerDataSource(DataSource):
         opts, stream_opts = StreamOptions.parse(self.options)
         if not opts.stream or opts.ledgers or opts.view:
             raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or view")
+        if opts.ending_offset is not None:
+            raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
         return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts).format != ARROW)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -37,8 +37,6 @@ class StreamOptions:
         if starting == LATEST:
             given.pop("startingoffsets")
         batch = LedgerOptions.parse(given)
-        if batch.ending_offset is not None:
-            raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
         return batch, cls(
             starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
             max_records_per_trigger=_positive(ours, "maxrecordspertrigger"),
