@@ -1,7 +1,5 @@
 """Appends, overwrites and a stream read by another Spark application."""
 import json
-import subprocess
-import sys
 
 import pytest
 from chispa import assert_df_equality
@@ -10,7 +8,7 @@ from pyspark.sql import functions as F
 from connector.client import LedgerClient, NoSuchLedgerError
 from metadata.store import MetadataStore
 from metadata.streams import read_stream
-from tests.spark.helpers import REPO, read, stream_ledgers, write
+from tests.spark.helpers import read, run_application, stream_ledgers, write
 
 
 def numbers(spark, first, count, partitions=2):
@@ -46,12 +44,8 @@ def test_overwrite_replaces_rows_and_deletes_old_ledgers(spark, shared_uri, stre
                 lc.ledger_metadata(ledger_id)
 
 
-def test_stream_written_by_one_application_is_read_by_another(spark, shared_uri, stream):
+def test_stream_written_by_one_application_is_read_by_another(spark, shared_uri, stream, tmp_path):
     write(numbers(spark, 0, 1234, partitions=3), shared_uri, stream)
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.spark.other_session", shared_uri, stream],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_application("tests.spark.other_session", shared_uri, stream, log=tmp_path / "reader.log", timeout=240)
+    result = json.loads(out.strip().splitlines()[-1])
     assert result == {"count": 1234, "sum_id": sum(range(1234)), "sum_twice": 2 * sum(range(1234))}

@@ -1,0 +1,81 @@
+"""A write whose executor is SIGKILLed mid-write, under local-cluster[2,1,1024] (real executor processes).
+
+`python -m tests.spark.executor_kill_job URI STREAM MARKER` writes ids 0..ROWS-1 in 4 partitions. The
+first attempt of partition 0 notes the pid of its executor JVM; a driver thread waits until that
+attempt's ledger holds an acknowledged entry, SIGKILLs the executor and records the ledger id in
+MARKER. Spark retries the task on a new executor and the job commits.
+"""
+import os
+import pathlib
+import signal
+import sys
+import threading
+
+import psutil
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+
+from connector.client import LedgerClient
+from connector.spark import LedgerDataSource
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG
+from tests.harness.poll import poll_until
+from tests.spark.conftest import spark_conf
+from tests.spark.helpers import REPO
+
+ROWS = 600_000
+observed: list = []
+
+
+def note_executor(pid_file: str):
+    def run(batches):
+        context = TaskContext.get()
+        if context.partitionId() == 0 and context.attemptNumber() == 0:
+            executor = next(p for p in psutil.Process().parents() if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline()))
+            pathlib.Path(pid_file + ".tmp").write_text(str(executor.pid))
+            os.replace(pid_file + ".tmp", pid_file)
+        yield from batches
+    return run
+
+
+def kill_while_writing(uri: str, stream: str, pid_file: str, marker: str) -> None:
+    others: set[int] = set()  # ledgers of other writers (tags never change): not read again
+
+    with LedgerClient(uri) as lc:
+        def writing_ledger():
+            for ledger_id in set(lc.list_ledgers()) - others:
+                custom = lc.ledger_metadata(ledger_id).custom
+                if (custom.get(STREAM_TAG), custom.get(PARTITION_TAG), custom.get(ATTEMPT_TAG)) != (stream, "0", "0"):
+                    others.add(ledger_id)
+                    continue
+                handle = lc.open_ledger(ledger_id, recover=False)
+                observed[:] = [ledger_id, handle.is_closed, handle.last_entry_id]
+                return ledger_id if not handle.is_closed and handle.last_entry_id >= 0 else None
+            return None
+
+        ledger_id = poll_until(lambda: os.path.exists(pid_file) and writing_ledger(), 180, what="partition 0 writing")
+        os.kill(int(pathlib.Path(pid_file).read_text()), signal.SIGKILL)
+        pathlib.Path(marker).write_text(str(ledger_id))
+
+
+def main(uri: str, stream: str, marker: str) -> None:
+    builder = spark_conf(SparkSession.builder.appName("executor-kill"), "local-cluster[2,1,1024]")
+    spark = (
+        builder.config("spark.executor.memory", "512m")
+        .config("spark.executorEnv.PYTHONPATH", str(REPO))  # executors unpickle this module's functions
+        .getOrCreate()
+    )
+    spark.dataSource.register(LedgerDataSource)
+    pid_file = marker + ".pid"
+    killer = threading.Thread(target=kill_while_writing, args=(uri, stream, pid_file, marker), daemon=True)
+    killer.start()
+    df = spark.range(0, ROWS, numPartitions=4).selectExpr("id", "sha2(cast(id as string), 256) AS h")
+    df = df.mapInArrow(note_executor(pid_file), df.schema)
+    df.write.format("ledger").mode("append").option("metadata", uri).option("entryBytes", "8192").save(stream)
+    killer.join(10)
+    spark.stop()
+    if not os.path.exists(marker):
+        sys.exit(f"the write finished before its executor could be killed; last seen (ledger, closed, LAC): {observed}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
