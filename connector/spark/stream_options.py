@@ -6,6 +6,7 @@ Spark hands a streaming sink its checkpointLocation as an option, and a streamin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Mapping
@@ -61,7 +62,7 @@ class StreamOptions:
             with open(os.path.join(path, "metadata")) as f:
                 return "query-" + json.load(f)["id"]
         except (OSError, ValueError, KeyError):
-            return "checkpoint-" + self.checkpoint_location
+            return "checkpoint-" + hashlib.sha256(self.checkpoint_location.encode()).hexdigest()[:32]
 
 
 def _positive(given: Mapping[str, str], key: str) -> int | None:

@@ -13,7 +13,7 @@ import collections
 import contextlib
 import logging
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -55,13 +55,7 @@ class LedgerWriter(DataSourceArrowWriter):
         """Driver, before any task: everything that can fail fails here, with nothing written."""
         arrow = arrow_schema_of(schema)
         with LedgerClient(options.metadata) as lc:
-            _check_nodes(lc.store, options.ensemble_size)
-            found = find_stream(lc.store, options.stream)
-            if found is not None:
-                record = _settled(lc, found.value, options)
-                if not overwrite and record.schema:
-                    appendable_schema(record.name, decode_schema(record.schema), arrow)
-                _check_password(lc, record, options.password)
+            check_target(lc, options, arrow, overwrite)
             job_id = uuid.uuid4().hex
             start_job(lc.store, job_id, options.stream)
         return cls(options, arrow, job_id, overwrite)
@@ -70,33 +64,10 @@ class LedgerWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
         ctx = TaskContext.get()
-        opts = self.options
-        builder = EntryBuilder(self.schema, opts.entry_bytes, opts.compression)
-        ledger = None
-        in_flight: collections.deque = collections.deque()
-        with LedgerClient(opts.metadata) as lc:
-            try:
-                for payload in entries_of(iterator, builder):
-                    if ledger is None:
-                        ledger = lc.create_ledger(
-                            ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
-                            ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=self._tags(ctx),
-                        )
-                        check_job_running(lc.store, self.job_id)
-                    in_flight.append(ledger.append_async(payload))
-                    if len(in_flight) >= MAX_IN_FLIGHT:
-                        in_flight.popleft().result()
-                for future in in_flight:
-                    future.result()
-                if ledger is not None:
-                    ledger.close()
-            except BaseException:
-                if ledger is not None:
-                    _delete_own(lc, ledger)
-                raise
-        if ledger is None:
-            return TaskLedger(ctx.partitionId(), None, 0, 0)
-        return TaskLedger(ctx.partitionId(), ledger.ledger_id, builder.rows_written, ledger.last_add_confirmed + 1)
+        return write_task_ledger(
+            self.options, self.schema, iterator, ctx, self._tags(ctx),
+            on_created=lambda lc: check_job_running(lc.store, self.job_id),
+        )
 
     def _tags(self, ctx: TaskContext) -> dict[str, object]:
         return {
@@ -150,6 +121,55 @@ class LedgerWriter(DataSourceArrowWriter):
             reported = {m.ledger_id for m in messages if isinstance(m, TaskLedger) and m.ledger_id is not None}
             for ledger_id in sorted((set(job_ledgers(lc, self.job_id)) | reported) - registered):
                 discard(lc, ledger_id, opts.password)
+
+
+def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool) -> None:
+    """The stream can take these rows: enough nodes, a settled tail, a compatible schema, the password."""
+    _check_nodes(lc.store, options.ensemble_size)
+    found = find_stream(lc.store, options.stream)
+    if found is not None:
+        record = _settled(lc, found.value, options)
+        if not overwrite and record.schema:
+            appendable_schema(record.name, decode_schema(record.schema), arrow)
+        _check_password(lc, record, options.password)
+
+
+def write_task_ledger(
+    opts: LedgerOptions, schema: pa.Schema, iterator: Iterator[pa.RecordBatch], ctx: TaskContext,
+    tags: dict[str, object], on_created: Callable[[LedgerClient], None] | None = None,
+) -> TaskLedger:
+    """An executor task's write: its own ledger of Arrow entries, appended pipelined, then closed.
+
+    on_created runs once the ledger exists (the batch write checks there that its job still runs). On
+    any failure the task deletes its own ledger; the driver's sweep covers it if that fails too.
+    """
+    builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
+    ledger = None
+    in_flight: collections.deque = collections.deque()
+    with LedgerClient(opts.metadata) as lc:
+        try:
+            for payload in entries_of(iterator, builder):
+                if ledger is None:
+                    ledger = lc.create_ledger(
+                        ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
+                        ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=tags,
+                    )
+                    if on_created is not None:
+                        on_created(lc)
+                in_flight.append(ledger.append_async(payload))
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    in_flight.popleft().result()
+            for future in in_flight:
+                future.result()
+            if ledger is not None:
+                ledger.close()
+        except BaseException:
+            if ledger is not None:
+                _delete_own(lc, ledger)
+            raise
+    if ledger is None:
+        return TaskLedger(ctx.partitionId(), None, 0, 0)
+    return TaskLedger(ctx.partitionId(), ledger.ledger_id, builder.rows_written, ledger.last_add_confirmed + 1)
 
 
 def _settled(lc: LedgerClient, record: StreamRecord, options: LedgerOptions) -> StreamRecord:

@@ -1,0 +1,141 @@
+"""The exactly-once Structured Streaming sink: df.writeStream.format("ledger").start("events").
+
+Every task of a micro-batch writes its own ledger with the Arrow writer path (write.py), tagged with
+the query id and the batch id. The driver's commit registers the batch's task ledgers together with
+(query id, batch id) in ONE compare-and-set on the stream record. A batch id the stream already holds
+for the query is skipped (after a restart Spark may commit a batch again) and the ledgers written for
+the replay are discarded. The query id comes from the checkpoint, so it survives restarts.
+
+After every commit, the ledgers of this query's batches up to this one that the stream does not hold
+(failed attempts, a run killed before its commit, a replayed batch) are fenced, recovered and deleted:
+nothing uncommitted ever becomes visible, and nothing is left behind. Spark runs a commit on a fresh
+writer instance, so everything the commit needs travels in the tags and the commit messages.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from connector.client import LedgerClient, NoSuchLedgerError
+from connector.spark.commit import TaskLedger, committed, new_stream
+from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
+from connector.spark.options import LedgerOptions
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
+from connector.spark.schema import arrow_schema_of
+from connector.spark.stream_options import StreamOptions
+from connector.spark.write import check_target, write_task_ledger
+from metadata.errors import StreamExistsError
+from metadata.model import StreamRecord
+from metadata.streams import create_stream, find_stream, update_stream
+
+log = logging.getLogger(__name__)
+
+QUERY_TAG = "spark.query"
+BATCH_TAG = "spark.batch"
+BATCH_PROPERTY = "streaming.sql.batchId"  # the local property Spark sets on a micro-batch's tasks
+REFUSALS = (StreamOwnedError, UnsupportedStreamFormatError, SchemaMismatchError)
+
+
+def batch_committed(record: StreamRecord, query_id: str, batch_id: int) -> bool:
+    done = record.committed_batch(query_id)
+    return done is not None and done >= batch_id
+
+
+def with_batch(record: StreamRecord, query_id: str, batch_id: int) -> StreamRecord:
+    commits = dict(record.commits)
+    commits[query_id] = batch_id
+    return record.replace(commits=tuple(sorted(commits.items())))
+
+
+class LedgerStreamWriter(DataSourceStreamArrowWriter):
+    """Pickled to executors: options, the Arrow schema and the query id; never a client."""
+
+    def __init__(self, options: LedgerOptions, schema: pa.Schema, query_id: str):
+        self.options = options
+        self.schema = schema
+        self.query_id = query_id
+
+    @classmethod
+    def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
+        arrow = arrow_schema_of(schema)
+        with LedgerClient(options.metadata) as lc:
+            check_target(lc, options, arrow, overwrite=False)
+        return cls(options, arrow, stream_options.query_id())
+
+    # -- executors -----------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
+        ctx = TaskContext.get()
+        tags = {
+            STREAM_TAG: self.options.stream, QUERY_TAG: self.query_id, BATCH_TAG: ctx.getLocalProperty(BATCH_PROPERTY),
+            PARTITION_TAG: ctx.partitionId(), ATTEMPT_TAG: ctx.attemptNumber(), TASK_TAG: ctx.taskAttemptId(),
+        }
+        return write_task_ledger(self.options, self.schema, iterator, ctx, tags)
+
+    # -- driver --------------------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tasks = [m for m in messages if isinstance(m, TaskLedger)]
+        kept = sorted(t.ledger_id for t in tasks if t.ledger_id is not None)
+        with LedgerClient(self.options.metadata) as lc:
+            try:
+                replayed = self._register(lc, tasks, batchId)
+            except REFUSALS:
+                # Refused before anything was written to the stream: the batch's ledgers cannot stay.
+                self._discard(lc, kept)
+                raise
+            if replayed:
+                log.info("stream %r: batch %d of %s was committed before; discarding its replay",
+                         self.options.stream, batchId, self.query_id)
+                self._discard(lc, kept)
+            self._sweep(lc, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        with LedgerClient(self.options.metadata) as lc:
+            self._sweep(lc, batchId)
+
+    def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
+        """One CAS: the task ledgers and the batch id; True if the batch was committed already."""
+        replayed = [False]
+
+        def transform(record: StreamRecord) -> StreamRecord | None:
+            replayed[0] = batch_committed(record, self.query_id, batch_id)
+            if replayed[0]:
+                return None
+            return with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
+
+        stream = self.options.stream
+        while True:
+            if find_stream(lc.store, stream) is not None:
+                update_stream(lc.store, stream, transform)
+                return replayed[0]
+            try:
+                create_stream(lc.store, transform(new_stream(stream)))
+                return False
+            except StreamExistsError:
+                continue
+
+    def _sweep(self, lc: LedgerClient, batch_id: int) -> None:
+        """Discard this query's ledgers of batches <= batch_id that the stream does not hold."""
+        found = find_stream(lc.store, self.options.stream)
+        registered = {s.ledger_id for s in found.value.ledgers} if found else set()
+        orphans = []
+        for ledger_id in lc.list_ledgers():
+            if ledger_id in registered:
+                continue
+            try:
+                tags = lc.ledger_metadata(ledger_id).custom
+            except NoSuchLedgerError:
+                continue
+            if tags.get(QUERY_TAG) == self.query_id and int(tags.get(BATCH_TAG, -1)) <= batch_id:
+                orphans.append(ledger_id)
+        self._discard(lc, orphans)
+
+    def _discard(self, lc: LedgerClient, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            discard(lc, ledger_id, self.options.password)
