@@ -1,8 +1,8 @@
 """Batch reads: the driver recovers and plans (partitions()), executors read entries and yield Arrow batches.
 
-Offsets: an arrow stream has one offset per row, a raw stream one per entry (see commit.py). Pushed
-filters on the metadata columns narrow ReadBounds, which prune partitions; Spark still evaluates
-every filter, so pruning only has to be conservative.
+Offsets: an arrow stream has one offset per row, a raw stream one per entry (see commit.py). With
+includeMetadata, pushed filters on the metadata columns narrow ReadBounds, which prune partitions;
+Spark still evaluates every filter, so pruning only has to be conservative.
 """
 from __future__ import annotations
 
@@ -35,15 +35,6 @@ class LedgerReader(DataSourceReader):
         self.raw = raw
         self.bounds = ReadBounds.from_offsets(options.starting_offset, options.ending_offset)
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        roles = RAW_ROLES if self.raw else ARROW_ROLES
-        for flt in filters:
-            role = roles.get(tuple(flt.attribute))
-            narrowed = self.bounds.pushed(role, flt) if role else None
-            if narrowed is not None:
-                self.bounds = narrowed
-            yield flt
-
     def partitions(self) -> list[LedgerPartition]:
         opts = self.options
         with LedgerClient(opts.metadata) as lc:
@@ -62,6 +53,27 @@ class LedgerReader(DataSourceReader):
                 yield from raw_batches(entries, partition, target)
             else:
                 yield from arrow_batches(entries, partition, target, self.bounds)
+
+
+class PruningLedgerReader(LedgerReader):
+    """A reader with the metadata columns: filters on them prune partitions.
+
+    Spark refuses any reader that implements pushFilters unless spark.sql.python.filterPushdown.enabled
+    is true, so only reads that ask for the metadata columns (the only ones pushdown can use) get it.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        roles = RAW_ROLES if self.raw else ARROW_ROLES
+        for flt in filters:
+            role = roles.get(tuple(flt.attribute))
+            narrowed = self.bounds.pushed(role, flt) if role else None
+            if narrowed is not None:
+                self.bounds = narrowed
+            yield flt
+
+
+def ledger_reader(options: LedgerOptions, schema: StructType, raw: bool) -> LedgerReader:
+    return (PruningLedgerReader if options.include_metadata else LedgerReader)(options, schema, raw)
 
 
 def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:

@@ -91,3 +91,11 @@ def test_raw_ledgers_and_metadata_view(spark, shared_uri, stream, two_ledgers):
     assert all(e.payload[:4] == MAGIC and e._offset is None for e in entries)
     everything = read(spark, shared_uri, None, view="ledgers").filter(F.col("stream") == stream)
     assert everything.count() == 2
+
+
+def test_reads_without_metadata_columns_need_no_pushdown_setting(spark, shared_uri, stream, two_ledgers):
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        assert read(spark, shared_uri, stream).filter("id >= 10").count() == 990
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
