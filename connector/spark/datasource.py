@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from connector.spark.commit import ARROW
@@ -15,6 +15,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.read import ledger_reader
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import LedgerStreamReader
+from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.schema import decode_schema, raw_read_schema, spark_schema_of, stream_read_schema
 from connector.spark.view import VIEW_SCHEMA, LedgerViewReader
 from connector.spark.write import LedgerWriter
@@ -57,6 +58,15 @@ class LedgerDataSource(DataSource):
         if opts.ending_offset is not None:
             raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
         return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts).format != ARROW)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts, stream_opts = StreamOptions.parse(self.options)
+        opts.check_writable()
+        if overwrite:
+            raise InvalidOptionError(
+                "output mode complete would rewrite the whole stream every micro-batch; use outputMode(\"append\")"
+            )
+        return LedgerStreamWriter.prepare(opts, stream_opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = self._options()
