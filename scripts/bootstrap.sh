@@ -19,3 +19,4 @@ fi
 export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
+export SPARK_LOCAL_IP=127.0.0.1   # keep Spark on loopback

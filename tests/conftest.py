@@ -11,6 +11,9 @@ from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import MetadataStore
 from tests.harness.node_process import NodeProcess
 
+# Spark binds to the first non-loopback address unless told otherwise; tests stay on 127.0.0.1.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 _chroots = itertools.count()
 
 

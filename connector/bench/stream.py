@@ -1,0 +1,117 @@
+"""`ledger bench stream`: streaming end-to-end latency, and sink throughput beside the batch writer's.
+
+Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local mode.
+
+- Latency: a stream writer appends entries at a steady rate while a streaming query tails the stream;
+  for each entry, the time from its append being acknowledged to its row reaching the query's output
+  (foreachBatch on the driver). Printed as p50 and p99.
+- Throughput: the same rows written by the exactly-once streaming sink (one Trigger.AvailableNow
+  micro-batch over a parquet directory) and by the batch writer (df.write.format("ledger")), side by
+  side in the same run, as rows/s and their ratio.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+
+from connector.client import LedgerClient
+from connector.cluster import LocalCluster
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--entries", type=int, default=300, help="entries appended for the latency run")
+    parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency run")
+    parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
+
+
+def run(args) -> int:
+    from connector.spark.sample import sample_dataframe
+    from connector.spark.session import local_session
+
+    with tempfile.TemporaryDirectory(prefix="ledger-bench-stream-") as tmp, LocalCluster(f"{tmp}/cluster") as cluster:
+        uri = cluster.metadata_uri
+        spark = local_session("ledger-bench-stream")
+        try:
+            latencies = _latency(spark, uri, tmp, args.entries, args.rate)
+            p50, p99 = _percentile(latencies, 50), _percentile(latencies, 99)
+            print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(latencies)} "
+                  f"entries at {args.rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+
+            rows = sample_dataframe(spark, args.rows, partitions=2)
+            rows.write.parquet(f"{tmp}/source")
+            sink = _timed(lambda: _sink_write(spark, uri, f"{tmp}/source", f"{tmp}/ck", "sink-bench"))
+            batch = _timed(lambda: spark.read.parquet(f"{tmp}/source").write.format("ledger")
+                           .option("metadata", uri).mode("append").save("batch-bench"))
+            print(f"stream sink: {args.rows / sink:,.0f} rows/s; batch writer: {args.rows / batch:,.0f} rows/s; "
+                  f"sink/batch ratio {batch / sink:.2f} (same rows, E=3 WQ=3 AQ=2, fsync on)")
+        finally:
+            spark.stop()
+    return 0
+
+
+def _latency(spark, uri: str, tmp: str, entries: int, rate: float) -> list[float]:
+    """Per entry: time from acknowledgement to its row being handed to foreachBatch."""
+    acked: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    lock = threading.Lock()
+
+    def collect(batch_df, batch_id) -> None:
+        now = time.monotonic()
+        with lock:
+            for row in batch_df.select("_offset").collect():
+                seen.setdefault(row[0], now)
+
+    with LedgerClient(uri) as lc:
+        writer = lc.open_stream_writer("latency-bench")
+        writer.append(b"warm-up")   # the stream exists before the query starts
+        query = (
+            spark.readStream.format("ledger").option("metadata", uri).option("includeMetadata", "true")
+            .option("startingOffsets", "latest").load("latency-bench")
+            .writeStream.foreachBatch(collect).trigger(processingTime="0 seconds")
+            .option("checkpointLocation", f"{tmp}/latency-ck").start()
+        )
+        try:
+            _wait(lambda: query.lastProgress is not None, 120)
+            interval = 1.0 / rate
+            next_at = time.monotonic()
+            for i in range(entries):
+                offset = writer.append(f"entry {i}".encode())
+                acked[offset] = time.monotonic()
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+            _wait(lambda: all(o in seen for o in acked), 120)
+        finally:
+            query.stop()
+            writer.close()
+    return [seen[o] - acked[o] for o in acked]
+
+
+def _sink_write(spark, uri: str, source: str, checkpoint: str, stream: str) -> None:
+    schema = spark.read.parquet(source).schema
+    query = (
+        spark.readStream.schema(schema).parquet(source).writeStream.format("ledger").option("metadata", uri)
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(stream)
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming sink run failed: {query.exception()}")
+
+
+def _timed(fn) -> float:
+    started = time.monotonic()
+    fn()
+    return time.monotonic() - started
+
+
+def _wait(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark step did not finish within {timeout:.0f}s")
+        time.sleep(0.01)
+
+
+def _percentile(values: list[float], pct: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1] if len(values) > 1 else values[0]
