@@ -1,0 +1,105 @@
+"""`ledger bench spark`: Spark writing and reading a ledger stream beside parquet on local disk, one run.
+
+Starts ZooKeeper and three storage nodes (fsync on) and a local Spark session, caches the sample
+DataFrame (id long, ts timestamp, key string ~16 B, value binary ~200 B), then times, on that same
+cached DataFrame: a ledger write (E=3, WQ=3, AQ=2) against df.write.parquet to local disk, and
+reading both back (a count, and a group-by that touches id, ts and value). Every case runs twice and
+the faster run counts: the first run of a ledger case also starts Spark's Python workers (and
+imports pyarrow, grpc and kazoo in them), which parquet, read by the JVM alone, never pays. Ratios
+are the ledger path's throughput over parquet's (1.0 = as fast as parquet).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+TARGETS = {"write": 0.4, "read": 0.6}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--dir", default=None, help="where the cluster and the parquet copy live (default: temp)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=None, help="write tasks (default: Spark's parallelism)")
+    parser.add_argument("--entry-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"))
+
+
+def run(args) -> int:
+    if args.dir:
+        return _run(pathlib.Path(args.dir), args)
+    with tempfile.TemporaryDirectory(prefix="ledger-bench-spark-") as directory:
+        return _run(pathlib.Path(directory), args)
+
+
+def _timed(fn, runs: int = 2) -> tuple[float, float]:
+    """(fastest, first) wall time of runs calls."""
+    took = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        took.append(time.perf_counter() - started)
+    return min(took), took[0]
+
+
+def _run(directory: pathlib.Path, args) -> int:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from connector.cluster import LocalCluster
+    from connector.spark.datasource import LedgerDataSource
+    from connector.spark.sample import sample_dataframe
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with LocalCluster(directory / "cluster", nodes=3) as cluster:
+        uri = cluster.metadata_uri
+        spark = (
+            SparkSession.builder.master(args.master).appName("ledger-bench-spark")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "3g")
+            .config("spark.sql.session.timeZone", "UTC").getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(LedgerDataSource)
+        try:
+            df = sample_dataframe(spark, args.rows, partitions=args.partitions).cache()
+            df.count()
+            parquet = str(directory / "parquet")
+
+            def ledger_reader():
+                return spark.read.format("ledger").option("metadata", uri).load("bench")
+
+            def grouped(frame):
+                frame.groupBy(F.col("id") % 1000).agg(
+                    F.count("*"), F.sum(F.length("value")), F.max("ts")).collect()
+
+            times = {
+                ("write", "parquet"): _timed(lambda: df.write.mode("overwrite").parquet(parquet)),
+                ("write", "ledger"): _timed(lambda: (
+                    df.write.format("ledger").mode("overwrite").option("metadata", uri)
+                    .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
+                    .option("entryBytes", args.entry_bytes).option("compression", args.compression).save("bench"))),
+                ("count", "parquet"): _timed(lambda: spark.read.parquet(parquet).count()),
+                ("count", "ledger"): _timed(lambda: ledger_reader().count()),
+                ("group-by", "parquet"): _timed(lambda: grouped(spark.read.parquet(parquet))),
+                ("group-by", "ledger"): _timed(lambda: grouped(ledger_reader())),
+            }
+            assert ledger_reader().count() == args.rows, "the ledger stream does not hold every row"
+        finally:
+            spark.stop()
+    mb = args.rows * (8 + 8 + 16 + 192) / 1e6
+    print(f"{args.rows:,} rows (~{mb:.0f} MB of column data), {args.master}, 3 storage nodes with fsync, "
+          f"E=3 WQ=3 AQ=2, entryBytes={args.entry_bytes}, compression={args.compression}")
+    ok = True
+    for case in ("write", "count", "group-by"):
+        (ledger, ledger_first), (base, base_first) = times[(case, "ledger")], times[(case, "parquet")]
+        ratio = base / ledger
+        target = TARGETS["write" if case == "write" else "read"]
+        ok &= ratio >= target
+        print(f"  {case:<9} ledger {ledger:6.2f}s (first run {ledger_first:6.2f}s, {args.rows / ledger:>9,.0f} rows/s)"
+              f"   parquet {base:6.2f}s (first {base_first:6.2f}s)   ledger/parquet throughput {ratio:.2f}x "
+              f"(target >= {target}x){'' if ratio >= target else '  BELOW TARGET'}")
+    return 0 if ok else 1
