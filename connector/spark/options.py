@@ -153,17 +153,18 @@ def _ledger_ids(text: str | None) -> tuple[int, ...]:
     return ids
 
 
-def _boolean(given: Mapping[str, str], key: str, default: bool) -> bool:
+def _boolean(given: Mapping[str, str], key: str, default: bool, spelling: Mapping[str, str] = SPELLING) -> bool:
     text = given.get(key)
     if text is None:
         return default
     value = str(text).strip().lower()
     if value not in ("true", "false"):
-        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are true, false")
+        raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are true, false")
     return value == "true"
 
 
-def _integer(given: Mapping[str, str], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
+def _integer(given: Mapping[str, str], key: str, default: int | None, minimum: int, maximum: int | None = None,
+             spelling: Mapping[str, str] = SPELLING) -> int | None:
     text = given.get(key)
     if text is None:
         return default
@@ -173,7 +174,7 @@ def _integer(given: Mapping[str, str], key: str, default: int, minimum: int, max
         value = None
     if value is None or value < minimum or (maximum is not None and value > maximum):
         bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
-        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are integers {bound}")
+        raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are integers {bound}")
     return value
 
 

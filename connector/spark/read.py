@@ -45,14 +45,21 @@ class LedgerReader(DataSourceReader):
         return plan_partitions(spans, self.bounds, opts.split_entries, offset_per_entry=self.raw)
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
-        target = arrow_schema_of(self.schema)
-        with LedgerClient(self.options.metadata) as lc:
-            handle = lc.open_ledger(partition.ledger_id, password=self.options.password, recover=False)
-            entries = handle.read(partition.first_entry, partition.last_entry)
-            if self.raw:
-                yield from raw_batches(entries, partition, target)
-            else:
-                yield from arrow_batches(entries, partition, target, self.bounds)
+        return read_partition(self.options, self.schema, self.raw, partition, self.bounds)
+
+
+def read_partition(
+    options: LedgerOptions, schema: StructType, raw: bool, partition: LedgerPartition, bounds: ReadBounds
+) -> Iterator[pa.RecordBatch]:
+    """An executor's read of one partition: its entries as Arrow batches of exactly the schema."""
+    target = arrow_schema_of(schema)
+    with LedgerClient(options.metadata) as lc:
+        handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
+        entries = handle.read(partition.first_entry, partition.last_entry)
+        if raw:
+            yield from raw_batches(entries, partition, target)
+        else:
+            yield from arrow_batches(entries, partition, target, bounds)
 
 
 class PruningLedgerReader(LedgerReader):

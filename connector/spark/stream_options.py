@@ -12,7 +12,7 @@ import os
 from typing import Mapping
 
 from connector.spark.errors import InvalidOptionError
-from connector.spark.options import LedgerOptions
+from connector.spark.options import LedgerOptions, _boolean, _integer
 
 LATEST = "latest"
 EARLIEST = "earliest"
@@ -40,9 +40,9 @@ class StreamOptions:
         batch = LedgerOptions.parse(given)
         return batch, cls(
             starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
-            max_records_per_trigger=_positive(ours, "maxrecordspertrigger"),
-            max_bytes_per_trigger=_positive(ours, "maxbytespertrigger"),
-            fail_on_data_loss=_boolean(ours, "failondataloss", True),
+            max_records_per_trigger=_integer(ours, "maxrecordspertrigger", None, minimum=1, spelling=SPELLING),
+            max_bytes_per_trigger=_integer(ours, "maxbytespertrigger", None, minimum=1, spelling=SPELLING),
+            fail_on_data_loss=_boolean(ours, "failondataloss", True, spelling=SPELLING),
             checkpoint_location=ours.get("checkpointlocation"),
         )
 
@@ -64,25 +64,3 @@ class StreamOptions:
         except (OSError, ValueError, KeyError):
             return "checkpoint-" + hashlib.sha256(self.checkpoint_location.encode()).hexdigest()[:32]
 
-
-def _positive(given: Mapping[str, str], key: str) -> int | None:
-    text = given.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are integers >= 1")
-    return value
-
-
-def _boolean(given: Mapping[str, str], key: str, default: bool) -> bool:
-    text = given.get(key)
-    if text is None:
-        return default
-    value = str(text).strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are true, false")
-    return value == "true"

@@ -31,8 +31,7 @@ from connector.client import LedgerClient
 from connector.spark.errors import DataLossError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
-from connector.spark.read import arrow_batches, raw_batches
-from connector.spark.schema import arrow_schema_of
+from connector.spark.read import read_partition
 from connector.spark.spans import stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 
@@ -159,14 +158,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------------
 
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
-        target = arrow_schema_of(self.schema)
-        with LedgerClient(self.options.metadata) as lc:
-            handle = lc.open_ledger(partition.ledger_id, password=self.options.password, recover=False)
-            entries = handle.read(partition.first_entry, partition.last_entry)
-            if self.raw:
-                yield from raw_batches(entries, partition, target)
-            else:
-                yield from arrow_batches(entries, partition, target, ReadBounds.from_offsets(partition.lo, partition.hi + 1))
+        bounds = ReadBounds.from_offsets(partition.lo, partition.hi + 1)
+        return read_partition(self.options, self.schema, self.raw, partition, bounds)
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:
