@@ -2,7 +2,8 @@
 
 Used by `ledger cluster start|status|stop`, the demo, benchmarks and tests. Everything about a
 cluster lives under its directory (cluster.json records ports and process ids), so starting again on
-the same directory brings back the same nodes with all their data.
+the same directory brings back the same nodes with all their data. With tls=True (`--tls`) a local CA and
+certificates are created under DIR/tls and the nodes serve mutual TLS only; cluster.json records the files.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import time
 
 import grpc
 
+from connector.certificates import CertificateAuthority
+from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
 from metadata.errors import LedgerError
@@ -26,6 +29,7 @@ from protos import ledger_pb2, ledger_pb2_grpc
 
 STATE_FILE = "cluster.json"
 ROOT = "/ledgers"
+TLS_DIR = "tls"
 
 
 class ClusterError(LedgerError):
@@ -43,11 +47,37 @@ class NodeSpec:
         return f"127.0.0.1:{self.port}"
 
 
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a cluster started with --tls: one CA, one node certificate for every node (it names
+    127.0.0.1 and localhost), and a client certificate for the CLI, the demo and applications."""
+
+    ca: str
+    node_cert: str
+    node_key: str
+    client_cert: str
+    client_key: str
+
+    @classmethod
+    def create(cls, directory: pathlib.Path) -> "TlsFiles":
+        ca = CertificateAuthority.create(directory)
+        node = ca.issue(directory, "node")
+        client = ca.issue(directory, "client", hosts=(), client=True)
+        return cls(str(ca.cert), str(node.cert), str(node.key), str(client.cert), str(client.key))
+
+    def node_args(self) -> list[str]:
+        return ["--tls-cert", self.node_cert, "--tls-key", self.node_key, "--tls-ca", self.ca]
+
+    def client(self) -> TlsConfig:
+        return TlsConfig(ca=self.ca, cert=self.client_cert, key=self.client_key)
+
+
 @dataclasses.dataclass
 class ClusterState:
     zk_port: int
     zk_pid: int = 0
     nodes: list[NodeSpec] = dataclasses.field(default_factory=list)
+    tls: TlsFiles | None = None
 
     @property
     def metadata_uri(self) -> str:
@@ -83,10 +113,12 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 class LocalCluster:
     """Start, inspect and stop the cluster kept in `directory`."""
 
-    def __init__(self, directory: str | os.PathLike, nodes: int = 3, node_args: tuple[str, ...] = ()):
+    def __init__(self, directory: str | os.PathLike, nodes: int = 3, node_args: tuple[str, ...] = (),
+                 tls: bool = False):
         self.directory = pathlib.Path(directory).resolve()
         self.node_count = nodes
         self.node_args = tuple(node_args)
+        self.tls = tls
         self.state: ClusterState | None = self._load()
 
     # -- state file ----------------------------------------------------------------------------
@@ -99,7 +131,8 @@ class LocalCluster:
         if not self.state_file.exists():
             return None
         raw = json.loads(self.state_file.read_text())
-        return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), [NodeSpec(**n) for n in raw["nodes"]])
+        tls = TlsFiles(**raw["tls"]) if raw.get("tls") else None
+        return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), [NodeSpec(**n) for n in raw["nodes"]], tls)
 
     def _save(self) -> None:
         assert self.state is not None
@@ -113,6 +146,11 @@ class LocalCluster:
             raise ClusterError(f"no cluster in {self.directory}: run `ledger cluster start --dir {self.directory}`")
         return self.state.metadata_uri
 
+    @property
+    def client_tls(self) -> TlsConfig | None:
+        """What a client needs to talk to this cluster's nodes (None: plain text)."""
+        return self.state.tls.client() if self.state is not None and self.state.tls is not None else None
+
     def node_dir(self, node_id: str) -> pathlib.Path:
         return self.directory / "nodes" / node_id
 
@@ -123,6 +161,12 @@ class LocalCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.state is None:
             self.state = ClusterState(zk_port=free_port())
+        if self.tls and self.state.tls is None:
+            running = [s.node_id for s in self.state.nodes if _pid_alive(s.pid)]
+            if running:
+                raise ClusterError(f"node(s) {', '.join(running)} of {self.directory} run without TLS: "
+                                   f"`ledger cluster stop --dir {self.directory}` first, then start with --tls")
+            self.state.tls = TlsFiles.create(self.directory / TLS_DIR)
         wanted = max(self.node_count, len(self.state.nodes))
         while len(self.state.nodes) < wanted:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", free_port()))
@@ -154,6 +198,7 @@ class LocalCluster:
             "--port", str(spec.port),
             "--metadata", self.metadata_uri,
             "--node-id", spec.node_id,
+            *(self.state.tls.node_args() if self.state.tls else ()),
             *self.node_args,
         ]
         with open(self.directory / "nodes" / f"{spec.node_id}.log", "ab") as log:
@@ -179,11 +224,14 @@ class LocalCluster:
 
     # -- status --------------------------------------------------------------------------------
 
-    def status(self) -> dict:
+    def status(self, tls: TlsConfig | None = None, auth_token: str | None = None) -> dict:
+        """tls: override the cluster's own client certificate (default: the one cluster.json records)."""
         state = self.state
         if state is None:
             raise ClusterError(f"no cluster in {self.directory}")
-        result = {"metadata": state.metadata_uri, "zookeeper": self._zookeeper_serving(), "nodes": []}
+        tls = tls or self.client_tls
+        result = {"metadata": state.metadata_uri, "zookeeper": self._zookeeper_serving(), "nodes": [],
+                  "tls": state.tls is not None}
         registered: dict[str, NodeRegistration] = {}
         if result["zookeeper"]:
             with MetadataStore(state.metadata_uri) as store:
@@ -199,7 +247,7 @@ class LocalCluster:
                 "address": reg.address if reg else spec.address,
                 "metrics_address": reg.metrics_address if reg else "",
             }
-            entry.update(node_info(entry["address"]) if entry["running"] else {})
+            entry.update(node_info(entry["address"], tls, auth_token) if entry["running"] else {})
             result["nodes"].append(entry)
         return result
 
@@ -232,11 +280,15 @@ class LocalCluster:
         self.stop()
 
 
-def node_info(address: str, timeout: float = 2.0) -> dict:
+def node_info(address: str, tls: TlsConfig | None = None, auth_token: str | None = None,
+              timeout: float = 2.0) -> dict:
     """What a node says about itself (disk use, role), or an 'error' entry if it does not answer."""
     try:
-        with grpc.insecure_channel(address) as channel:
-            info = ledger_pb2_grpc.StorageNodeStub(channel).NodeInfo(ledger_pb2.NodeInfoRequest(), timeout=timeout)
+        channel = (grpc.insecure_channel(address) if tls is None
+                   else grpc.secure_channel(address, tls.channel_credentials()))
+        with channel:
+            info = ledger_pb2_grpc.StorageNodeStub(channel).NodeInfo(
+                ledger_pb2.NodeInfoRequest(), timeout=timeout, metadata=call_metadata(auth_token))
     except grpc.RpcError as exc:
         return {"error": exc.code().name}
     return {

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
+import urllib.parse
 from typing import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -21,43 +24,123 @@ from metadata.errors import (
 from metadata.model import LedgerMetadata, Versioned
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
-_URI = re.compile(r"^zk://(?P<hosts>[^/]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$")
+ZK_AUTH_ENV = "LEDGER_ZK_AUTH"   # user:secret, used when the metadata URI carries no credentials
+_URI = re.compile(
+    r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
+)
+_USERINFO = re.compile(r"(zk://[^:@/\s]*:)[^@\s]*@")
+
+
+def redact_uri(text: str) -> str:
+    """text with the secret of every zk://user:secret@ URI in it replaced by ***, for logs and errors."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkCredentials:
+    """ZooKeeper digest authentication: the session authenticates as user, and every znode it creates is
+    readable and writable by that user alone."""
+
+    user: str
+    secret: str = dataclasses.field(repr=False)
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> "ZkCredentials":
+        user, sep, secret = text.partition(":")
+        if not sep or not user or not secret:
+            raise InvalidMetadataUriError(f"{where} must be user:secret (ZooKeeper digest credentials)")
+        return cls(user, secret)
+
+    def auth_data(self) -> list[tuple[str, str]]:
+        return [("digest", f"{self.user}:{self.secret}")]
+
+    def acl(self) -> list:
+        return [make_digest_acl(self.user, self.secret, all=True)]
 
 
 @dataclasses.dataclass(frozen=True)
 class MetadataUri:
+    """zk://[user:secret@]host:port[,host:port...]/root; str() redacts the secret, uri() keeps it."""
+
     hosts: str
     root: str
+    credentials: ZkCredentials | None = None
 
     @classmethod
     def parse(cls, uri: str) -> "MetadataUri":
         match = _URI.match(uri or "")
         if not match:
             raise InvalidMetadataUriError(
-                f"metadata URI {uri!r} is not of the form zk://host:port[,host:port...]/root, "
-                f"for example {DEFAULT_URI}"
+                f"metadata URI {redact_uri(str(uri))!r} is not of the form zk://host:port[,host:port...]/root, "
+                f"for example {DEFAULT_URI} (with ZooKeeper credentials: zk://user:secret@host:port/root)"
             )
-        return cls(match["hosts"], match["root"].rstrip("/"))
+        credentials = None
+        if match["user"]:
+            credentials = ZkCredentials(urllib.parse.unquote(match["user"]), urllib.parse.unquote(match["secret"]))
+        return cls(match["hosts"], match["root"].rstrip("/"), credentials)
+
+    def uri(self) -> str:
+        """The full URI, secret included: only to hand it to another MetadataStore (never to print it)."""
+        if self.credentials is None:
+            return f"zk://{self.hosts}{self.root}"
+        user = urllib.parse.quote(self.credentials.user, safe="")
+        secret = urllib.parse.quote(self.credentials.secret, safe="")
+        return f"zk://{user}:{secret}@{self.hosts}{self.root}"
 
     def __str__(self) -> str:
-        return f"zk://{self.hosts}{self.root}"
+        return redact_uri(self.uri())
+
+
+def zk_credentials(uri: MetadataUri) -> ZkCredentials | None:
+    """The URI's credentials, else those of $LEDGER_ZK_AUTH, else None (an open metadata tree)."""
+    if uri.credentials is not None:
+        return uri.credentials
+    from_env = os.environ.get(ZK_AUTH_ENV)
+    return ZkCredentials.parse(from_env, f"${ZK_AUTH_ENV}") if from_env else None
 
 
 class MetadataStore:
-    """One kazoo session, chrooted at the URI's root. Use as a context manager or call close()."""
+    """One kazoo session, chrooted at the URI's root. Use as a context manager or call close().
+
+    With credentials (in the URI or $LEDGER_ZK_AUTH) the session authenticates by digest and every znode it
+    creates (the root, the layout directories, ledgers, streams, registrations) carries an ACL that only those
+    credentials satisfy, so a client without them can neither read nor change the metadata.
+    """
 
     def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0):
         self.uri = MetadataUri.parse(uri)
+        self.credentials = zk_credentials(self.uri)
         self._ensure_root(connect_timeout)
-        self.zk = KazooClient(
-            hosts=self.uri.hosts + self.uri.root,
-            timeout=session_timeout,
+        self.zk = self._client(
+            self.uri.hosts + self.uri.root, session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0, ignore_expire=False),
         )
         self._start(self.zk, connect_timeout)
-        for path in layout.ALL_DIRS:
-            self._call(self.zk.ensure_path, path)
+        try:
+            for path in layout.ALL_DIRS:
+                self._call(self.zk.ensure_path, path)
+            if self.credentials is not None:
+                self._check_root_protected()
+        except BaseException:
+            self.close()
+            raise
+
+    def _client(self, hosts: str, timeout: float, **retries) -> KazooClient:
+        if self.credentials is None:
+            return KazooClient(hosts=hosts, timeout=timeout, **retries)
+        return KazooClient(hosts=hosts, timeout=timeout, auth_data=self.credentials.auth_data(),
+                           default_acl=self.credentials.acl(), **retries)
+
+    def _check_root_protected(self) -> None:
+        """Credentials on a root created without them would protect nothing: say so instead of pretending."""
+        acls, _ = self._call(self.zk.get_acls, "/")
+        if any(acl.id.scheme == "world" for acl in acls):
+            raise MetadataError(
+                f"metadata root {self.uri.root} at {self.uri.hosts} was created without credentials and is open "
+                "to every ZooKeeper client; use a new root with these credentials, or restrict the existing tree "
+                "(zkCli: setAcl -R <root> digest:<user>:<digest>:cdrwa)"
+            )
 
     def _start(self, client: KazooClient, connect_timeout: float) -> None:
         try:
@@ -71,10 +154,10 @@ class MetadataStore:
 
     def _ensure_root(self, connect_timeout: float) -> None:
         # The chroot itself must exist before a chrooted client uses it.
-        root_client = KazooClient(hosts=self.uri.hosts, timeout=10.0)
+        root_client = self._client(self.uri.hosts, 10.0)
         self._start(root_client, connect_timeout)
         try:
-            root_client.ensure_path(self.uri.root)
+            self._call(root_client.ensure_path, self.uri.root)
         finally:
             root_client.stop()
             root_client.close()
@@ -113,6 +196,11 @@ class MetadataStore:
             return fn(*args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
+        except NoAuthError as exc:
+            raise MetadataError(
+                f"ZooKeeper refused access to the metadata under {self.uri.root} (NoAuth): the tree is protected "
+                f"by ACLs; give its credentials as zk://user:secret@host:port{self.uri.root} or in ${ZK_AUTH_ENV}"
+            ) from exc
         except (KazooException, KazooTimeoutError) as exc:
             raise MetadataError(f"ZooKeeper request failed: {type(exc).__name__}: {exc}") from exc
 

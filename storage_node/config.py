@@ -28,6 +28,10 @@ class NodeConfig:
     gc_interval: float = 300.0
     compaction_threshold: float = 0.5
     metrics_port: int = 0
+    tls_cert: pathlib.Path | None = None
+    tls_key: pathlib.Path | None = None
+    tls_ca: pathlib.Path | None = None
+    auth_token_file: pathlib.Path | None = None
 
     @property
     def address(self) -> str:
@@ -61,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rewrite a sealed journal file when less than this fraction of it is still live")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="Prometheus metrics HTTP port on --host; 0 picks a free one (registered in ZooKeeper)")
+    p.add_argument("--tls-cert", type=pathlib.Path,
+                   help="PEM certificate of this node (with --tls-key): serve gRPC over TLS only. It must name "
+                        "the address clients dial (--host) as a subjectAltName")
+    p.add_argument("--tls-key", type=pathlib.Path, help="PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", type=pathlib.Path,
+                   help="PEM CA bundle: require every client to present a certificate signed by it (mutual TLS)")
+    p.add_argument("--auth-token-file", type=pathlib.Path,
+                   help="file holding a shared token: calls without it are refused with UNAUTHENTICATED")
     return p
 
 
@@ -82,9 +94,17 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         gc_interval=args.gc_interval,
         compaction_threshold=args.compaction_threshold,
         metrics_port=args.metrics_port,
+        tls_cert=_resolved(args.tls_cert),
+        tls_key=_resolved(args.tls_key),
+        tls_ca=_resolved(args.tls_ca),
+        auth_token_file=_resolved(args.auth_token_file),
     )
     validate(config)
     return config
+
+
+def _resolved(path: pathlib.Path | None) -> pathlib.Path | None:
+    return path.expanduser().resolve() if path is not None else None
 
 
 def validate(config: NodeConfig) -> None:
@@ -104,7 +124,14 @@ def validate(config: NodeConfig) -> None:
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
         (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),
+        ((config.tls_cert is None) == (config.tls_key is None), "--tls-cert and --tls-key go together"),
+        (config.tls_ca is None or config.tls_cert is not None,
+         "--tls-ca (verify client certificates) needs --tls-cert and --tls-key (the node's own certificate)"),
     ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    for flag, path in (("--tls-cert", config.tls_cert), ("--tls-key", config.tls_key), ("--tls-ca", config.tls_ca),
+                       ("--auth-token-file", config.auth_token_file)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{flag} {path} is not a readable file")

@@ -2,7 +2,9 @@
 
 Compact: a per-ledger array of packed locations indexed by entry id from the first id stored, with
 -1 for entries this node does not hold (striping leaves holes, rule 1). Ids far outside that window
-(a recovery add below it, or a huge jump) go to a small dict so no request can make the array huge.
+(a recovery add below it, or a huge jump) go to a small dict so no request can make the array huge: the
+window grows by at most as many holes as the ledger has stored entries (plus a small allowance), so a
+client that adds ids at wide strides costs memory in proportion to what it stored, not to the ids' spread.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Iterator
 _OFFSET_BITS = 40                    # segments up to 1 TiB
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MAX_GAP = 1 << 16                   # grow the dense window by at most this many holes at once
+_FREE_HOLES = 1 << 10                # holes allowed at once however few entries are stored
 ABSENT = -1
 
 
@@ -48,7 +51,7 @@ class LedgerIndex:
                 self.count += 1
             self.locations[slot] = location
             self.lengths[slot] = length
-        elif size <= slot < size + _MAX_GAP:
+        elif size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count)):
             holes = slot - size
             if holes:
                 self.locations.extend(array("q", [ABSENT]) * holes)

@@ -30,7 +30,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Awaitable, Callable, Iterator
 
 import crc32c
 
@@ -400,6 +400,12 @@ class Group:
         self.started = 0.0             # perf_counter of the first append: the group's add latency starts here
         self.items: list = []          # what to apply once durable, with offsets relative to the group
         self.done: asyncio.Future = loop.create_future()
+
+    def outcome(self) -> Awaitable:
+        """Await this, never `done` itself: a waiter cancelled because its client hung up would otherwise
+        cancel `done` for every other waiter and for the flusher, whose set_result would then fail and leave
+        the journal taking no more writes."""
+        return asyncio.shield(self.done)
 
 
 class Journal:

@@ -106,8 +106,11 @@ async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: S
                            metrics_address)
     registration = await asyncio.to_thread(registry.register_node, store, reg)
     await service.set_serving(True)
-    print(f"storage node {config.node_id} serving on {service.address} (metrics on http://{metrics_address}/metrics)",
-          flush=True)
+    security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
+    if config.auth_token_file:
+        security += ", token required"
+    print(f"storage node {config.node_id} serving on {service.address} ({security}; metrics on "
+          f"http://{metrics_address}/metrics)", flush=True)
     collector = asyncio.ensure_future(
         run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.node_id)
     )

@@ -8,6 +8,7 @@ from grpc_health.v1 import health_pb2_grpc
 from protos import ledger_pb2 as pb
 from storage_node.config import NodeConfig
 from storage_node.errors import StorageNodeError
+from storage_node.security import TokenCheck, read_token, server_credentials
 from storage_node.service import SERVICE_NAME, Malformed, StorageNodeService
 
 
@@ -47,16 +48,28 @@ def _serialize(message) -> bytes:
 
 
 def create_server(config: NodeConfig, service: StorageNodeService) -> tuple[grpc.aio.Server, int]:
-    """Bind (port 0 picks a free port) without starting; returns the server and its port."""
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", config.max_request_bytes),
-        ("grpc.max_send_message_length", -1),
-        ("grpc.so_reuseport", 0),
-    ])
+    """Bind (port 0 picks a free port) without starting; returns the server and its port.
+
+    TLS (--tls-cert/--tls-key, mutual with --tls-ca) replaces the plain-text port; it is one or the other.
+    """
+    credentials = server_credentials(config)
+    token = read_token(config)
+    server = grpc.aio.server(
+        interceptors=[TokenCheck(token)] if token is not None else None,
+        options=[
+            ("grpc.max_receive_message_length", config.max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
     server.add_generic_rpc_handlers((_handlers(service),))
     health_pb2_grpc.add_HealthServicer_to_server(service.health, server)
+    address = f"{config.host}:{config.port}"
     try:
-        port = server.add_insecure_port(f"{config.host}:{config.port}")
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise StorageNodeError(
             f"cannot listen on {config.address} ({exc}): another process uses the port; choose another --port"

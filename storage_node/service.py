@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2
 
 from protos import ledger_pb2 as pb
 from storage_node.config import NodeConfig
-from storage_node.storage import Storage
+from storage_node.storage import Storage, id_problem
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
@@ -96,7 +96,7 @@ class StorageNodeService:
                     if group is not None and not group.done.done() and len(response.results):
                         break
                     pending.popleft()
-                    error = (await group.done) if group is not None else None
+                    error = (await group.outcome()) if group is not None else None
                     _fill_results(response, results, error)
                 drained.set()
                 await context.write(response)
@@ -133,6 +133,9 @@ class StorageNodeService:
     @_answers_error(pb.ReadResponse)
     async def Read(self, request, context) -> pb.ReadResponse:
         ledger_id, entry_id = request.ledger_id, request.entry_id
+        problem = id_problem(ledger_id, entry_id)
+        if problem:
+            return pb.ReadResponse(status=pb.BAD_REQUEST, message=problem, ledger_id=ledger_id, entry_id=entry_id)
         if request.fence:
             verdict = await self.storage.fence(ledger_id, request.master_key)
             if verdict:
@@ -160,9 +163,10 @@ class StorageNodeService:
             yield pb.ReadRangeResponse(status=pb.ERROR, message=self.not_ready_message(), done=True)
             return
         ledger_id, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
-        if first < 0 or last < first or request.max_bytes_per_message < 0:
+        if id_problem(ledger_id) or first < 0 or last < first or request.max_bytes_per_message < 0:
             yield pb.ReadRangeResponse(status=pb.BAD_REQUEST, done=True,
-                                       message=f"bad range [{first}, {last}] or max_bytes_per_message")
+                                       message=f"bad ledger id {ledger_id}, range [{first}, {last}] or "
+                                               f"max_bytes_per_message {request.max_bytes_per_message}")
             return
         if request.fence:
             verdict = await self.storage.fence(ledger_id, request.master_key)
@@ -191,6 +195,8 @@ class StorageNodeService:
 
     @_answers_error(pb.ReadLacResponse)
     async def ReadLac(self, request, context) -> pb.ReadLacResponse:
+        if id_problem(request.ledger_id):
+            return _lac_response((pb.BAD_REQUEST, id_problem(request.ledger_id), -1, -1))
         if request.fence:
             verdict = await self.storage.fence(request.ledger_id, request.master_key)
             if verdict:
@@ -207,6 +213,8 @@ class StorageNodeService:
 
     @_answers_error(pb.ReadLacResponse)
     async def WaitLac(self, request, context) -> pb.ReadLacResponse:
+        if id_problem(request.ledger_id):
+            return _lac_response((pb.BAD_REQUEST, id_problem(request.ledger_id), -1, -1))
         return _lac_response(
             await self.storage.wait_lac(request.ledger_id, request.previous_lac, request.timeout_ms)
         )

@@ -54,6 +54,15 @@ AddResult = tuple[int, int, int, str]        # ledger id, entry id, Status, mess
 ReadResult = tuple[int, str, int, bytes, int]  # Status, message, piggybacked lac, payload, digest
 
 
+def id_problem(ledger_id: int, entry_id: int = 0) -> str:
+    """Why a request's ids are absurd (BAD_REQUEST), or "" when they are in range."""
+    if not 0 <= ledger_id < MAX_ID:
+        return f"ledger id {ledger_id} is out of range [0, {MAX_ID})"
+    if not 0 <= entry_id < MAX_ID:
+        return f"entry id {entry_id} is out of range [0, {MAX_ID})"
+    return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class CompactionResult:
     rewritten: tuple[int, ...]       # files whose live records were copied
@@ -171,10 +180,9 @@ class Storage:
 
     def _entry_problem(self, ledger_id: int, entry_id: int, lac: int, key: bytes, flags: int,
                        payload: bytes, digest: int) -> str:
-        if not 0 <= ledger_id < MAX_ID:
-            return f"ledger id {ledger_id} is out of range"
-        if not 0 <= entry_id < MAX_ID:
-            return f"entry id {entry_id} is out of range"
+        problem = id_problem(ledger_id, entry_id)
+        if problem:
+            return problem
         if not -1 <= lac < entry_id:
             return f"piggybacked LAC {lac} of entry {entry_id} must be in [-1, entry id)"
         if not key or len(key) > MAX_KEY_BYTES:
@@ -240,8 +248,8 @@ class Storage:
         """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced."""
         if not key or len(key) > MAX_KEY_BYTES:
             return pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)"
-        if ledger_id < 0:
-            return pb.BAD_REQUEST, f"ledger id {ledger_id} is out of range"
+        if id_problem(ledger_id):
+            return pb.BAD_REQUEST, id_problem(ledger_id)
         state = self.ledgers.get(ledger_id)
         if state is not None:
             verdict = state.check_fence(key)
@@ -260,7 +268,7 @@ class Storage:
             self.journal.append(group, encode_fence(ledger_id))
             group.items.append((RecordType.FENCE, state, 0, 0, 0, 0))
             state.fence_group = group
-        error = await state.fence_group.done
+        error = await state.fence_group.outcome()
         if error is not None:
             return pb.ERROR, f"fence of ledger {ledger_id} is not durable: {error}"
         return None
@@ -273,8 +281,9 @@ class Storage:
         return pb.OK, "", state.last_entry_id, state.last_add_confirmed
 
     async def write_lac(self, ledger_id: int, key: bytes, lac: int) -> Verdict:
-        if ledger_id < 0 or lac < -1 or not key or len(key) > MAX_KEY_BYTES:
-            return pb.BAD_REQUEST, "WriteLac needs a ledger id >= 0, a LAC >= -1 and the master key"
+        if id_problem(ledger_id) or not -1 <= lac < MAX_ID or not key or len(key) > MAX_KEY_BYTES:
+            return pb.BAD_REQUEST, (f"WriteLac needs a ledger id in [0, {MAX_ID}), a LAC in [-1, {MAX_ID}) and the "
+                                    f"master key (1..{MAX_KEY_BYTES} bytes)")
         if self.read_only_reason:
             return pb.READ_ONLY, self._read_only_message()
         state = self.ledgers.get(ledger_id)
@@ -292,7 +301,7 @@ class Storage:
             self._journal_key(group, state)
         self.journal.append(group, encode_lac(ledger_id, lac))
         group.items.append((RecordType.LAC, state, 0, lac, 0, 0))
-        error = await group.done
+        error = await group.outcome()
         if error is not None:
             return pb.ERROR, f"LAC of ledger {ledger_id} is not durable: {error}"
         return None
@@ -378,7 +387,7 @@ class Storage:
                     dropped += 1
             if not dropped:
                 return 0
-            error = await group.done
+            error = await group.outcome()
         if error is not None:
             # Deleted in metadata anyway; after a restart replay brings them back and the next round retries.
             print(f"storage node {self.config.node_id}: deleting ledgers is not durable: {error}",

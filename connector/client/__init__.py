@@ -21,11 +21,12 @@ from connector.client.errors import (
 )
 from connector.client.ops.read import Entry
 from connector.client.retry import Retry
+from connector.client.security import SecurityConfigError, TlsConfig
 from connector.client.stream_reader import StreamEntry
 from connector.client.stream_writer import StreamWriter
 
 __all__ = [
-    "LedgerClient", "WriteHandle", "ReadHandle", "Entry", "Retry", "default_metadata_uri", "StreamWriter", "StreamEntry",
+    "LedgerClient", "TlsConfig", "SecurityConfigError", "WriteHandle", "ReadHandle", "Entry", "Retry", "default_metadata_uri", "StreamWriter", "StreamEntry",
     "LedgerError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError", "UnauthorizedError",
     "NotEnoughNodesError", "RecoveryIncompleteError", "MetadataConflictError", "DigestMismatchError",
 ]

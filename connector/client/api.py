@@ -18,6 +18,7 @@ from connector.client.ops.close import close_own
 from connector.client.ops.read import Entry, plan_chunks
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
+from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
 from connector.client.stream_reader import StreamEntry, read_stream
 from connector.client.stream_writer import StreamWriter
@@ -49,18 +50,34 @@ class LedgerClient:
 
     timeout bounds the wait for one node's answer to a read or fence; add_timeout is how long a node may leave
     an add unacknowledged before the writer replaces it (rule 3).
+
+    tls (mutual TLS to the storage nodes) and auth_token (nodes started with --auth-token-file) default to
+    $LEDGER_TLS_CA/_CERT/_KEY and $LEDGER_AUTH_TOKEN_FILE (see security.py). ZooKeeper credentials travel in
+    the URI (zk://user:secret@host:port/root) or $LEDGER_ZK_AUTH.
     """
 
-    def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0):
+    def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
+                 tls: TlsConfig | None = None, auth_token: str | None = None):
         self.uri = uri or default_metadata_uri()
+        self.tls = tls if tls is not None else TlsConfig.from_env()
+        self.auth_token = auth_token if auth_token is not None else token_from_env()
         self.store = MetadataStore(self.uri)
-        self.writer_id = f"writer-{uuid.uuid4().hex}"
-        self._writer_registration = registry.register_writer(self.store, self.writer_id)
+        try:
+            transport = self.transport()
+            self.writer_id = f"writer-{uuid.uuid4().hex}"
+            self._writer_registration = registry.register_writer(self.store, self.writer_id)
+        except BaseException:
+            self.store.close()
+            raise
         self._runtime = Runtime()
-        self._ctx = Context(self.store, GrpcTransport(self.store), timeout, add_timeout)
+        self._ctx = Context(self.store, transport, timeout, add_timeout)
         self._recoveries: dict[int, asyncio.Future] = {}
         self._pipelines: set[AddPipeline] = set()  # of open write handles, stopped when the client closes
         self._closed = False
+
+    def transport(self) -> GrpcTransport:
+        """A new transport to the storage nodes with this client's TLS settings and token."""
+        return GrpcTransport(self.store, self.tls, self.auth_token)
 
     def __enter__(self) -> "LedgerClient":
         return self

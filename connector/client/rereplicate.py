@@ -29,7 +29,6 @@ from connector.client.replication import (
     replace_in_fragment,
 )
 from connector.client.runner import Context, Runtime, schedule_of
-from connector.client.transport import GrpcTransport
 from metadata import registry
 from metadata.model import LedgerMetadata
 from metadata.update_loop import update_ledger
@@ -83,7 +82,7 @@ class Rereplicator:
         self.store = client.store
         self._keys = {password_hash(p): p for p in passwords}
         self._runtime = Runtime()
-        self._ctx = Context(self.store, GrpcTransport(self.store), timeout, add_timeout)
+        self._ctx = Context(self.store, client.transport(), timeout, add_timeout)
 
     def __enter__(self) -> "Rereplicator":
         return self

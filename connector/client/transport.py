@@ -16,6 +16,7 @@ from typing import AsyncIterator, Callable, Protocol
 import grpc
 
 from connector.client.errors import NodeError
+from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
@@ -133,8 +134,12 @@ class _AddStream:
 
 
 class GrpcTransport:
-    def __init__(self, store: MetadataStore):
+    """tls: verify nodes (and present a client certificate) over TLS; auth_token: sent with every call."""
+
+    def __init__(self, store: MetadataStore, tls: TlsConfig | None = None, auth_token: str | None = None):
         self._store = store
+        self._credentials = tls.channel_credentials() if tls is not None else None
+        self._metadata = call_metadata(auth_token)
         self._addresses: dict[str, str] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._streams: dict[tuple[str, bool], _AddStream] = {}
@@ -154,7 +159,7 @@ class GrpcTransport:
             try:
                 call = self._channel(node).stream_stream(
                     "/ledger.v1.StorageNode/Add", request_serializer=None,
-                    response_deserializer=pb.AddResponse.FromString)()
+                    response_deserializer=pb.AddResponse.FromString)(metadata=self._metadata)
             except NodeError as exc:
                 self._fail_node(node, recovery, str(exc))
                 return
@@ -194,7 +199,7 @@ class GrpcTransport:
     async def read_range(self, node: str, request: pb.ReadRangeRequest,
                          timeout: float) -> AsyncIterator[pb.ReadRangeResponse]:
         """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream."""
-        call = self._stub(node).ReadRange(request)
+        call = self._stub(node).ReadRange(request, metadata=self._metadata)
         try:
             while True:
                 response = await asyncio.wait_for(call.read(), timeout)
@@ -208,7 +213,7 @@ class GrpcTransport:
 
     async def _unary(self, node: str, method: str, request, timeout: float):
         try:
-            return await getattr(self._stub(node), method)(request, timeout=timeout)
+            return await getattr(self._stub(node), method)(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 self._forget(node)
@@ -223,12 +228,16 @@ class GrpcTransport:
         channel = self._channels.get(node)
         if channel is None:
             address = self._addresses.get(node) or self._lookup(node)
-            channel = grpc.aio.insecure_channel(address, options=[
+            options = [
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.service_config", _READ_RETRY),
                 ("grpc.enable_retries", 1),
-            ])
+            ]
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             self._channels[node] = channel
         return channel
 

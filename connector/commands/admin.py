@@ -6,6 +6,7 @@ import datetime
 import sys
 
 from connector.client import LedgerClient, default_metadata_uri
+from connector.commands import node_security
 from metadata.model import LedgerMetadata
 
 
@@ -13,7 +14,9 @@ def register(subparsers) -> None:
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help)
         sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI (default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+                         help="metadata URI, zk://[user:secret@]host:port/root "
+                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        node_security.add_arguments(sub)
         sub.set_defaults(func=func)
         return sub
 
@@ -33,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def run_list(args) -> int:
-    with LedgerClient(args.metadata) as client:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         print(f"{'ledger':>10}  {'state':<11}  {'last entry':>10}  {'E/WQ/AQ':<8}  {'length':>12}  writer")
         for ledger_id in client.list_ledgers():
             meta = client.ledger_metadata(ledger_id)
@@ -44,13 +47,13 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
-    with LedgerClient(args.metadata) as client:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         print(describe(client.ledger_metadata(args.ledger_id)))
     return 0
 
 
 def run_read(args) -> int:
-    with LedgerClient(args.metadata) as client:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         reader = client.open_ledger(args.ledger_id, password=args.password.encode(), recover=args.recover)
         last = reader.last_entry_id if args.last is None else args.last
         out = sys.stdout
@@ -60,14 +63,14 @@ def run_read(args) -> int:
 
 
 def run_recover(args) -> int:
-    with LedgerClient(args.metadata) as client:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         meta = client.recover_ledger(args.ledger_id, password=args.password.encode())
         print(f"ledger {meta.ledger_id} is {meta.state.value} at last entry {meta.last_entry_id}")
     return 0
 
 
 def run_delete(args) -> int:
-    with LedgerClient(args.metadata) as client:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         client.delete_ledger(args.ledger_id)
         print(f"ledger {args.ledger_id} deleted")
     return 0

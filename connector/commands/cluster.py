@@ -1,7 +1,10 @@
 """`ledger cluster start|status|stop`: a local cluster (embedded ZooKeeper + N storage nodes)."""
 from __future__ import annotations
 
+import sys
+
 from connector.cluster import LocalCluster
+from connector.commands import node_security
 
 DEFAULT_DIR = "ledger-cluster"
 
@@ -13,10 +16,14 @@ def register(subparsers) -> None:
     start = actions.add_parser("start", help="start in the background; returns once every node is registered")
     start.add_argument("--nodes", type=int, default=3, help="number of storage nodes (default 3)")
     start.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
+    start.add_argument("--tls", action="store_true",
+                       help="create a local CA and certificates under DIR/tls and run the nodes with mutual TLS "
+                            "(remembered in DIR/cluster.json: later starts keep TLS on)")
     start.set_defaults(func=run_start)
 
     status = actions.add_parser("status", help="show ZooKeeper and every node's health, role and disk use")
     status.add_argument("--dir", default=DEFAULT_DIR)
+    node_security.add_arguments(status)
     status.set_defaults(func=run_status)
 
     stop = actions.add_parser("stop", help="clean shutdown; starting again on the same --dir keeps all data")
@@ -27,15 +34,21 @@ def register(subparsers) -> None:
 def run_start(args) -> int:
     if args.nodes < 1:
         raise SystemExit("ledger cluster start: --nodes must be at least 1")
-    uri = LocalCluster(args.dir, nodes=args.nodes).start()
+    cluster = LocalCluster(args.dir, nodes=args.nodes, tls=args.tls)
+    uri = cluster.start()
     print(uri)
+    tls = cluster.client_tls
+    if tls is not None:
+        print(f"TLS on: clients need  LEDGER_TLS_CA={tls.ca} LEDGER_TLS_CERT={tls.cert} LEDGER_TLS_KEY={tls.key}",
+              file=sys.stderr)
     return 0
 
 
 def run_status(args) -> int:
-    status = LocalCluster(args.dir).status()
+    status = LocalCluster(args.dir).status(**node_security.client_options(args))
     print(f"metadata   {status['metadata']}")
     print(f"zookeeper  {'serving' if status['zookeeper'] else 'DOWN'}")
+    print(f"tls        {'on (mutual)' if status['tls'] else 'off'}")
     healthy = status["zookeeper"]
     for node in status["nodes"]:
         if node["running"] and node["registered"] and "error" not in node:

@@ -15,7 +15,7 @@ from connector.client import default_metadata_uri
 from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import NodeState
-from metadata.store import MetadataStore
+from metadata.store import MetadataStore, redact_uri
 
 READONLY_WAIT_SECONDS = 10.0
 
@@ -48,14 +48,15 @@ def _readonly_parser() -> argparse.ArgumentParser:
     parser.add_argument("--off", action="store_true", help="clear the flag: the node takes adds again "
                                                            "(unless its disk is over the threshold)")
     parser.add_argument("--metadata", default=default_metadata_uri(),
-                        help="metadata URI (default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+                        help="metadata URI, zk://[user:secret@]host:port/root "
+                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
     return parser
 
 
 def run_readonly(args) -> int:
     with MetadataStore(args.metadata) as store:
         if registry.read_cookie(store, args.node_id) is None:
-            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at {args.metadata} "
+            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at {redact_uri(args.metadata)} "
                               "(it has no cookie); check the id with `ledger cluster status`")
         registry.set_readonly(store, args.node_id, not args.off)
         flag = "off" if args.off else "on"

@@ -10,13 +10,16 @@ import time
 
 from connector.client import LedgerClient, LedgerError, default_metadata_uri
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
+from connector.commands import node_security
 
 
 def register(subparsers) -> None:
     def command(name: str, help: str, func):
         sub = subparsers.add_parser(name, help=help)
         sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI (default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+                         help="metadata URI, zk://[user:secret@]host:port/root "
+                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        node_security.add_arguments(sub)
         sub.add_argument("--password", dest="passwords", action="append",
                          help="password of the ledgers to re-replicate; repeat for several (default: empty)")
         sub.set_defaults(func=func)
@@ -38,7 +41,8 @@ def _passwords(args) -> list[bytes]:
 
 
 def run_audit(args) -> int:
-    with LedgerClient(args.metadata) as client, Rereplicator(client, _passwords(args)) as worker:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client, \
+            Rereplicator(client, _passwords(args)) as worker:
         if args.watch is None:
             return _audit_round(worker, args.repair)
         while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
@@ -73,7 +77,8 @@ def _audit_round(worker: Rereplicator, repair: bool) -> int:
 
 
 def run_decommission(args) -> int:
-    with LedgerClient(args.metadata) as client, Rereplicator(client, _passwords(args)) as worker:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client, \
+            Rereplicator(client, _passwords(args)) as worker:
         outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
     failed = [o for o in outcomes if not o.ok]
     if failed:

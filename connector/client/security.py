@@ -1,0 +1,89 @@
+"""How the client proves itself to storage nodes and checks that it talks to real ones.
+
+TlsConfig: mutual TLS. The client verifies each node's certificate against `ca` and the address it dials
+(a node registered as 127.0.0.1:PORT needs an IP subjectAltName 127.0.0.1), and presents `cert`/`key` to nodes
+that require client certificates (--tls-ca on the node). The token is sent as call metadata to nodes started
+with --auth-token-file. Both default to the environment, like the metadata URI:
+
+    LEDGER_TLS_CA, LEDGER_TLS_CERT, LEDGER_TLS_KEY   PEM files (CA bundle, client certificate, its key)
+    LEDGER_AUTH_TOKEN_FILE                           a file holding the shared token
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+
+import grpc
+
+from metadata.errors import LedgerError
+from protos.auth import TOKEN_METADATA_KEY
+
+TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV = "LEDGER_TLS_CA", "LEDGER_TLS_CERT", "LEDGER_TLS_KEY"
+AUTH_TOKEN_FILE_ENV = "LEDGER_AUTH_TOKEN_FILE"
+
+
+class SecurityConfigError(LedgerError):
+    """TLS or token settings that cannot work: a missing file, a certificate without its key, ..."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """Paths of PEM files: ca verifies the nodes; cert and key (together) identify this client."""
+
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ca:
+            raise SecurityConfigError("TLS needs a CA bundle (ca / --tls-ca / tlsCa) to verify the storage nodes")
+        if (self.cert is None) != (self.key is None):
+            raise SecurityConfigError("a client certificate (cert / --tls-cert / tlsCert) and its key "
+                                      "(key / --tls-key / tlsKey) go together")
+
+    @classmethod
+    def from_paths(cls, ca: str | None, cert: str | None = None, key: str | None = None) -> "TlsConfig | None":
+        """None when nothing is given (plain text); an error when only a client certificate or key is."""
+        if not (ca or cert or key):
+            return None
+        if not ca:
+            raise SecurityConfigError("a client certificate without a CA bundle: give the CA that signed the "
+                                      "storage nodes' certificates (--tls-ca / tlsCa / $LEDGER_TLS_CA)")
+        return cls(ca, cert or None, key or None)
+
+    @classmethod
+    def from_env(cls) -> "TlsConfig | None":
+        env = os.environ.get
+        return cls.from_paths(env(TLS_CA_ENV), env(TLS_CERT_ENV), env(TLS_KEY_ENV))
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca, "CA bundle"),
+            private_key=_read(self.key, "client key") if self.key else None,
+            certificate_chain=_read(self.cert, "client certificate") if self.cert else None,
+        )
+
+
+def read_token_file(path: str | os.PathLike) -> str:
+    token = _read(path, "auth token file").strip()
+    if not token or not token.isascii():
+        raise SecurityConfigError(f"auth token file {path} must hold a non-empty ASCII token")
+    return token.decode()
+
+
+def token_from_env() -> str | None:
+    path = os.environ.get(AUTH_TOKEN_FILE_ENV)
+    return read_token_file(path) if path else None
+
+
+def call_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    return ((TOKEN_METADATA_KEY, token),) if token else None
+
+
+def _read(path: str | os.PathLike, what: str) -> bytes:
+    try:
+        return pathlib.Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise SecurityConfigError(f"cannot read the {what} {path}: {exc.strerror}; every process that opens "
+                                  "a client (Spark executors too) must see the same path") from exc
