@@ -1,9 +1,10 @@
 """A write whose executor is SIGKILLed mid-write, under local-cluster[2,1,1024] (real executor processes).
 
 `python -m tests.spark.executor_kill_job URI STREAM MARKER` writes ids 0..ROWS-1 in 4 partitions. The
-first attempt of partition 0 notes the pid of its executor JVM; a driver thread waits until that
-attempt's ledger holds an acknowledged entry, SIGKILLs the executor and records the ledger id in
-MARKER. Spark retries the task on a new executor and the job commits.
+first attempt of partition 0 notes the pid of its executor JVM and, after HOLD_AT_BATCH input batches,
+holds its input back until MARKER exists; a driver thread waits until that attempt's ledger holds an
+acknowledged entry, SIGKILLs the executor and records the ledger id in MARKER. Spark retries the task
+on a new executor and the job commits.
 """
 import os
 import pathlib
@@ -22,18 +23,23 @@ from tests.harness.poll import poll_until
 from tests.spark.conftest import spark_conf
 from tests.spark.helpers import REPO
 
-ROWS = 600_000
+ROWS = 200_000
+HOLD_AT_BATCH = 10  # of 1000 rows: Spark passes all but the last batch or two on to the writer
 observed: list = []
 
 
-def note_executor(pid_file: str):
+def hold_first_attempt(pid_file: str, marker: str):
     def run(batches):
         context = TaskContext.get()
-        if context.partitionId() == 0 and context.attemptNumber() == 0:
+        first_attempt = context.partitionId() == 0 and context.attemptNumber() == 0
+        if first_attempt:
             executor = next(p for p in psutil.Process().parents() if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline()))
             pathlib.Path(pid_file + ".tmp").write_text(str(executor.pid))
             os.replace(pid_file + ".tmp", pid_file)
-        yield from batches
+        for index, batch in enumerate(batches):
+            if first_attempt and index == HOLD_AT_BATCH:
+                poll_until(lambda: os.path.exists(marker), 120, what="the executor to be killed")
+            yield batch
     return run
 
 
@@ -62,6 +68,7 @@ def main(uri: str, stream: str, marker: str) -> None:
     spark = (
         builder.config("spark.executor.memory", "512m")
         .config("spark.executorEnv.PYTHONPATH", str(REPO))  # executors unpickle this module's functions
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
         .getOrCreate()
     )
     spark.dataSource.register(LedgerDataSource)
@@ -69,7 +76,7 @@ def main(uri: str, stream: str, marker: str) -> None:
     killer = threading.Thread(target=kill_while_writing, args=(uri, stream, pid_file, marker), daemon=True)
     killer.start()
     df = spark.range(0, ROWS, numPartitions=4).selectExpr("id", "sha2(cast(id as string), 256) AS h")
-    df = df.mapInArrow(note_executor(pid_file), df.schema)
+    df = df.mapInArrow(hold_first_attempt(pid_file, marker), df.schema)
     df.write.format("ledger").mode("append").option("metadata", uri).option("entryBytes", "8192").save(stream)
     killer.join(10)
     spark.stop()
