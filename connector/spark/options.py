@@ -9,6 +9,7 @@ import dataclasses
 import os
 from typing import Mapping
 
+from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
 from metadata.store import DEFAULT_URI, MetadataUri
@@ -25,6 +26,7 @@ SPELLING = {
     for name in (
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
         "entryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
+        "tlsCa", "tlsCert", "tlsKey", "authTokenFile",
     )
 }
 
@@ -35,11 +37,11 @@ def default_metadata_uri() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class LedgerOptions:
-    metadata: str
+    metadata: str = dataclasses.field(repr=False)  # may carry ZooKeeper credentials (zk://user:secret@...)
     stream: str | None = None
     ledgers: tuple[int, ...] = ()
     recover: bool = True
-    password: bytes = b""
+    password: bytes = dataclasses.field(default=b"", repr=False)
     ensemble_size: int = 3
     write_quorum: int = 3
     ack_quorum: int = 2
@@ -50,6 +52,12 @@ class LedgerOptions:
     include_metadata: bool = False
     split_entries: int = 0  # entries per read partition; 0 = one partition per ledger
     view: str | None = None
+    # PEM files and the token file for storage nodes with TLS / --auth-token-file; paths, so every executor
+    # must see the same files (the driver checks that they exist).
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    auth_token_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "LedgerOptions":
@@ -76,11 +84,26 @@ class LedgerOptions:
             include_metadata=_boolean(given, "includemetadata", False),
             split_entries=_integer(given, "splitentries", 0, minimum=0),
             view=_choice(given, "view", VIEWS, None),
+            tls_ca=_file(given, "tlsca"),
+            tls_cert=_file(given, "tlscert"),
+            tls_key=_file(given, "tlskey"),
+            auth_token_file=_file(given, "authtokenfile"),
         )
+        parsed.client_options()  # refuses half a TLS setting or an unusable token file now, on the driver
         parsed._check_quorums()
         parsed._check_offsets()
         parsed._check_source()
         return parsed
+
+    def client_options(self) -> dict:
+        """Keyword arguments for every LedgerClient the connector opens (driver and executors)."""
+        try:
+            return {
+                "tls": TlsConfig.from_paths(self.tls_ca, self.tls_cert, self.tls_key),
+                "auth_token": read_token_file(self.auth_token_file) if self.auth_token_file else None,
+            }
+        except LedgerError as exc:
+            raise InvalidOptionError(f"options tlsCa/tlsCert/tlsKey/authTokenFile: {exc}") from exc
 
     def _check_quorums(self) -> None:
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
@@ -125,9 +148,19 @@ class LedgerOptions:
 
 def _metadata(uri: str) -> str:
     try:
-        return str(MetadataUri.parse(uri))
+        return MetadataUri.parse(uri).uri()  # with its credentials; str() would redact them
     except LedgerError as exc:
         raise InvalidOptionError(f"option metadata: {exc}") from exc
+
+
+def _file(given: Mapping[str, str], key: str) -> str | None:
+    path = given.get(key)
+    if not path:
+        return None
+    if not os.path.isfile(path):
+        raise InvalidOptionError(f"option {SPELLING[key]}={path!r}: no such file (the driver and every executor "
+                                 "must see it at this path)")
+    return path
 
 
 def _stream(path: str | None) -> str | None:

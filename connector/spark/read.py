@@ -37,7 +37,7 @@ class LedgerReader(DataSourceReader):
 
     def partitions(self) -> list[LedgerPartition]:
         opts = self.options
-        with LedgerClient(opts.metadata) as lc:
+        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             if opts.ledgers:
                 spans = ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
             else:
@@ -53,7 +53,7 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """An executor's read of one partition: its entries as Arrow batches of exactly the schema."""
     target = arrow_schema_of(schema)
-    with LedgerClient(options.metadata) as lc:
+    with LedgerClient(options.metadata, **options.client_options()) as lc:
         handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
         entries = handle.read(partition.first_entry, partition.last_entry)
         if raw:

@@ -72,7 +72,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _extent(self) -> StreamExtent:
         opts = self.options
-        with LedgerClient(opts.metadata) as lc:
+        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             record, spans = stream_spans(lc, opts.stream, opts.password, recover_dangling=True)
             known_bytes = known_offsets = 0
             for span in spans:

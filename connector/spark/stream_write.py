@@ -63,7 +63,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     @classmethod
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
-        with LedgerClient(options.metadata) as lc:
+        with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite=False)
         return cls(options, arrow, stream_options.query_id())
 
@@ -82,7 +82,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
         kept = sorted(t.ledger_id for t in tasks if t.ledger_id is not None)
-        with LedgerClient(self.options.metadata) as lc:
+        with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
             try:
                 replayed = self._register(lc, tasks, batchId)
             except REFUSALS:
@@ -96,7 +96,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             self._sweep(lc, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with LedgerClient(self.options.metadata) as lc:
+        with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
             self._sweep(lc, batchId)
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:

@@ -54,7 +54,7 @@ class LedgerWriter(DataSourceArrowWriter):
     def prepare(cls, options: LedgerOptions, schema: StructType, overwrite: bool) -> "LedgerWriter":
         """Driver, before any task: everything that can fail fails here, with nothing written."""
         arrow = arrow_schema_of(schema)
-        with LedgerClient(options.metadata) as lc:
+        with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite)
             job_id = uuid.uuid4().hex
             start_job(lc.store, job_id, options.stream)
@@ -81,7 +81,7 @@ class LedgerWriter(DataSourceArrowWriter):
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
         kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
         opts = self.options
-        with LedgerClient(opts.metadata) as lc:
+        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
             for ledger_id in job_ledgers(lc, self.job_id):
                 if ledger_id not in kept:
@@ -114,7 +114,7 @@ class LedgerWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         opts = self.options
-        with LedgerClient(opts.metadata) as lc:
+        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
             found = find_stream(lc.store, opts.stream)
             registered = {s.ledger_id for s in found.value.ledgers} if found else set()
@@ -146,7 +146,7 @@ def write_task_ledger(
     builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
     ledger = None
     in_flight: collections.deque = collections.deque()
-    with LedgerClient(opts.metadata) as lc:
+    with LedgerClient(opts.metadata, **opts.client_options()) as lc:
         try:
             for payload in entries_of(iterator, builder):
                 if ledger is None:

@@ -85,3 +85,18 @@ def test_cli_errors_say_what_happened_without_leaking_secrets(cluster, metadata_
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("ledger: error:") and message in err and "hunter2" not in err
+
+
+def test_spark_tls_options_reach_every_client_and_half_settings_are_refused(pki, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    options = LedgerOptions.parse({"tlsca": str(pki.ca.cert), "tlscert": str(pki.client.cert),
+                                   "tlskey": str(pki.client.key), "authtokenfile": str(token),
+                                   "metadata": "zk://spark:hunter2@127.0.0.1:2181/ledgers"})
+    assert options.client_options() == {"tls": pki.client_tls(), "auth_token": "t0ken"}
+    assert options.metadata == "zk://spark:hunter2@127.0.0.1:2181/ledgers"  # credentials kept for the clients
+    assert "hunter2" not in repr(options)
+    with pytest.raises(InvalidOptionError, match="go together"):
+        LedgerOptions.parse({"tlsCa": str(pki.ca.cert), "tlsCert": str(pki.client.cert)})
+    with pytest.raises(InvalidOptionError, match="tlsKey='/nonexistent.pem': no such file"):
+        LedgerOptions.parse({"tlsKey": "/nonexistent.pem"})
