@@ -8,6 +8,7 @@
     /writers/<writer id>        writer liveness (ephemeral)
     /decommissioned/<node id>   retired storage nodes: placement skips them, audit moves data off them
     /readonly/<node id>         operator's read-only flag (persistent): the node refuses normal adds
+    /spark-jobs/<job id>        a Spark batch write in progress (see connector/spark/jobs.py)
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ COOKIES = "/cookies"
 WRITERS = "/writers"
 DECOMMISSIONED = "/decommissioned"
 READONLY = "/readonly"
-ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY)
+SPARK_JOBS = "/spark-jobs"
+ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS)
 
 
 def ledger_path(ledger_id: int) -> str:

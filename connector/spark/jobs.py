@@ -11,10 +11,10 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from metadata import layout
 from metadata.errors import LedgerError
 from metadata.store import MetadataStore
 
-JOBS = "/spark-jobs"
 
 
 class WriteJobEndedError(LedgerError):
@@ -22,11 +22,11 @@ class WriteJobEndedError(LedgerError):
 
 
 def _path(job_id: str) -> str:
-    return f"{JOBS}/{job_id}"
+    return f"{layout.SPARK_JOBS}/{job_id}"
 
 
 def start_job(store: MetadataStore, job_id: str, stream: str) -> None:
-    store._call(store.zk.ensure_path, JOBS)
+    store._call(store.zk.ensure_path, layout.SPARK_JOBS)
     try:
         store._call(store.zk.create, _path(job_id), json.dumps({"stream": stream, "started": time.time()}).encode())
     except NodeExistsError:
