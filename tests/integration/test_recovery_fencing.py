@@ -9,7 +9,6 @@ import pytest
 
 from connector.client import (
     LedgerClient,
-    LedgerError,
     LedgerFencedError,
     RecoveryIncompleteError,
     Retry,

@@ -6,7 +6,6 @@ kill nodes start their own cluster with the `cluster` fixture of tests/conftest.
 from __future__ import annotations
 
 import os
-import pathlib
 import re
 import sys
 

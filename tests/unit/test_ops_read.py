@@ -1,6 +1,4 @@
 """Reading: chunks spread over the ensemble, failover to the next replica, digest verification."""
-import pytest
-
 from connector.client.errors import DigestMismatchError, NodeError
 from connector.client.ops.read import EntryRead, plan_chunks
 from metadata.model import Fragment, LedgerMetadata, LedgerState
