@@ -1,4 +1,6 @@
 """The tailing streaming source against a real cluster: live tail, rate limits, data loss handling."""
+import json
+
 import pytest
 
 from connector.client import LedgerClient
@@ -81,3 +83,15 @@ def test_fail_on_data_loss(spark, shared_uri, stream, fail):
         assert query.awaitTermination(120)
         assert first_left == 5
         assert payloads(spark, table) == [f"e{i:03d}".encode() for i in range(5, 10)]
+
+
+def test_byte_limit_caps_micro_batches_and_the_latest_offset_is_reported(spark, shared_uri, stream):
+    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=50) as writer:
+        for i in range(100):
+            writer.append(bytes([i % 256]) * 100)   # 100-byte entries: 100 bytes per offset
+    query = stream_query(spark, shared_uri, stream, "bytes_limited", maxBytesPerTrigger="2500").trigger(
+        availableNow=True).start()
+    assert query.awaitTermination(120)
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in batches] == [25, 25, 25, 25]
+    assert json.loads(batches[-1]["sources"][0]["latestOffset"]) == {"offset": 100}
