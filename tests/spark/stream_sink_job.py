@@ -8,21 +8,19 @@ test can act while partition 0 has written its ledger and the batch is not commi
 import os
 import pathlib
 import sys
-import time
 
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from connector.spark import LedgerDataSource
+from tests.harness.poll import poll_until
 from tests.spark.conftest import spark_conf
 
 
 def hold(value, hold_file):
     if hold_file and TaskContext.get().partitionId() == 1:
-        deadline = time.monotonic() + 300
-        while not os.path.exists(hold_file) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(lambda: os.path.exists(hold_file), 300, what=f"the test to create {hold_file}")
     return value
 
 
