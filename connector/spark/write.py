@@ -187,7 +187,8 @@ def _check_password(lc: LedgerClient, record: StreamRecord, password: bytes) -> 
 
 
 def _check_nodes(store: MetadataStore, ensemble_size: int) -> None:
-    writable = [n for n in registry.list_nodes(store).values() if n.state is NodeState.AVAILABLE]
+    # The same nodes placement may choose from: registered, not decommissioned, and writable.
+    writable = [n for n in registry.placeable_nodes(store).values() if n.state is NodeState.AVAILABLE]
     if len(writable) < ensemble_size:
         raise NotEnoughNodesError(
             f"ensembleSize={ensemble_size} but only {len(writable)} writable storage nodes are registered; "
