@@ -21,11 +21,11 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from connector.client import LedgerClient, NoSuchLedgerError
+from connector.client import LedgerClient
 from connector.spark.commit import TaskLedger, committed, new_stream
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
-from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard, tagged_ledgers
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
 from connector.spark.write import check_target, write_task_ledger
@@ -124,17 +124,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         """Discard this query's ledgers of batches <= batch_id that the stream does not hold."""
         found = find_stream(lc.store, self.options.stream)
         registered = {s.ledger_id for s in found.value.ledgers} if found else set()
-        orphans = []
-        for ledger_id in lc.list_ledgers():
-            if ledger_id in registered:
-                continue
-            try:
-                tags = lc.ledger_metadata(ledger_id).custom
-            except NoSuchLedgerError:
-                continue
-            if tags.get(QUERY_TAG) == self.query_id and int(tags.get(BATCH_TAG, -1)) <= batch_id:
-                orphans.append(ledger_id)
-        self._discard(lc, orphans)
+
+        def orphan(tags: dict[str, str]) -> bool:
+            return tags.get(QUERY_TAG) == self.query_id and int(tags.get(BATCH_TAG, -1)) <= batch_id
+
+        self._discard(lc, tagged_ledgers(lc, orphan, skip=registered))
 
     def _discard(self, lc: LedgerClient, ledger_ids: list[int]) -> None:
         for ledger_id in ledger_ids:
