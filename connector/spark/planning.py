@@ -114,13 +114,14 @@ class LedgerSpan:
     """A ledger to read: entries 0..last_entry_id, holding stream offsets first_offset..last_offset.
 
     Offsets are None for a ledger read by id (not in a stream); last_offset is None while unknown
-    (the OPEN tail of a live stream writer).
+    (the OPEN tail of a live stream writer). length is the ledger's size in bytes, -1 while unknown.
     """
 
     ledger_id: int
     last_entry_id: int
     first_offset: int | None = None
     last_offset: int | None = None
+    length: int = -1
 
 
 @dataclasses.dataclass(frozen=True)

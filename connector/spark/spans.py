@@ -15,15 +15,17 @@ from metadata.model import StreamLedger, StreamRecord
 from metadata.streams import read_stream, update_stream
 
 
-def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> tuple[int, bool]:
-    """(last entry to read, whether the ledger is closed at it)."""
+def readable_end(
+    lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool
+) -> tuple[int, bool, int]:
+    """(last entry to read, whether the ledger is closed at it, its length in bytes or -1 if unknown)."""
     meta = lc.ledger_metadata(ledger_id)
     check_password(meta, password, f"ledger {ledger_id}")
     if meta.is_closed:
-        return meta.last_entry_id, True
+        return meta.last_entry_id, True, meta.length
     if recover_dangling and lc.is_dangling(meta):
-        return recover(lc, ledger_id, password), True
-    return lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False
+        return recover(lc, ledger_id, password), True, -1
+    return lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False, -1
 
 
 def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling: bool) -> list[LedgerSpan]:
@@ -36,12 +38,12 @@ def stream_spans(
     record = read_stream(lc.store, name).value
     spans = []
     for ledger in record.ledgers:
-        last_entry, closed = readable_end(lc, ledger.ledger_id, password, recover_dangling)
+        last_entry, closed, length = readable_end(lc, ledger.ledger_id, password, recover_dangling)
         last_offset = ledger.last_offset
         if last_offset is None and closed:
             last_offset = _closed_last_offset(lc, record.format, ledger, last_entry, password)
             record = update_stream(lc.store, name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
-        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
+        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset, length))
     return record, spans
 
 

@@ -74,12 +74,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             record, spans = stream_spans(lc, opts.stream, opts.password, recover_dangling=True)
-            known_bytes = known_offsets = 0
-            for span in spans:
-                meta = lc.ledger_metadata(span.ledger_id)
-                if meta.is_closed and meta.length > 0 and span.last_offset is not None:
-                    known_bytes += meta.length
-                    known_offsets += span.last_offset - span.first_offset + 1
+        known = [s for s in spans if s.length > 0 and s.last_offset is not None]
+        known_bytes = sum(s.length for s in known)
+        known_offsets = sum(s.last_offset - s.first_offset + 1 for s in known)
         first = record.ledgers[0].first_offset if record.ledgers else 0
         end = first
         for span in spans:
