@@ -6,6 +6,7 @@ import sys
 
 from metadata.errors import LedgerError
 from storage_node.config import parse_config
+from storage_node.memory import keep_large_buffers_on_heap
 from storage_node.node import serve
 
 
@@ -15,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     except LedgerError as exc:
         print(f"storage node: {exc}", file=sys.stderr)
         return 2
+    keep_large_buffers_on_heap()
     try:
         return asyncio.run(serve(config))
     except LedgerError as exc:

@@ -25,6 +25,7 @@ class NodeConfig:
     disk_check_interval: float = 1.0
     zk_session_timeout: float = 10.0
     journal_segment_bytes: int = 512 * MiB
+    journal_page_cache_bytes: int = 64 * MiB
     gc_interval: float = 300.0
     compaction_threshold: float = 0.5
     metrics_port: int = 0
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-session-timeout", type=float, default=10.0, help="ZooKeeper session timeout in seconds")
     p.add_argument("--journal-segment-bytes", type=int, default=512 * MiB,
                    help="a new journal segment starts once the current one is this large")
+    p.add_argument("--journal-page-cache-bytes", type=int, default=64 * MiB,
+                   help="the newest journal bytes left in the OS page cache for tailing reads; older, synced ones "
+                        "are dropped from it so that writes reuse warm pages (-1: leave the page cache alone)")
     p.add_argument("--gc-interval", type=float, default=300.0,
                    help="seconds between garbage collection rounds (drop ledgers deleted from metadata, compact)")
     p.add_argument("--compaction-threshold", type=float, default=0.5,
@@ -91,6 +95,7 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         disk_check_interval=args.disk_check_interval,
         zk_session_timeout=args.zk_session_timeout,
         journal_segment_bytes=args.journal_segment_bytes,
+        journal_page_cache_bytes=args.journal_page_cache_bytes,
         gc_interval=args.gc_interval,
         compaction_threshold=args.compaction_threshold,
         metrics_port=args.metrics_port,
@@ -120,6 +125,8 @@ def validate(config: NodeConfig) -> None:
         (config.disk_check_interval > 0, "--disk-check-interval must be positive"),
         (config.zk_session_timeout >= 1.0, "--zk-session-timeout must be at least 1 second"),
         (config.journal_segment_bytes >= MiB, "--journal-segment-bytes must be at least 1 MiB"),
+        (config.journal_page_cache_bytes >= -1,
+         f"--journal-page-cache-bytes {config.journal_page_cache_bytes} must be -1 (keep all) or a byte count"),
         (config.gc_interval > 0, "--gc-interval must be positive"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),

@@ -6,17 +6,20 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2_grpc
 
 from protos import ledger_pb2 as pb
+from storage_node.add_request import parse_add_request
 from storage_node.config import NodeConfig
 from storage_node.errors import StorageNodeError
 from storage_node.security import TokenCheck, read_token, server_credentials
 from storage_node.service import SERVICE_NAME, Malformed, StorageNodeService
 
 
-def _parser(message_type):
+def _parser(message_type, decode=None):
     """Unparseable bytes become Malformed, so the service answers BAD_REQUEST instead of gRPC failing."""
+    decode = decode or message_type.FromString
+
     def parse(data: bytes):
         try:
-            return message_type.FromString(data)
+            return decode(data)
         except DecodeError as exc:
             return Malformed(f"malformed {message_type.__name__}: {exc}")
     return parse
@@ -30,7 +33,8 @@ def _handlers(service: StorageNodeService) -> grpc.GenericRpcHandler:
 
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
         "Add": grpc.stream_stream_rpc_method_handler(
-            service.Add, request_deserializer=_parser(pb.AddRequest), response_serializer=_serialize,
+            service.Add, request_deserializer=_parser(pb.AddRequest, parse_add_request),
+            response_serializer=_serialize,
         ),
         "Read": unary(service.Read, pb.ReadRequest),
         "ReadRange": grpc.unary_stream_rpc_method_handler(

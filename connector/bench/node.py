@@ -22,7 +22,9 @@ import grpc
 from metadata.embedded import EmbeddedZooKeeper
 from protos import ledger_pb2 as pb
 from protos import ledger_pb2_grpc
+from protos import wire
 from protos.digest import entry_digest, master_key
+from storage_node.config import NodeConfig
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -30,6 +32,7 @@ _SERVING = re.compile(r"serving on (\S+:\d+)")
 _MAX_MESSAGE = 256 * MiB
 TARGET_SMALL_ENTRIES_PER_S = 20_000
 TARGET_LARGE_RATIO = 0.80
+_PAGE_CACHE_BYTES = NodeConfig.journal_page_cache_bytes
 
 
 def add_arguments(parser) -> None:
@@ -40,8 +43,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured time before each case")
     parser.add_argument("--small-batch", type=int, default=128, help="1 KiB entries per AddRequest")
     parser.add_argument("--small-window", type=int, default=4096, help="1 KiB entries in flight")
-    parser.add_argument("--large-batch", type=int, default=2, help="1 MiB entries per AddRequest")
-    parser.add_argument("--large-window", type=int, default=24, help="1 MiB entries in flight")
+    parser.add_argument("--large-batch", type=int, default=1, help="1 MiB entries per AddRequest")
+    parser.add_argument("--large-window", type=int, default=32, help="1 MiB entries in flight")
 
 
 def run(args) -> int:
@@ -142,36 +145,25 @@ async def _drive(address: str, ledger_id: int, size: int, batch: int, window: in
 
 
 def _encode_add_request(ledger_id: int, entry_ids: range, key: bytes, payload: bytes) -> bytes:
-    """AddRequest wire bytes with the payload copied once (protobuf accepts fields in any order), so the
-    Python client is not what limits the node."""
-    payload_field = b"\x32" + _varint(len(payload))
-    parts = []
-    for e in entry_ids:
-        head = pb.AddEntry(ledger_id=ledger_id, entry_id=e, master_key=key, last_add_confirmed=e - 1,
-                           digest=entry_digest(ledger_id, e, e - 1, payload)).SerializeToString()
-        parts += (b"\x0a" + _varint(len(head) + len(payload_field) + len(payload)), head, payload_field, payload)
-    return b"".join(parts)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    """AddRequest wire bytes with the payload copied once per entry, so the Python client is not what limits
+    the node."""
+    return b"".join(wire.add_request(ledger_id, e, key, 0, e - 1, entry_digest(ledger_id, e, e - 1, payload), payload)
+                    for e in entry_ids)
 
 
 def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -> tuple[int, float]:
-    """The machine's limit: append `group` entries of `size` bytes with one write, then fsync; repeat."""
+    """The machine's limit: append `group` entries of `size` bytes with one write, then fdatasync, dropping
+    synced pages from the page cache as the journal does (--journal-page-cache-bytes); repeat."""
     buffer = os.urandom(size) * group
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    entries = 0
+    entries = written = 0
     try:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            os.write(fd, buffer)
-            os.fsync(fd)
+            written += os.write(fd, buffer)
+            os.fdatasync(fd)
+            if written > _PAGE_CACHE_BYTES:
+                os.posix_fadvise(fd, 0, written - _PAGE_CACHE_BYTES, os.POSIX_FADV_DONTNEED)
             entries += group
         elapsed = time.perf_counter() - start
     finally:

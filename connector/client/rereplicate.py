@@ -34,6 +34,7 @@ from metadata.model import LedgerMetadata
 from metadata.update_loop import update_ledger
 from protos import ledger_pb2 as pb
 from protos.digest import master_key, password_hash
+from protos import wire
 
 BATCH_ENTRIES = 256          # entries read, then written, per round trip: bounds the memory of a copy
 MAX_REPLANS = 10             # metadata changes under one ledger's repair before giving up on it for this round
@@ -233,9 +234,8 @@ class Rereplicator:
             per_node: dict[str, list[bytes]] = {}
             for copy in batch:
                 original = entries[copy.entry_id]
-                add = pb.AddEntry(ledger_id=ledger_id, entry_id=copy.entry_id, master_key=key, flags=pb.RECOVERY_ADD,
-                                  last_add_confirmed=original.last_add_confirmed, payload=original.payload,
-                                  digest=original.digest).SerializeToString()
+                add = wire.add_request(ledger_id, copy.entry_id, key, pb.RECOVERY_ADD, original.last_add_confirmed,
+                                       original.digest, original.payload)
                 for node in copy.targets:
                     per_node.setdefault(node, []).append(add)
             for node, adds in per_node.items():

@@ -28,6 +28,7 @@ from metadata.model import LedgerMetadata, Versioned
 from metadata.store import MetadataStore
 from metadata.update_loop import update_ledger
 from protos import ledger_pb2 as pb
+from protos import wire
 
 T = TypeVar("T")
 
@@ -78,10 +79,9 @@ def schedule_of(meta: LedgerMetadata) -> Schedule:
 
 
 def add_entry(ledger_id: int, master_key: bytes, flags: int, add: PendingAdd) -> bytes:
-    """The serialized AddEntry, sent as is to every node of the write set."""
-    return pb.AddEntry(ledger_id=ledger_id, entry_id=add.entry_id, master_key=master_key, flags=flags,
-                       last_add_confirmed=add.last_add_confirmed, payload=add.payload,
-                       digest=add.digest).SerializeToString()
+    """The entry's wire frame, sent as is to every node of the write set."""
+    return wire.add_request(ledger_id, add.entry_id, master_key, flags, add.last_add_confirmed, add.digest,
+                            add.payload)
 
 
 class AddPipeline:

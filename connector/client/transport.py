@@ -3,7 +3,8 @@
 One channel per node, addresses from the node registry. Adds travel on one bidi Add stream per node and lane
 (normal writes, recovery write-back) shared by every ledger of the client: whatever is queued for a node when
 its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Each
-AddEntry is serialized once and the AddRequest framed from those bytes, whatever the write quorum. Results
+entry is framed once (protos.wire) and the same bytes go to every node of its write set; a frame of
+MAX_BATCH_BYTES or more travels alone, without being copied into a batch. Results
 are routed to the ledger's sink. gRPC retries only the idempotent reads; adds and fences are retried, or
 not, by the ops.
 """
@@ -22,9 +23,8 @@ from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
 from protos.ledger_pb2_grpc import StorageNodeStub
 
-MAX_BATCH_BYTES = 4 * 1024 * 1024
+MAX_BATCH_BYTES = 1024 * 1024
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-_FIELD_ENTRIES = bytes([(pb.AddRequest.ENTRIES_FIELD_NUMBER << 3) | 2])  # AddRequest.entries, length-delimited
 
 # Idempotent reads only; UNAVAILABLE covers a node that is restarting.
 _READ_RETRY = json.dumps({"methodConfig": [{
@@ -50,7 +50,7 @@ class Transport(Protocol):
     def unregister(self, ledger_id: int, recovery: bool) -> None: ...
 
     def send_adds(self, node: str, recovery: bool, entries: list[bytes]) -> None:
-        """entries: serialized AddEntry messages (serialized once, sent to every node of the write set)."""
+        """entries: one-entry AddRequests from protos.wire.add_request, the same bytes for every node."""
 
     async def read_lac(self, node: str, request: pb.ReadLacRequest, timeout: float) -> pb.ReadLacResponse: ...
 
@@ -89,7 +89,7 @@ class _AddStream:
                 self.wakeup.clear()
                 while self.queue:
                     batch, self.queue = self._take_batch()
-                    await self.call.write(b"".join(_FIELD_ENTRIES + _varint(len(e)) + e for e in batch))
+                    await self.call.write(batch[0] if len(batch) == 1 else b"".join(batch))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream is gone: every ledger using it must replace the node
@@ -262,15 +262,6 @@ class GrpcTransport:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _describe(exc: BaseException) -> str:

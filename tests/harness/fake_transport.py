@@ -66,7 +66,7 @@ class FakeTransport:
 
     def send_adds(self, node: str, recovery: bool, entries: list[bytes]) -> None:
         for raw in entries:
-            entry = pb.AddEntry.FromString(raw)
+            (entry,) = pb.AddRequest.FromString(raw).entries
             self.sent.append((node, entry.entry_id, recovery))
             if any(rule(node, entry) for rule in self._hold_rules):
                 self.held.append((node, entry, recovery))

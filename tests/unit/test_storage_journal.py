@@ -11,13 +11,17 @@ from storage_node.entry_index import LedgerIndex, pack, unpack
 from storage_node.errors import JournalCorruptError
 from storage_node.journal import (
     ENTRY_PAYLOAD_OFFSET,
+    FileNumbers,
     Position,
+    SegmentReaders,
     SegmentScan,
+    SegmentWriter,
     encode_entry_head,
     encode_fence,
     encode_key,
     encode_lac,
     frame_problem,
+    read_record,
     segment_path,
 )
 from storage_node.ledger_state import LedgerState
@@ -45,6 +49,24 @@ def test_every_record_type_round_trips_through_a_scan(tmp_path):
     offsets = [sum(map(len, records[:i])) for i in range(len(records))]
     assert scanned == [(o, len(r), kind) for o, r, kind in zip(offsets, records, (2, 1, 3, 4))]
     assert scan.valid_end == path.stat().st_size and scan.torn_at is None
+
+
+@pytest.mark.parametrize("page_cache_bytes", [-1, 0, 300 * 1024])
+def test_dropping_synced_pages_from_the_cache_loses_nothing_across_segment_rolls(tmp_path, page_cache_bytes):
+    writer = SegmentWriter(tmp_path, FileNumbers(1), segment_bytes=1 << 20, page_cache_bytes=page_cache_bytes)
+    written = []
+    for entry_id in range(40):
+        record = entry_record(3, entry_id, bytes([entry_id]) * 100_000)
+        segment, offset = writer.write([record], len(record))
+        written.append((segment, offset, record))
+    writer.close()
+    assert len({segment for segment, _, _ in written}) >= 3
+    readers = SegmentReaders(tmp_path)
+    try:
+        for segment, offset, record in written:
+            assert read_record(readers.fd(segment), offset, len(record)) == record
+    finally:
+        readers.close()
 
 
 def test_entry_payload_sits_at_a_fixed_offset_in_its_record():

@@ -1,0 +1,28 @@
+"""Storage node flags: bad numbers are refused with a message naming the flag."""
+from __future__ import annotations
+
+import pytest
+
+from storage_node.config import parse_config
+from storage_node.errors import ConfigError
+
+
+def base(tmp_path) -> list[str]:
+    return ["--data-dir", str(tmp_path / "d"), "--port", "0", "--metadata", "zk://127.0.0.1:2181/x", "--node-id", "n"]
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--journal-page-cache-bytes", "-2"),
+    ("--journal-segment-bytes", "1000"),
+    ("--compaction-threshold", "1.5"),
+    ("--gc-interval", "0"),
+])
+def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
+    with pytest.raises(ConfigError, match=flag):
+        parse_config(base(tmp_path) + [flag, value])
+
+
+def test_page_cache_bytes_accepts_keep_all_and_zero(tmp_path):
+    assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "-1"]).journal_page_cache_bytes == -1
+    assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "0"]).journal_page_cache_bytes == 0
+    assert parse_config(base(tmp_path)).journal_page_cache_bytes == 64 * 1024 * 1024
