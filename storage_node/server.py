@@ -48,7 +48,8 @@ def _handlers(service: StorageNodeService) -> grpc.GenericRpcHandler:
 
 
 def _serialize(message) -> bytes:
-    return message.SerializeToString()
+    """Messages the service already encoded (ReadRange batches, see protos/wire.py) go out as they are."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def create_server(config: NodeConfig, service: StorageNodeService) -> tuple[grpc.aio.Server, int]:

@@ -18,11 +18,14 @@ import traceback
 from grpc_health.v1 import health, health_pb2
 
 from protos import ledger_pb2 as pb
+from protos import wire
 from storage_node.config import NodeConfig
 from storage_node.storage import Storage, id_problem
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
+_RANGE_HEAD = pb.ReadRangeResponse(status=pb.OK).SerializeToString()
+_RANGE_DONE = pb.ReadRangeResponse(done=True).SerializeToString()
 MAX_PENDING_ADD_MESSAGES = 256   # per stream: stop reading when this many batches wait for their fsync
 
 
@@ -144,7 +147,7 @@ class StorageNodeService:
         status, message, lac, payload, digest = self.storage.read_entry(ledger_id, entry_id)
         self.storage.metrics.read_done(status == pb.OK, len(payload), time.perf_counter() - started)
         return pb.ReadResponse(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
-                               last_add_confirmed=lac, payload=payload, digest=digest)
+                               last_add_confirmed=lac, payload=bytes(payload), digest=digest)
 
     async def ReadRange(self, request, context):
         try:
@@ -178,20 +181,20 @@ class StorageNodeService:
             yield pb.ReadRangeResponse(status=status, message=message, done=True)
             return
         limit = min(request.max_bytes_per_message or READ_RANGE_BYTES, self.config.max_request_bytes)
-        response, size = pb.ReadRangeResponse(status=pb.OK), 0
+        # Each message is encoded here, payloads copied once from the records read (protos/wire.py).
+        parts, size = [_RANGE_HEAD], 0
         started, entries, total = time.perf_counter(), 0, 0
         for entry_id, (status, message, lac, payload, digest) in self.storage.read_range(ledger_id, first, last):
-            if size + len(payload) > limit and len(response.entries):
-                yield response
-                response, size = pb.ReadRangeResponse(status=pb.OK), 0
-            response.entries.add(status=status, message=message, ledger_id=ledger_id, entry_id=entry_id,
-                                 last_add_confirmed=lac, payload=payload, digest=digest)
+            if size + len(payload) > limit and len(parts) > 1:
+                yield b"".join(parts)
+                parts, size = [_RANGE_HEAD], 0
+            parts += wire.read_range_entry(status, message, ledger_id, entry_id, lac, digest, payload)
             size += len(payload)
             entries += status == pb.OK
             total += len(payload)
-        response.done = True
+        parts.append(_RANGE_DONE)
         self.storage.metrics.read_done(entries, total, time.perf_counter() - started)
-        yield response
+        yield b"".join(parts)
 
     @_answers_error(pb.ReadLacResponse)
     async def ReadLac(self, request, context) -> pb.ReadLacResponse:

@@ -51,7 +51,7 @@ MAX_WAIT_MS = 120_000
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
 AddResult = tuple[int, int, int, str]        # ledger id, entry id, Status, message
-ReadResult = tuple[int, str, int, bytes, int]  # Status, message, piggybacked lac, payload, digest
+ReadResult = tuple[int, str, int, bytes | memoryview, int]  # Status, message, piggybacked lac, payload, digest
 
 
 def id_problem(ledger_id: int, entry_id: int = 0) -> str:
@@ -361,7 +361,7 @@ class Storage:
             return (pb.ERROR, f"entry {ledger_id}/{entry_id} is stored in journal segment {segment} at offset "
                               f"{offset} but cannot be read back ({exc}); read it from another replica",
                     -1, b"", 0)
-        return pb.OK, "", lac, data[ENTRY_PAYLOAD_OFFSET:], digest
+        return pb.OK, "", lac, memoryview(data)[ENTRY_PAYLOAD_OFFSET:], digest   # a view: no copy here
 
     # -- garbage collection ---------------------------------------------------------------------
 

@@ -5,6 +5,10 @@ One LedgerClient appends with many adds in flight (append_async, a bounded windo
 ledger, then to a replicated one, for 1 KiB and 1 MiB entries, and prints the ratios measured in this run.
 Then it times the recovery of OPEN ledgers of 1,000 and 100,000 entries: recovery starts at the LAC, so
 its time must not grow with the ledger's length.
+
+Beside each figure it prints the CPU the nodes and the client used (in cores) and per acknowledged MB:
+a replicated add moves every byte through three nodes and out of the client three times, so once the
+machine's cores are saturated the ratio is bounded by the two cases' CPU per MB, not by the protocol.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import collections
 import os
 import pathlib
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,8 +52,9 @@ def run(args) -> int:
             nodes = [_start_node(work / f"node-{i}", uri, f"node-{i}") for i in range(1, 4)]
             try:
                 with LedgerClient(uri, timeout=10.0, add_timeout=30.0) as client:
+                    clock = CpuClock([node.pid for node in nodes])
                     for label, size, window in (("1KiB", KiB, args.small_window), ("1MiB", MiB, args.large_window)):
-                        _compare(client, label, size, window, args)
+                        _compare(client, clock, label, size, window, args)
                     lengths = [int(n) for n in args.recovery_lengths.split(",")]
                     times = [_recovery_time(client, uri, n) for n in lengths]
                     print("recovery of an OPEN ledger: " + ", ".join(
@@ -80,18 +86,41 @@ def _start_node(data_dir: pathlib.Path, uri: str, node_id: str) -> subprocess.Po
     raise SystemExit(f"bench: storage node {node_id} did not start")
 
 
-def _compare(client: LedgerClient, label: str, size: int, window: int, args) -> None:
-    single = _throughput(client, (1, 1, 1), size, window, args)
-    replicated = _throughput(client, (3, 3, 2), size, window, args)
+class CpuClock:
+    """CPU seconds (user + system) used so far by the storage node processes and by this process."""
+
+    def __init__(self, node_pids: list[int]):
+        self._node_pids = node_pids
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> tuple[float, float]:
+        nodes = 0.0
+        for pid in self._node_pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            nodes += (int(fields[11]) + int(fields[12])) / self._tick   # utime, stime
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return nodes, own.ru_utime + own.ru_stime
+
+
+def _compare(client: LedgerClient, clock: CpuClock, label: str, size: int, window: int, args) -> None:
+    single, single_cpu = _throughput(client, clock, (1, 1, 1), size, window, args)
+    replicated, replicated_cpu = _throughput(client, clock, (3, 3, 2), size, window, args)
     ratio = replicated / single
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
     print(f"client {label}: replicated E=3 WQ=3 AQ=2 {replicated:,.0f} appends/s {replicated * size / 1e6:,.1f} MB/s; "
           f"single node {single:,.0f} appends/s {single * size / 1e6:,.1f} MB/s; ratio {ratio:.2f} "
           f"(target >= {TARGET_RATIO:.2f}: {verdict})", flush=True)
+    for name, rate, (nodes, own) in (("replicated", replicated, replicated_cpu), ("single", single, single_cpu)):
+        mb = rate * size / 1e6
+        print(f"  cpu {name:<10}: nodes {nodes:.2f} + client {own:.2f} of {os.cpu_count()} cores; "
+              f"{(nodes + own) * 1000 / mb:.2f} ms per acknowledged MB", flush=True)
 
 
-def _throughput(client: LedgerClient, quorums: tuple[int, int, int], size: int, window: int, args) -> float:
-    """Acknowledged appends per second with `window` adds in flight, after a warmup."""
+def _throughput(client: LedgerClient, clock: CpuClock, quorums: tuple[int, int, int], size: int, window: int,
+                args) -> tuple[float, tuple[float, float]]:
+    """Acknowledged appends per second with `window` adds in flight, after a warmup, and the cores the
+    nodes and the client used meanwhile."""
     payload = os.urandom(size)
     writer = client.create_ledger(*quorums)
     in_flight: collections.deque = collections.deque()
@@ -99,10 +128,14 @@ def _throughput(client: LedgerClient, quorums: tuple[int, int, int], size: int, 
     measure_from = start + args.warmup
     end = measure_from + args.seconds
     counted = 0
+    cpu_from = None
     while True:
         now = time.perf_counter()
         if now >= end:
+            cpu_to = clock.read()
             break
+        if cpu_from is None and now >= measure_from:
+            cpu_from = clock.read()
         while len(in_flight) < window:
             in_flight.append(writer.append_async(payload))
         in_flight.popleft().result()
@@ -112,7 +145,8 @@ def _throughput(client: LedgerClient, quorums: tuple[int, int, int], size: int, 
         future.result()
     writer.close()
     client.delete_ledger(writer.ledger_id)
-    return counted / args.seconds
+    cores = tuple((to - fro) / args.seconds for to, fro in zip(cpu_to, cpu_from))
+    return counted / args.seconds, cores
 
 
 def _recovery_time(client: LedgerClient, uri: str, entries: int) -> float:

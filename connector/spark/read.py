@@ -18,7 +18,7 @@ from connector.spark.encoding import decode_entry
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
-from connector.spark.schema import ENTRY_ID, LEDGER_ID, OFFSET, arrow_schema_of
+from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
 
 ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
@@ -86,6 +86,7 @@ def ledger_reader(options: LedgerOptions, schema: StructType, raw: bool) -> Ledg
 def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:
     """The rows of arrow entries within the offset bounds, with the metadata columns, as target."""
     lo, hi = bounds.offsets.lo, bounds.offsets.hi
+    with_metadata = not set(METADATA_COLUMNS).isdisjoint(target.names)
     for entry in entries:
         rows = decode_entry(entry.payload)
         offset = partition.first_offset + rows.first_row
@@ -96,10 +97,11 @@ def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds
             end = batch.num_rows if hi is None else max(start, min(batch.num_rows, hi - offset + 1))
             if end > start:
                 columns = dict(zip(batch.schema.names, batch.slice(start, end - start).columns))
-                count = end - start
-                columns[LEDGER_ID] = _constant(partition.ledger_id, count)
-                columns[ENTRY_ID] = _constant(entry.entry_id, count)
-                columns[OFFSET] = pa.array(np.arange(offset + start, offset + end, dtype=np.int64))
+                if with_metadata:
+                    count = end - start
+                    columns[LEDGER_ID] = _constant(partition.ledger_id, count)
+                    columns[ENTRY_ID] = _constant(entry.entry_id, count)
+                    columns[OFFSET] = pa.array(np.arange(offset + start, offset + end, dtype=np.int64))
                 yield assemble(columns, target)
             offset += batch.num_rows
 
