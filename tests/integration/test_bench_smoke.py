@@ -1,0 +1,22 @@
+"""The benchmarks run end to end on tiny settings and print their figure lines (speed is not asserted)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.harness.bench import NUMBER, bench
+
+
+@pytest.mark.parametrize("args,lines", [
+    (("node", "--seconds", "0.3", "--warmup", "0.1"),
+     [rf"node 1KiB: {NUMBER} entries/s .* ratio {NUMBER}", rf"node 1MiB: {NUMBER} entries/s .* ratio {NUMBER}"]),
+    (("client", "--seconds", "0.3", "--warmup", "0.1", "--recovery-lengths", "10,200"),
+     [rf"client 1KiB: replicated .* ratio {NUMBER}", rf"client 1MiB: replicated .* ratio {NUMBER}",
+      rf"cpu replicated: nodes {NUMBER} \+ client {NUMBER} of \d+ cores; {NUMBER} ms per acknowledged MB",
+      rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms"]),
+])
+def test_bench_prints_its_figures(args, lines):
+    out = bench(*args)
+    for line in lines:
+        assert re.search(line, out), f"no line matching {line!r} in:\n{out}"

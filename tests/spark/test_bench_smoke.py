@@ -1,0 +1,19 @@
+"""The Spark benchmarks run end to end on tiny settings and print their figure lines (speed is not asserted)."""
+from __future__ import annotations
+
+import re
+
+from tests.harness.bench import NUMBER, bench
+
+
+def test_spark_bench_prints_write_read_and_ceiling_figures():
+    out = bench("spark", "--rows", "20000", "--runs", "1")
+    for case in ("write", "count", "group-by"):
+        assert re.search(rf"{case} +ledger +{NUMBER}s .* ledger/parquet throughput {NUMBER}x", out), out
+    assert re.search(rf"ceiling .* count {NUMBER}s = {NUMBER}x parquet, group-by {NUMBER}s = {NUMBER}x parquet", out), out
+
+
+def test_stream_bench_prints_latency_and_throughput():
+    out = bench("stream", "--entries", "20", "--rate", "20", "--rows", "5000")
+    assert re.search(r"p50", out) and re.search(r"p99", out), out
+    assert re.search(rf"{NUMBER} rows/s", out), out
