@@ -33,8 +33,8 @@ from metadata import registry
 from metadata.model import LedgerMetadata
 from metadata.update_loop import update_ledger
 from protos import ledger_pb2 as pb
-from protos.digest import master_key, password_hash
 from protos import wire
+from protos.digest import master_key, password_hash
 
 BATCH_ENTRIES = 256          # entries read, then written, per round trip: bounds the memory of a copy
 MAX_REPLANS = 10             # metadata changes under one ledger's repair before giving up on it for this round
