@@ -321,7 +321,8 @@ class SegmentWriter:
         self._directory = directory
         self._numbers = numbers
         self._segment_bytes = segment_bytes
-        self._page_cache_bytes = page_cache_bytes   # < 0: leave the page cache alone
+        # < 0 (or no posix_fadvise): leave the page cache alone
+        self._page_cache_bytes = page_cache_bytes if hasattr(os, "posix_fadvise") else -1
         self._broken: str | None = None
         self._fd = -1
         self._dropped = 0                  # bytes of the segment already dropped from the page cache
@@ -332,7 +333,6 @@ class SegmentWriter:
 
     def _open_next(self) -> None:
         if self._fd >= 0:
-            self._drop_pages(self.size)
             os.close(self._fd)
         self.segment = self._numbers.take()
         self._fd = os.open(segment_path(self._directory, self.segment), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -364,20 +364,22 @@ class SegmentWriter:
             raise JournalWriteError(f"journal fsync failed: {exc}") from exc
         self.fsync_seconds = time.perf_counter() - started
         self.size = base + total
-        cold = self.size - self._page_cache_bytes
-        if self._page_cache_bytes >= 0 and (cold - self._dropped >= _DROP_CHUNK or not self._page_cache_bytes):
-            self._drop_pages(cold)
+        self._drop_cold_pages()
         return self.segment, base
 
-    def _drop_pages(self, end: int) -> None:
-        """Best effort: drop the segment's synced (clean) pages before `end` from the page cache."""
-        if self._page_cache_bytes < 0 or end <= self._dropped or not hasattr(os, "posix_fadvise"):
+    def _drop_cold_pages(self) -> None:
+        """Best effort: drop the segment's synced (clean) pages older than the newest page_cache_bytes from
+        the page cache, in steps of _DROP_CHUNK (every group when page_cache_bytes is 0)."""
+        if self._page_cache_bytes < 0:
+            return
+        cold = self.size - self._page_cache_bytes
+        if cold - self._dropped < (_DROP_CHUNK if self._page_cache_bytes else 1):
             return
         try:
-            os.posix_fadvise(self._fd, self._dropped, end - self._dropped, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(self._fd, self._dropped, cold - self._dropped, os.POSIX_FADV_DONTNEED)
         except OSError:
             return
-        self._dropped = end
+        self._dropped = cold
 
     def _write_all(self, buffers: list, base: int, total: int) -> None:
         written = 0

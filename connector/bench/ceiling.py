@@ -13,28 +13,24 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
 from connector.spark.sample import sample_batch
+from connector.spark.schema import arrow_schema_of
 
 SCHEMA = "id long, ts timestamp, key string, value binary"
-
-
-class CeilingPartition(InputPartition):
-    def __init__(self, rows: int, batch_bytes: int):
-        super().__init__(rows)
-        self.rows = rows
-        self.batch_bytes = batch_bytes
+POOL_BATCHES = 64   # distinct batches yielded in turn: more memory than the CPU caches hold, like a real read
+_POOL: dict[int, list[pa.RecordBatch]] = {}
 
 
 class CeilingReader(DataSourceReader):
-    def __init__(self, rows: int, partitions: int, batch_bytes: int):
-        self.rows, self.partitions_count, self.batch_bytes = rows, partitions, batch_bytes
+    def __init__(self, schema: pa.Schema, rows: int, partitions: int, batch_bytes: int):
+        self.schema, self.rows, self.partitions_count, self.batch_bytes = schema, rows, partitions, batch_bytes
 
-    def partitions(self) -> list[CeilingPartition]:
+    def partitions(self) -> list[InputPartition]:
         share, extra = divmod(self.rows, self.partitions_count)
-        return [CeilingPartition(share + (i < extra), self.batch_bytes) for i in range(self.partitions_count)]
+        return [InputPartition(share + (i < extra)) for i in range(self.partitions_count)]
 
-    def read(self, partition: CeilingPartition):
-        batches = _batches(partition.batch_bytes)
-        left, i = partition.rows, 0
+    def read(self, partition: InputPartition):
+        batches = self._batches()
+        left, i = partition.value, 0
         while left > 0:
             batch = batches[i % len(batches)]
             piece = batch if left >= batch.num_rows else batch.slice(0, left)
@@ -42,38 +38,30 @@ class CeilingReader(DataSourceReader):
             i += 1
             yield piece
 
-
-_POOL: dict[int, list[pa.RecordBatch]] = {}
-POOL_BATCHES = 64   # distinct batches yielded in turn: more memory than the CPU caches hold, like a real read
-
-
-def _batches(batch_bytes: int) -> list[pa.RecordBatch]:
-    """Distinct batches of about batch_bytes, built once per Python worker (a run that reuses the worker
-    measures only the yielding)."""
-    if batch_bytes not in _POOL:
-        schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("key", pa.string()),
-                            ("value", pa.binary())])
-        probe = sample_batch(0, 1000, schema)
-        per_batch = max(1, batch_bytes * probe.num_rows // probe.nbytes)
-        _POOL[batch_bytes] = [sample_batch(i * per_batch, per_batch, schema) for i in range(POOL_BATCHES)]
-    return _POOL[batch_bytes]
+    def _batches(self) -> list[pa.RecordBatch]:
+        """Distinct batches of about batch_bytes, built once per Python worker (a run that reuses the worker
+        measures only the yielding)."""
+        if self.batch_bytes not in _POOL:
+            probe = sample_batch(0, 1000, self.schema)
+            per_batch = max(1, self.batch_bytes * probe.num_rows // probe.nbytes)
+            _POOL[self.batch_bytes] = [sample_batch(i * per_batch, per_batch, self.schema)
+                                       for i in range(POOL_BATCHES)]
+        return _POOL[self.batch_bytes]
 
 
 class CeilingWriter(DataSourceArrowWriter):
+    """Takes every row it is given and keeps none."""
+
     def write(self, iterator) -> WriterCommitMessage:
-        rows = sum(batch.num_rows for batch in iterator)
-        return CountedRows(rows)
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
 
     def commit(self, messages) -> None:
         pass
 
     def abort(self, messages) -> None:
         pass
-
-
-class CountedRows(WriterCommitMessage):
-    def __init__(self, rows: int):
-        self.rows = rows
 
 
 class CeilingDataSource(DataSource):
@@ -90,5 +78,5 @@ class CeilingDataSource(DataSource):
         return CeilingWriter()
 
     def reader(self, schema) -> CeilingReader:
-        return CeilingReader(int(self.options["rows"]), int(self.options["partitions"]),
+        return CeilingReader(arrow_schema_of(schema), int(self.options["rows"]), int(self.options["partitions"]),
                              int(self.options["batchbytes"]))
