@@ -258,8 +258,15 @@ class ReadHandle:
     def is_closed(self) -> bool:
         return self._current.value.is_closed
 
-    def read(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
-        """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel."""
+    def read(self, first: int = 0, last: int | None = None, *, confirmed: int = -1) -> Iterator[Entry]:
+        """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel.
+
+        confirmed: an entry the caller knows was confirmed, e.g. the LAC a Spark driver planned with. The nodes
+        this handle asked may know a lower LAC (each node's LAC lags its own way), but the entries up to a LAC
+        anyone saw were acknowledged, so they are readable whatever this handle's LAC read said.
+        """
+        if not self.is_closed:
+            self.last_entry_id = max(self.last_entry_id, confirmed)
         last = self.last_entry_id if last is None else last
         if first < 0 or last > self.last_entry_id or first > last + 1:
             raise ValueError(

@@ -10,7 +10,7 @@ from protos import ledger_pb2 as pb
 
 __all__ = [
     "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
-    "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "DigestMismatchError",
+    "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError", "DigestMismatchError",
     "NodeError", "error_for_status",
 ]
 
@@ -33,6 +33,11 @@ class NotEnoughNodesError(LedgerError):
 
 class RecoveryIncompleteError(LedgerError):
     """Recovery could not decide an entry (rule 11) and closed nothing; retry when the nodes are back."""
+
+
+class RecoveryRestartError(RecoveryIncompleteError):
+    """The stored fragments changed while a recovery ran (rule 12): its close was refused; it starts again
+    from the stored metadata."""
 
 
 class DigestMismatchError(LedgerError):

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable, Iterable, Sequence
 
 from connector.client.api import LedgerClient
-from connector.client.errors import LedgerError, NodeError, NoSuchLedgerError
+from connector.client.errors import LedgerError, NoSuchLedgerError
 from connector.client.placement import writable
 from connector.client.replication import (
     CopyReads,
@@ -28,7 +28,7 @@ from connector.client.replication import (
     plan_copies,
     replace_in_fragment,
 )
-from connector.client.runner import Context, Runtime, schedule_of
+from connector.client.runner import Context, Runtime, read_range, schedule_of
 from metadata import registry
 from metadata.model import LedgerMetadata
 from metadata.update_loop import update_ledger
@@ -203,18 +203,8 @@ class Rereplicator:
         reads = CopyReads(ledger_id, batch)
 
         async def range_call(call) -> None:
-            request = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=call.first_entry_id,
-                                          last_entry_id=call.last_entry_id)
-            reason = ""
-            try:
-                async for response in self._ctx.transport.read_range(call.node, request, self._ctx.timeout):
-                    if response.status != pb.OK:
-                        reason = f"{pb.Status.Name(response.status)} {response.message}".strip()
-                    for entry in response.entries:
-                        reads.on_entry(call.node, entry)
-            except NodeError as exc:
-                reason = str(exc)
-            reads.on_call_done(call, reason)
+            end = await read_range(self._ctx, ledger_id, call, reads.on_entry)
+            reads.on_call_done(call, end.reason)
 
         while not reads.done:
             await asyncio.gather(*(range_call(call) for call in reads.calls()))

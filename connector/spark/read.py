@@ -55,7 +55,9 @@ def read_partition(
     target = arrow_schema_of(schema)
     with LedgerClient(options.metadata, **options.client_options()) as lc:
         handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
-        entries = handle.read(partition.first_entry, partition.last_entry)
+        # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
+        # executor reaches know a lower LAC.
+        entries = handle.read(partition.first_entry, partition.last_entry, confirmed=partition.last_entry)
         if raw:
             yield from raw_batches(entries, partition, target)
         else:

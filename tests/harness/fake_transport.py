@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from typing import Callable
 
+from connector.client.errors import NodeError
 from protos import ledger_pb2 as pb
 
 
@@ -18,6 +19,8 @@ class FakeNode:
     fenced: set[int] = dataclasses.field(default_factory=set)
     lac: dict[int, int] = dataclasses.field(default_factory=dict)
     frozen: bool = False  # answers nothing, like a SIGSTOPped process
+    down: bool = False    # refuses every call at once, like a crashed process
+    range_cut: int | None = None  # range reads stop after this entry without their done marker
 
     def add(self, entry: pb.AddEntry) -> int:
         if entry.ledger_id in self.fenced and not entry.flags & pb.RECOVERY_ADD:
@@ -39,6 +42,7 @@ class FakeTransport:
         self.held: list[tuple[str, pb.AddEntry, bool]] = []
         self.sent: list[tuple[str, int, bool]] = []  # (node, entry id, recovery) of every add sent
         self._hold_rules: list[Callable[[str, pb.AddEntry], bool]] = []
+        self._fail_rules: list[Callable[[str, pb.AddEntry, bool], bool]] = []
 
     # -- script ------------------------------------------------------------------------------------------------
 
@@ -46,10 +50,21 @@ class FakeTransport:
         """Adds matching rule(node, entry) stay in the network until released."""
         self._hold_rules.append(rule)
 
+    def fail_adds(self, rule: Callable[[str, pb.AddEntry, bool], bool]) -> None:
+        """Adds matching rule(node, entry, recovery) are answered with ERROR by the node (a failing disk)."""
+        self._fail_rules.append(rule)
+
     def release(self, order: Callable[[list], list] = list) -> None:
         held, self.held, self._hold_rules = self.held, [], []
         for node, entry, recovery in order(held):
             self._deliver(node, entry, recovery)
+
+    def discard(self) -> None:
+        """The held adds are lost in the network; nothing is held from now on."""
+        self.held, self._hold_rules = [], []
+
+    def clear_rules(self) -> None:
+        self._hold_rules, self._fail_rules = [], []
 
     def fail_node(self, node: str) -> None:
         """The node's add stream breaks (a crash)."""
@@ -68,16 +83,28 @@ class FakeTransport:
         for raw in entries:
             (entry,) = pb.AddRequest.FromString(raw).entries
             self.sent.append((node, entry.entry_id, recovery))
-            if any(rule(node, entry) for rule in self._hold_rules):
+            if self.nodes[node].down:
+                asyncio.get_running_loop().call_soon(self._broken, node, entry.ledger_id, recovery)
+            elif any(rule(node, entry) for rule in self._hold_rules):
                 self.held.append((node, entry, recovery))
             else:
                 asyncio.get_running_loop().call_soon(self._deliver, node, entry, recovery)
+
+    def _broken(self, node: str, ledger_id: int, recovery: bool) -> None:
+        sink = self.sinks.get((ledger_id, recovery))
+        if sink is not None:
+            sink.on_node_failure(node, "connection refused (scripted crash)")
 
     def _deliver(self, node: str, entry: pb.AddEntry, recovery: bool) -> None:
         target = self.nodes[node]
         if target.frozen:
             return
-        status = target.add(entry)
+        if target.down:
+            return self._broken(node, entry.ledger_id, recovery)
+        if any(rule(node, entry, recovery) for rule in self._fail_rules):
+            status = pb.ERROR
+        else:
+            status = target.add(entry)
         sink = self.sinks.get((entry.ledger_id, recovery))
         if sink is not None:
             result = pb.AddResult(ledger_id=entry.ledger_id, entry_id=entry.entry_id, status=status)
@@ -88,6 +115,8 @@ class FakeTransport:
         if target.frozen:
             await asyncio.Event().wait()  # never answers; the caller's deadline or coverage ends the wait
         await asyncio.sleep(0)
+        if target.down:
+            raise NodeError(f"node {node} is down (scripted crash)")
         return target
 
     async def read_lac(self, node: str, request: pb.ReadLacRequest, timeout: float) -> pb.ReadLacResponse:
@@ -108,10 +137,11 @@ class FakeTransport:
         target = await self._answer(node)
         if request.fence:
             target.fenced.add(request.ledger_id)
+        last = request.last_entry_id if target.range_cut is None else min(request.last_entry_id, target.range_cut)
         entries = [_response(target.entries[(request.ledger_id, e)])
-                   for e in range(request.first_entry_id, request.last_entry_id + 1)
+                   for e in range(request.first_entry_id, last + 1)
                    if (request.ledger_id, e) in target.entries]
-        yield pb.ReadRangeResponse(status=pb.OK, entries=entries, done=True)
+        yield pb.ReadRangeResponse(status=pb.OK, entries=entries, done=target.range_cut is None)
 
     async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse:
         target = await self._answer(node)

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from connector.client import LedgerFencedError
+from connector.client import LedgerFencedError, RecoveryIncompleteError
 from connector.client.runner import AddPipeline, Context, recover
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
@@ -24,11 +24,12 @@ def setup(store, node_ids, ensemble, quorums=(3, 3, 2)):
     return current, transport, Context(store, transport, timeout=1.0, add_timeout=30.0), registrations
 
 
-async def until(condition, what):
-    for _ in range(10_000):
+async def until(condition, what, deadline=10.0):
+    give_up = asyncio.get_running_loop().time() + deadline
+    while asyncio.get_running_loop().time() < give_up:
         if condition():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.001)
     raise AssertionError(f"never happened: {what}")
 
 
@@ -100,3 +101,58 @@ def test_ensemble_change_resends_only_unconfirmed_entries_and_only_to_the_replac
     assert sorted(resent) == [("d", 3, False), ("d", 4, False)]
     meta = store.read_ledger(current.value.ledger_id).value
     assert meta.fragments == (Fragment(0, ("a", "b", "c")), Fragment(3, ("a", "b", "d")))
+
+
+def test_a_recovery_that_died_after_its_write_back_changed_the_ensemble_does_not_let_the_next_truncate(store):
+    """Issue 12 finding 1 (rule 12): R1's write-back replaces b; R1 dies before closing; a crashes; R2 must
+    still find entry 5 (acknowledged by a and b) and close at 5, not at 4."""
+    current, transport, ctx, _ = setup(store, ["a", "b", "c", "d"], ["a", "b", "c"])
+    ledger_id = current.value.ledger_id
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e%d" % i for i in range(5)])
+        transport.hold_adds(lambda node, entry: node == "c" and entry.entry_id == 5)
+        assert await append_all(writer, [b"e5"]) == [5]  # acknowledged by a and b; c never gets it
+        writer.stop()  # the writer dies
+        transport.discard()
+        transport.fail_adds(lambda node, entry, recovery: recovery and node == "b")
+        transport.hold_adds(lambda node, entry: node in ("c", "d"))  # slow c; d's copy is lost with R1
+        first = asyncio.ensure_future(recover(ctx, store.read_ledger(ledger_id), KEY))
+        await until(lambda: ("d", 5, True) in transport.sent, "R1 replaced b by d and resent entry 5 to d")
+        first.cancel()  # R1 dies
+        await asyncio.gather(first, return_exceptions=True)
+        transport.discard()
+        transport.clear_rules()
+        transport.nodes["a"].down = True  # node a crashes
+        return await recover(ctx, store.read_ledger(ledger_id), KEY)
+
+    closed = asyncio.run(scenario())
+    assert (closed.value.state, closed.value.last_entry_id) == (LedgerState.CLOSED, 5)
+    holders = [n for n, node in transport.nodes.items() if 5 in node.stored(ledger_id)]
+    assert len(set(holders) & set(closed.value.ensemble_for(5))) >= 2
+
+
+def test_a_recovery_read_that_ends_without_its_done_marker_leaves_entries_unknown(store):
+    """Issue 12 finding 5 (rule 11): a range that ended early is no proof that the entries are absent."""
+    current, transport, ctx, _ = setup(store, ["a", "b", "c"], ["a", "b", "c"])
+    ledger_id = current.value.ledger_id
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e%d" % i for i in range(5)])
+        transport.hold_adds(lambda node, entry: node == "c" and entry.entry_id == 5)
+        assert await append_all(writer, [b"e5"]) == [5]  # on a and b only
+        writer.stop()
+        transport.discard()
+        transport.nodes["a"].range_cut = 4   # a's stream ends after entry 4, without done
+        transport.nodes["b"].down = True
+        with pytest.raises(RecoveryIncompleteError):
+            await recover(ctx, store.read_ledger(ledger_id), KEY)
+        assert not store.read_ledger(ledger_id).value.is_closed
+        transport.nodes["a"].range_cut = None
+        transport.nodes["b"].down = False
+        return await recover(ctx, store.read_ledger(ledger_id), KEY)
+
+    closed = asyncio.run(scenario())
+    assert closed.value.last_entry_id == 5

@@ -1,7 +1,7 @@
 """Close (rules 4, 12) and ensemble change (rule 3) metadata transforms."""
 import pytest
 
-from connector.client.errors import LedgerClosedError, LedgerFencedError, NotEnoughNodesError
+from connector.client.errors import LedgerClosedError, LedgerFencedError, NotEnoughNodesError, RecoveryRestartError
 from connector.client.ops.close import close_own, close_recovered
 from connector.client.ops.ensemble_change import change_ensemble
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
@@ -29,9 +29,24 @@ def test_writer_close_of_a_recovered_ledger_is_fenced(found):
         close_own(7, 41, 100)(found)
 
 
+FIRST = (Fragment(0, ("a", "b", "c")),)
+
+
 def test_recovery_close_adopts_a_ledger_closed_by_another_recovery():
-    assert close_recovered(41, -1)(meta(LedgerState.CLOSED, 45)) is None
-    assert close_recovered(41, -1)(meta(LedgerState.IN_RECOVERY)).last_entry_id == 41
+    assert close_recovered(41, -1, FIRST, FIRST)(meta(LedgerState.CLOSED, 45)) is None
+    assert close_recovered(41, -1, FIRST, FIRST)(meta(LedgerState.IN_RECOVERY)).last_entry_id == 41
+
+
+def test_recovery_close_stores_the_write_back_fragments_in_the_same_update():
+    changed = FIRST + (Fragment(40, ("a", "d", "c")),)
+    closed = close_recovered(41, -1, FIRST, changed)(meta(LedgerState.IN_RECOVERY))
+    assert (closed.state, closed.last_entry_id, closed.fragments) == (LedgerState.CLOSED, 41, changed)
+
+
+def test_recovery_close_is_refused_when_the_stored_fragments_changed_since_the_recovery_read_them():
+    stored = meta(LedgerState.IN_RECOVERY, fragments=((0, ("a", "b", "c")), (40, ("a", "d", "c"))))
+    with pytest.raises(RecoveryRestartError, match="changed while it was recovered"):
+        close_recovered(41, -1, FIRST, FIRST)(stored)
 
 
 def test_ensemble_change_adds_a_fragment_at_lac_plus_one():

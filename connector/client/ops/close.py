@@ -1,8 +1,8 @@
 """Closing a ledger (rules 4 and 12): the metadata transforms for update_ledger. Pure."""
 from __future__ import annotations
 
-from connector.client.errors import LedgerFencedError, fenced_message
-from metadata.model import LedgerMetadata, LedgerState
+from connector.client.errors import LedgerFencedError, RecoveryRestartError, fenced_message
+from metadata.model import Fragment, LedgerMetadata, LedgerState
 from metadata.update_loop import Transform
 
 
@@ -19,11 +19,22 @@ def close_own(ledger_id: int, last_add_confirmed: int, length: int) -> Transform
     return transform
 
 
-def close_recovered(last_entry_id: int, length: int) -> Transform:
-    """Rule 12: IN_RECOVERY -> CLOSED at the last recovered entry; a ledger another recovery closed first is
-    adopted as it is (returning None keeps the stored record)."""
+def close_recovered(last_entry_id: int, length: int, fragments_read: tuple[Fragment, ...],
+                    fragments: tuple[Fragment, ...]) -> Transform:
+    """Rule 12: IN_RECOVERY -> CLOSED at the last recovered entry, storing in the same compare-and-set the
+    fragments the recovery's write-back made (fragments: the record as the recovery read it, fragments_read,
+    plus its own ensemble changes). A recovery never stores a fragment on its own: a later recovery would
+    fence and read only the new last fragment and could count an acknowledged entry as absent.
+
+    Refused (RecoveryRestartError, the recovery starts again from the stored record) if the stored fragments
+    are no longer those the recovery read. A ledger another recovery closed first is adopted as it is
+    (returning None keeps the stored record)."""
     def transform(meta: LedgerMetadata) -> LedgerMetadata | None:
         if meta.state is LedgerState.CLOSED:
             return None
-        return meta.closed_at(last_entry_id, length)
+        if meta.fragments != fragments_read:
+            raise RecoveryRestartError(
+                f"the fragments of ledger {meta.ledger_id} changed while it was recovered; recovering again "
+                "from the stored metadata")
+        return meta.replace(fragments=fragments).closed_at(last_entry_id, length)
     return transform

@@ -87,7 +87,8 @@ class RecoveryReadOp:
 
     def on_range_done(self, call: RangeCall, status: int = pb.OK, reason: str = "") -> None:
         """The node's answer to the whole window ended: entries it did not return are absent there (negative)
-        if it finished OK or has no such ledger; any other ending leaves them unknown."""
+        only if it said done with OK or has no such ledger; any other ending (an error, a broken stream, a
+        stream that ended without its done marker: STATUS_UNKNOWN) leaves them unknown (rule 11)."""
         for entry_id in range(call.first_entry_id, call.last_entry_id + 1):
             votes = self.votes.get(entry_id)
             if votes is None or votes.payload is not None or call.node in votes.unknown:

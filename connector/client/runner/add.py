@@ -1,0 +1,197 @@
+"""The add pipeline: drives an AddSequence (ops/add.py) over the transport, for a writer or for a recovery's
+write-back."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import threading
+
+from connector.client import metrics
+from connector.client.errors import LedgerError, NodeError
+from connector.client.ops.add import AddSequence, PendingAdd
+from connector.client.ops.ensemble_change import change_ensemble
+from connector.client.runner.context import Context, schedule_of
+from metadata.model import LedgerMetadata, Versioned
+from metadata.update_loop import Transform, update_ledger
+from protos import ledger_pb2 as pb
+from protos import wire
+
+IDLE_LAC_AFTER = 0.2  # seconds without appends before an idle writer sends its LAC explicitly (rule 2)
+TICK = 0.1
+
+
+def add_entry(ledger_id: int, master_key: bytes, flags: int, add: PendingAdd) -> bytes:
+    """The entry's wire frame, sent as is to every node of the write set."""
+    return wire.add_request(ledger_id, add.entry_id, master_key, flags, add.last_add_confirmed, add.digest,
+                            add.payload)
+
+
+class AddPipeline:
+    """Sends adds in batches, completes futures in entry order, changes the ensemble when a node fails
+    (rule 3), times out silent nodes, and publishes the LAC of an idle writer.
+
+    current is the metadata the pipeline writes by. A writer stores each ensemble change at once (rule 3).
+    A recovery's write-back (recovery=True) keeps its changes in memory: current is then the record the
+    recovery read, still at the version read, plus its own fragments, which only the recovery's closing
+    compare-and-set stores (rule 12).
+
+    Created on the loop. append_async may be called from any thread.
+    """
+
+    def __init__(self, ctx: Context, current: Versioned[LedgerMetadata], master_key: bytes, *,
+                 recovery: bool = False, last_add_confirmed: int = -1):
+        meta = current.value
+        self.ctx = ctx
+        self.current = current
+        self.master_key = master_key
+        self.recovery = recovery
+        self.seq = AddSequence(meta.ledger_id, schedule_of(meta), meta.last_fragment.ensemble,
+                               last_add_confirmed=last_add_confirmed, recovery=recovery)
+        self.loop = asyncio.get_running_loop()
+        self._futures: dict[int, concurrent.futures.Future] = {}
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._incoming: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._flush_scheduled = False
+        self._changing = False
+        self._ever_failed: set[str] = set()
+        self._last_append = self.loop.time()
+        ctx.transport.register(meta.ledger_id, recovery, self)
+        self._ticker = asyncio.ensure_future(self._tick())
+
+    @property
+    def ledger_id(self) -> int:
+        return self.seq.ledger_id
+
+    # -- appending ---------------------------------------------------------------------------------------------
+
+    def append_async(self, payload: bytes) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()  # adds cannot be taken back once queued
+        with self._lock:
+            self._incoming.append((bytes(payload), future))
+            schedule = not self._flush_scheduled
+            self._flush_scheduled = True
+        if schedule:
+            self.loop.call_soon_threadsafe(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        with self._lock:
+            items = list(self._incoming)
+            self._incoming.clear()
+            self._flush_scheduled = False
+        now = self.loop.time()
+        self._last_append = now
+        batches: dict[str, list[bytes]] = collections.defaultdict(list)
+        for payload, future in items:
+            try:
+                add, targets = self.seq.append(payload, now)
+            except LedgerError as exc:
+                future.set_exception(exc)
+                continue
+            self._futures[add.entry_id] = future
+            self._drained.clear()
+            entry = add_entry(self.ledger_id, self.master_key, self.seq.flags, add)
+            for node in targets:
+                batches[node].append(entry)
+        self._send(batches)
+
+    def _send(self, batches: dict[str, list[bytes]]) -> None:
+        for node, entries in batches.items():
+            self.ctx.transport.send_adds(node, self.recovery, entries)
+
+    # -- answers -----------------------------------------------------------------------------------------------
+
+    def on_add_result(self, node: str, result: pb.AddResult) -> None:
+        self._settle(self.seq.on_result(node, result.entry_id, result.status, result.message))
+
+    def on_node_failure(self, node: str, reason: str) -> None:
+        self.seq.on_node_failure(node)
+        self._settle([])
+
+    def _fail(self, error: LedgerError) -> None:
+        self.seq.fail(error)
+        self._settle([])
+
+    def _settle(self, completed: list[PendingAdd]) -> None:
+        metrics.adds_completed(completed)
+        for add in completed:
+            self._futures.pop(add.entry_id).set_result(add.entry_id)
+        if self.seq.error is not None:
+            for future in self._futures.values():
+                future.set_exception(self.seq.error)
+            self._futures.clear()
+        elif self.seq.failed_nodes and not self._changing:
+            self._changing = True
+            asyncio.ensure_future(self._change_ensemble())
+        if not self._futures:
+            self._drained.set()
+
+    # -- rule 3 ------------------------------------------------------------------------------------------------
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self.seq.failed_nodes and self.seq.error is None:
+                failed = set(self.seq.failed_nodes)
+                self._ever_failed |= failed
+                transform = change_ensemble(failed, self.seq.last_add_confirmed + 1, await self.ctx.nodes(),
+                                            self.recovery, exclude=self._ever_failed)
+                self.current = await self._apply(transform)
+                metrics.ENSEMBLE_CHANGES.inc()
+                resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
+                                                            self.loop.time())
+                batches: dict[str, list[bytes]] = collections.defaultdict(list)
+                for node, add in resends:
+                    batches[node].append(add_entry(self.ledger_id, self.master_key, self.seq.flags, add))
+                self._send(batches)
+                self._settle(completed)
+        except LedgerError as exc:
+            self._fail(exc)
+        finally:
+            self._changing = False
+        if self.seq.failed_nodes and self.seq.error is None:  # a failure that arrived while storing
+            self._changing = True
+            asyncio.ensure_future(self._change_ensemble())
+
+    async def _apply(self, transform: Transform) -> Versioned[LedgerMetadata]:
+        """A writer stores the change now (rule 3); a recovery keeps it for its closing CAS (rule 12)."""
+        if self.recovery:
+            return Versioned(transform(self.current.value) or self.current.value, self.current.version)
+        return await self.ctx.metadata(update_ledger, self.ctx.store, self.ledger_id, transform, self.current)
+
+    # -- timers ------------------------------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            now = self.loop.time()
+            for node in self.seq.timed_out_nodes(now, self.ctx.add_timeout):
+                self.on_node_failure(node, "add not acknowledged in time")
+            if not self.recovery and now - self._last_append > IDLE_LAC_AFTER:
+                lac = self.seq.lac_to_publish()
+                if lac is not None:
+                    for node in self.seq.ensemble:
+                        asyncio.ensure_future(self._write_lac(node, lac))
+
+    async def _write_lac(self, node: str, lac: int) -> None:
+        request = pb.WriteLacRequest(ledger_id=self.ledger_id, master_key=self.master_key, last_add_confirmed=lac)
+        try:
+            await self.ctx.transport.write_lac(node, request, self.ctx.timeout)
+        except NodeError:
+            pass  # the LAC is a hint for readers; the next add carries it anyway
+
+    async def drain(self) -> None:
+        """Wait until every add appended so far completed or failed."""
+        while True:
+            await asyncio.sleep(0)
+            if not self._incoming and not self._flush_scheduled:
+                await self._drained.wait()
+                if not self._incoming and not self._flush_scheduled:
+                    return
+
+    def stop(self) -> None:
+        self._ticker.cancel()
+        self.ctx.transport.unregister(self.ledger_id, self.recovery)

@@ -1,0 +1,46 @@
+"""What the runners share: the network, the metadata store, the deadlines, and how a blocking metadata call
+is made (a worker thread; the deterministic simulator runs it on its own virtual clock instead)."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any, Awaitable, Callable, Mapping
+
+from connector.client.schedule import Schedule
+from connector.client.transport import Transport
+from metadata import registry
+from metadata.model import LedgerMetadata, NodeRegistration
+from metadata.store import MetadataStore
+
+
+@dataclasses.dataclass
+class Context:
+    store: MetadataStore
+    transport: Transport
+    timeout: float       # for one read answer, or one fencing answer
+    add_timeout: float   # an add a node has not acknowledged after this long counts as that node failing
+    call_metadata: Callable[..., Awaitable[Any]] = asyncio.to_thread  # runs a blocking metadata call
+    placeable_nodes: Callable[[MetadataStore], Mapping[str, NodeRegistration]] = registry.placeable_nodes
+
+    async def metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.call_metadata(fn, *args)
+
+    async def nodes(self) -> Mapping[str, NodeRegistration]:
+        """The nodes a new fragment may use (writable, not decommissioned)."""
+        return await self.call_metadata(self.placeable_nodes, self.store)
+
+
+def schedule_of(meta: LedgerMetadata) -> Schedule:
+    return Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
+
+
+async def until_done(op, coroutines: list[Awaitable[None]]) -> None:
+    """Run the calls concurrently until op.done, then cancel what is still waiting (a frozen node)."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        pending = set(tasks)
+        while pending and not op.done:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
