@@ -242,6 +242,11 @@ class MetadataStore:
         except BadVersionError as exc:
             raise MetadataConflictError(f"ledger {ledger_id} changed before it could be deleted") from exc
 
+    def sync(self, path: str) -> None:
+        """ZooKeeper `sync`: this session's server catches up with the leader, so the reads that follow see
+        every write committed before the call (a follower may otherwise lag behind; DESIGN rule 8)."""
+        self._call(self.zk.sync, path)
+
     def list_ledgers(self) -> list[int]:
         return sorted(layout.ledger_id_from_name(n) for n in self._call(self.zk.get_children, layout.LEDGERS))
 

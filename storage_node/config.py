@@ -27,6 +27,7 @@ class NodeConfig:
     journal_segment_bytes: int = 512 * MiB
     journal_page_cache_bytes: int = 64 * MiB
     gc_interval: float = 300.0
+    gc_grace: float = 300.0
     compaction_threshold: float = 0.5
     metrics_port: int = 0
     tls_cert: pathlib.Path | None = None
@@ -65,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "are dropped from it so that writes reuse warm pages (-1: leave the page cache alone)")
     p.add_argument("--gc-interval", type=float, default=300.0,
                    help="seconds between garbage collection rounds (drop ledgers deleted from metadata, compact)")
+    p.add_argument("--gc-grace", type=float, default=300.0,
+                   help="seconds after the node first saw a ledger (or restarted) before garbage collection may "
+                        "drop it, however deleted ZooKeeper says it is (rule 8)")
     p.add_argument("--compaction-threshold", type=float, default=0.5,
                    help="rewrite a sealed journal file when less than this fraction of it is still live")
     p.add_argument("--metrics-port", type=int, default=0,
@@ -97,6 +101,7 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         journal_segment_bytes=args.journal_segment_bytes,
         journal_page_cache_bytes=args.journal_page_cache_bytes,
         gc_interval=args.gc_interval,
+        gc_grace=args.gc_grace,
         compaction_threshold=args.compaction_threshold,
         metrics_port=args.metrics_port,
         tls_cert=_resolved(args.tls_cert),
@@ -128,6 +133,7 @@ def validate(config: NodeConfig) -> None:
         (config.journal_page_cache_bytes >= -1,
          f"--journal-page-cache-bytes {config.journal_page_cache_bytes} must be -1 (keep all) or a byte count"),
         (config.gc_interval > 0, "--gc-interval must be positive"),
+        (config.gc_grace >= 0, f"--gc-grace {config.gc_grace} must be 0 or more seconds"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
         (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),

@@ -1,11 +1,32 @@
-"""The cookie: a node's identity, kept in ZooKeeper and in its data directory (rule 8).
+"""The cookie: a node's identity, kept in ZooKeeper, in its data directory and in every directory it writes.
 
 A node whose directory was wiped, swapped with another node's, or pointed at another cluster would
 answer "no such entry" for entries it acknowledged before; so it refuses to start instead. The fix
 is never to delete the cookie: decommission the node and start a fresh one under a new id.
+
+DESIGN rule 8: every directory the node writes carries the check, not only the top one. If `COOKIE`
+survived but `journal/` was lost (deleted, emptied, a volume not mounted), replay would find an empty
+journal and the node would answer NO_LEDGER for what it acknowledged. So:
+
+- `journal/COOKIE` is a copy of the cookie (the same instance id). It differs: refused. It is missing:
+  written when the node has never served (ZooKeeper had no cookie for it yet, so nothing was ever
+  acknowledged) or when the journal holds journal files (a directory from before journal cookies:
+  migrated once); refused otherwise, because then the journal was lost. That rule also refuses a
+  directory from before journal cookies that has a COOKIE but no journal file at all: a lost journal
+  looks exactly like that, and since every start opens a journal segment, only a node that never got
+  as far as opening its journal (and so holds nothing) can be in that state legitimately; decommission
+  it and start an empty directory under a new node id.
+- The snapshot is a file in the data directory; its COOKIE records `"snapshot": true` once one has
+  been written (the node writes one on its first start), and a snapshot is only ever replaced, never
+  removed. A recorded snapshot that is missing is refused, and so is a journal directory without any
+  journal file once a snapshot was recorded (its files were deleted but the cookie was left).
+
+On a first start the journal cookie is written before `COOKIE`, and that before ZooKeeper's cookie, so
+a crash between any two steps starts again cleanly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -17,46 +38,77 @@ from metadata.model import Cookie
 from metadata.store import MetadataStore
 from storage_node.checkpoint import SNAPSHOT_NAME
 from storage_node.errors import CookieMismatchError
-from storage_node.journal import JOURNAL_DIR, fsync_directory
+from storage_node.journal import JOURNAL_DIR, fsync_directory, list_compacted, list_segments
 
 COOKIE_NAME = "COOKIE"
+SNAPSHOT_RECORDED = "snapshot"      # key of the data directory's COOKIE: a snapshot has been written
+_COOKIE_FIELDS = tuple(f.name for f in dataclasses.fields(Cookie))
 _WHAT_TO_DO = ("restore the node's original data directory, or decommission node {node} (re-replicate its "
                "ledgers) and start an empty directory under a new node id; never delete the cookie")
 
 
-def read_disk_cookie(data_dir: pathlib.Path) -> Cookie | None:
-    path = data_dir / COOKIE_NAME
+def read_disk_cookie(directory: pathlib.Path) -> Cookie | None:
+    """The cookie in directory (the data directory or the journal), None if it has none."""
+    fields = _read_fields(directory)
+    return None if fields is None else Cookie(*(fields[name] for name in _COOKIE_FIELDS))
+
+
+def _read_fields(directory: pathlib.Path) -> dict | None:
+    path = directory / COOKIE_NAME
     try:
         fields = json.loads(path.read_text())
-        return Cookie(fields["node_id"], fields["instance_id"], fields["data_dir"], fields["created_at"])
+        if not isinstance(fields, dict) or not set(_COOKIE_FIELDS) <= fields.keys():
+            raise ValueError(f"a cookie has the fields {', '.join(_COOKIE_FIELDS)}")
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:
         raise CookieMismatchError(
             f"the cookie file {path} is damaged ({exc}): the node cannot tell whose data this is; "
             + _WHAT_TO_DO.format(node="<its id>")
         ) from exc
+    return fields
 
 
-def write_disk_cookie(data_dir: pathlib.Path, cookie: Cookie) -> None:
-    tmp = data_dir / (COOKIE_NAME + ".tmp")
+def write_disk_cookie(directory: pathlib.Path, cookie: Cookie) -> None:
+    _write_fields(directory, dataclasses.asdict(cookie))
+
+
+def _write_fields(directory: pathlib.Path, fields: dict) -> None:
+    tmp = directory / (COOKIE_NAME + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"node_id": cookie.node_id, "instance_id": cookie.instance_id,
-                   "data_dir": cookie.data_dir, "created_at": cookie.created_at}, f)
+        json.dump(fields, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, data_dir / COOKIE_NAME)
-    fsync_directory(data_dir)
+    os.replace(tmp, directory / COOKIE_NAME)
+    fsync_directory(directory)
+
+
+def snapshot_recorded(data_dir: pathlib.Path) -> bool:
+    fields = _read_fields(data_dir)
+    return fields is not None and fields.get(SNAPSHOT_RECORDED) is True
+
+
+def record_snapshot(data_dir: pathlib.Path) -> None:
+    """Note in the data directory's COOKIE that a snapshot exists (call it once the snapshot is in place)."""
+    fields = _read_fields(data_dir)
+    if fields is not None and fields.get(SNAPSHOT_RECORDED) is not True:
+        _write_fields(data_dir, {**fields, SNAPSHOT_RECORDED: True})
+
+
+def journal_files(data_dir: pathlib.Path) -> bool:
+    """Whether the journal directory holds a segment or compacted file."""
+    journal = data_dir / JOURNAL_DIR
+    return bool(list_segments(journal) or list_compacted(journal))
 
 
 def holds_data(data_dir: pathlib.Path) -> bool:
-    """Whether the directory has a journal segment or snapshot (the node ran here before)."""
-    journal = data_dir / JOURNAL_DIR
-    return (data_dir / SNAPSHOT_NAME).exists() or (journal.exists() and any(journal.iterdir()))
+    """Whether the directory has a journal file or snapshot (the node ran here before)."""
+    return (data_dir / SNAPSHOT_NAME).exists() or journal_files(data_dir)
 
 
 def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str) -> Cookie:
-    """The node's cookie once disk and ZooKeeper agree; creates both for a brand-new node."""
+    """The node's cookie once disk, ZooKeeper and every directory the node writes agree; creates all of
+    them for a brand-new node."""
     data_dir.mkdir(parents=True, exist_ok=True)
     disk = read_disk_cookie(data_dir)
     found = registry.read_cookie(store, node_id)
@@ -88,6 +140,7 @@ def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str) -> 
                 f"or the metadata was wiped; point --metadata at the node's own cluster, or {todo}"
             )
         # A first start that stopped between writing the disk cookie and the ZooKeeper one.
+        write_journal_cookie(data_dir, disk)
         registry.create_cookie(store, disk)
         return disk
     if disk is None:
@@ -97,6 +150,62 @@ def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str) -> 
                 f"{node_id}: the node cannot tell whose data this is; use an empty directory for a new node"
             )
         disk = Cookie(node_id, uuid.uuid4().hex, str(data_dir), time.time())
+        write_journal_cookie(data_dir, disk)
         write_disk_cookie(data_dir, disk)
         registry.create_cookie(store, disk)
+        return disk
+    check_journal_cookie(data_dir, disk)
+    check_snapshot(data_dir, disk)
     return disk
+
+
+def write_journal_cookie(data_dir: pathlib.Path, cookie: Cookie) -> None:
+    """A first start (nothing acknowledged yet, so any leftover is replaced), or a migrated journal."""
+    journal = data_dir / JOURNAL_DIR
+    journal.mkdir(exist_ok=True)
+    write_disk_cookie(journal, cookie)
+
+
+def check_journal_cookie(data_dir: pathlib.Path, cookie: Cookie) -> None:
+    """The journal directory of a node that has served before carries its cookie (module docstring)."""
+    journal = data_dir / JOURNAL_DIR
+    todo = _WHAT_TO_DO.format(node=cookie.node_id)
+    stamp = read_disk_cookie(journal)
+    if stamp is None and journal_files(data_dir):
+        write_journal_cookie(data_dir, cookie)      # written before journal cookies existed
+        return
+    if stamp is None:
+        state = "is missing" if not journal.exists() else "has no cookie and no journal file"
+        raise CookieMismatchError(
+            f"journal directory {journal} {state}, but node {cookie.node_id} has served from {data_dir} "
+            f"before (its cookie is there and in ZooKeeper): the journal was deleted or emptied, or its volume "
+            f"is not mounted, and replaying it would deny entries this node acknowledged; mount or restore "
+            f"{journal}, or {todo}"
+        )
+    if (stamp.node_id, stamp.instance_id) != (cookie.node_id, cookie.instance_id):
+        raise CookieMismatchError(
+            f"journal directory {journal} holds the cookie of node {stamp.node_id} instance {stamp.instance_id}, "
+            f"but {data_dir} is node {cookie.node_id} instance {cookie.instance_id}: the journal belongs to "
+            f"another node or an earlier incarnation of this one (a volume mounted in the wrong place?); "
+            f"mount the node's own journal at {journal}, or {todo}"
+        )
+
+
+def check_snapshot(data_dir: pathlib.Path, cookie: Cookie) -> None:
+    """A snapshot the cookie records is still there, and so is the journal it covers."""
+    if not snapshot_recorded(data_dir):
+        return
+    todo = _WHAT_TO_DO.format(node=cookie.node_id)
+    snapshot = data_dir / SNAPSHOT_NAME
+    if not snapshot.exists():
+        raise CookieMismatchError(
+            f"the checkpoint snapshot {snapshot} is missing, but the cookie of node {cookie.node_id} records "
+            f"that one was written (a snapshot is replaced, never removed): it was deleted, and starting "
+            f"without it could forget acknowledged entries; restore {snapshot}, or {todo}"
+        )
+    if not journal_files(data_dir):
+        raise CookieMismatchError(
+            f"journal directory {data_dir / JOURNAL_DIR} has its cookie but no journal file, although node "
+            f"{cookie.node_id} has written its journal before (its snapshot is recorded): the journal files "
+            f"were deleted; restore them, or {todo}"
+        )

@@ -5,12 +5,25 @@ listing, and again by reading its own znode right before the drop. Ledger ids ar
 metadata is always created before any entry is written, so a node that holds entries of a ledger
 whose znode is gone holds data of a deleted ledger. Any ZooKeeper error ends the round without
 touching anything: "don't know" never deletes (the same rule as rule 8, for metadata).
+
+DESIGN rule 8: garbage collection drops a ledger only after a ZooKeeper `sync` shows it deleted, and
+never one the node first saw less than a grace period ago. The node's session may sit on a follower
+that has not yet applied a ledger's creation; without the sync, a listing and a re-read there both say
+"no such ledger" for one this node has just acknowledged entries of, and the node would drop it and
+answer NO_LEDGER, which recovery counts as a negative (a truncation). So the ledgers directory is
+synced before the listing and before every re-check, and a ledger the node first saw (its first add,
+fence or LAC here, or the replay after a restart) less than --gc-grace seconds ago is not even
+considered. The grace is the second line of defence: whatever else makes ZooKeeper briefly disagree
+with what a writer saw (an ensemble restored from a backup, a server that lost its state) cannot drop
+a ledger the node has just taken writes for.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import sys
+import time
+from typing import Iterable
 
 from metadata import layout
 from metadata.errors import MetadataError
@@ -27,30 +40,46 @@ class GcRound:
 def deleted_ledgers(store: MetadataStore, held: list[int]) -> list[int]:
     """The held ledgers that no longer exist in metadata, each re-checked (blocking: run in a thread).
 
-    Raises MetadataError when ZooKeeper cannot answer: the caller then does nothing this round.
+    Both the listing and every re-check follow a ZooKeeper sync (rule 8). Raises MetadataError when
+    ZooKeeper cannot answer: the caller then does nothing this round.
     """
+    store.sync(layout.LEDGERS)
     existing = set(store.list_ledgers())
-    return [ledger_id for ledger_id in held
-            if ledger_id not in existing and store.read(layout.ledger_path(ledger_id), bytes) is None]
+    return [ledger_id for ledger_id in held if ledger_id not in existing and _still_deleted(store, ledger_id)]
 
 
-async def collect_garbage(store: MetadataStore, storage: Storage, compaction_threshold: float) -> GcRound:
+def _still_deleted(store: MetadataStore, ledger_id: int) -> bool:
+    store.sync(layout.LEDGERS)
+    return store.read(layout.ledger_path(ledger_id), bytes) is None
+
+
+def past_grace(storage: Storage, ledger_ids: Iterable[int], grace: float) -> list[int]:
+    """The ledgers among ledger_ids that the node holds and first saw at least grace seconds ago."""
+    seen_by = time.monotonic() - grace
+    return [ledger_id for ledger_id in ledger_ids
+            if (state := storage.ledgers.get(ledger_id)) is not None and state.first_seen <= seen_by]
+
+
+async def collect_garbage(store: MetadataStore, storage: Storage, compaction_threshold: float,
+                          grace: float) -> GcRound:
     # What the node holds is taken before the listing: a ledger created after the listing is then
     # either not held yet or found by the re-check.
-    held = sorted(storage.ledgers)
+    held = past_grace(storage, sorted(storage.ledgers), grace)
     gone = await asyncio.to_thread(deleted_ledgers, store, held)
+    # Checked again: a late writer may have re-created a ledger of that id meanwhile (a fresh state).
+    gone = past_grace(storage, gone, grace)
     dropped = await storage.delete_ledgers(gone) if gone else 0
     compaction = await storage.compact(compaction_threshold)
     return GcRound(dropped, compaction)
 
 
 async def run_periodically(store: MetadataStore, storage: Storage, interval: float, compaction_threshold: float,
-                           node_id: str) -> None:
+                           grace: float, node_id: str) -> None:
     """The node's garbage collector task; a failed round is logged and the next one tries again."""
     while True:
         await asyncio.sleep(interval)
         try:
-            done = await collect_garbage(store, storage, compaction_threshold)
+            done = await collect_garbage(store, storage, compaction_threshold, grace)
         except MetadataError as exc:
             print(f"storage node {node_id}: garbage collection skipped this round, metadata unavailable: {exc}",
                   file=sys.stderr, flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import time
 
 from protos import ledger_pb2 as pb
 from storage_node.entry_index import LedgerIndex
@@ -25,6 +26,10 @@ class LedgerState:
     fence_durable: bool = False      # a FENCE record is fsynced
     key_group: object = None         # the journal group carrying this ledger's KEY record, while in flight
     fence_group: object = None       # the journal group carrying its FENCE record, while in flight
+    # time.monotonic() when this node first saw the ledger: its first add, fence or LAC here, or the replay
+    # after a restart (the true time is not kept: later is the safe direction). Garbage collection spares a
+    # ledger younger than --gc-grace (rule 8), so a lagging ZooKeeper read cannot drop one just acknowledged.
+    first_seen: float = dataclasses.field(default_factory=time.monotonic)
 
     def key_matches(self, master_key: bytes) -> bool:
         return hmac.compare_digest(self.master_key, master_key)

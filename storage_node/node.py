@@ -13,7 +13,7 @@ from metadata import registry, serde
 from metadata.model import NodeRegistration, NodeState
 from metadata.store import MetadataStore
 from storage_node.config import NodeConfig
-from storage_node.cookie import check_cookie
+from storage_node.cookie import check_cookie, record_snapshot, snapshot_recorded
 from storage_node.gc import run_periodically
 from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
@@ -73,6 +73,7 @@ async def serve(config: NodeConfig) -> int:
         try:
             service.address = f"{config.host}:{port}"
             await storage.open()
+            await _keep_a_snapshot(storage)
             await _serve_registered(config, store, storage, service, stop,
                                     f"{config.host}:{metrics_server.server_address[1]}")
         finally:
@@ -84,6 +85,15 @@ async def serve(config: NodeConfig) -> int:
     finally:
         await asyncio.to_thread(store.close)
     return 0
+
+
+async def _keep_a_snapshot(storage: Storage) -> None:
+    """Rule 8 for the snapshot file: from the node's first start on there is one and the cookie records it,
+    so a snapshot lost later is noticed at start (storage_node/cookie.py). Recorded only once it is in place:
+    a crash in between leaves a snapshot the next start records."""
+    if not await asyncio.to_thread(snapshot_recorded, storage.data_dir):
+        await storage.checkpoint()
+        await asyncio.to_thread(record_snapshot, storage.data_dir)
 
 
 async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: Storage,
@@ -112,7 +122,8 @@ async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: S
     print(f"storage node {config.node_id} serving on {service.address} ({security}; metrics on "
           f"http://{metrics_address}/metrics)", flush=True)
     collector = asyncio.ensure_future(
-        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.node_id)
+        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace,
+                         config.node_id)
     )
     next_checkpoint = loop.time() + config.checkpoint_interval
     try:

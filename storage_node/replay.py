@@ -1,9 +1,10 @@
 """Start-up recovery: load the last checkpoint, then replay the journal from the position it covers.
 
 Replay restores entries (index, last entry, piggybacked LAC), master keys, fence flags and explicit
-LACs, and forgets ledgers at their DELETE record. A torn tail on the last segment is truncated away;
-any other damage stops the node (rule 8: better down than answering "no such entry" for something it
-acknowledged).
+LACs, and forgets ledgers at their DELETE record. Every ledger it restores counts as first seen at replay
+time, so garbage collection's grace starts again after a restart. A torn tail on the last segment is
+truncated away; any other damage stops the node (rule 8: better down than answering "no such entry" for
+something it acknowledged).
 
 Once compaction has removed a segment (the journal no longer starts at segment 1, or compacted files
 exist), only the checkpoint describes what those files held: without a usable snapshot the node
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import time
 
 from storage_node.checkpoint import SnapshotDamaged, load_snapshot
 from storage_node.entry_index import pack
@@ -64,9 +66,11 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
             truncate_segment(scan.path, scan.torn_at)
             notes.append(f"dropped a torn record at the end of {scan.path} at offset {scan.torn_at} "
                          f"({scan.torn_reason}): a write that never completed before a crash")
+    replayed_at = time.monotonic()
     for state in ledgers.values():
         state.key_durable = True
         state.fence_durable = state.fenced
+        state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
     return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes)
 
 

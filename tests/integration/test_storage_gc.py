@@ -1,18 +1,25 @@
 """Garbage collection on a real node: only ledgers deleted from metadata go, disk use drops, every entry of
-the remaining ledgers reads back byte-identical (also while compaction runs, and after a crash)."""
+the remaining ledgers reads back byte-identical (also while compaction runs, and after a crash); a ledger the
+node first saw within --gc-grace stays, and ZooKeeper is synced before it is believed (rule 8)."""
 from __future__ import annotations
 
 import random
 import threading
+import time
 
+from metadata import layout
 from metadata.model import Fragment, LedgerMetadata
+from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
+from storage_node.gc import deleted_ledgers
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 MiB = 1 << 20
 ENTRY_BYTES = 8000
-GC_ARGS = ("--gc-interval", "0.3", "--journal-segment-bytes", str(MiB), "--compaction-threshold", "0.8")
+GC_ARGS = ("--gc-interval", "0.3", "--gc-grace", "0", "--journal-segment-bytes", str(MiB),
+           "--compaction-threshold", "0.8")
+GRACE = 3.0
 
 
 def create_ledgers(store, node_id: str, count: int) -> list[int]:
@@ -114,3 +121,70 @@ def test_reads_during_compaction_never_answer_no_entry(start_node, store):
     bad = [a for a in answers if a[2] != pb.OK]
     assert not bad, f"{len(bad)} of {len(answers)} reads failed, first: {bad[:3]}"
     assert len(answers) > 100
+
+
+def collected_at(client: NodeClient, ledger_id: int, timeout: float) -> float:
+    """The time the node first answers NO_LEDGER for ledger_id; it must answer OK until then."""
+    answers = []
+
+    def gone():
+        answers.append(client.read(ledger_id, 0).status)
+        return answers[-1] == pb.NO_LEDGER and time.monotonic()
+
+    at = poll_until(gone, timeout, interval=0.02, what=f"the node to drop deleted ledger {ledger_id}")
+    assert set(answers[:-1]) <= {pb.OK}, answers
+    return at
+
+
+def test_a_ledger_first_seen_within_the_grace_is_kept_also_after_a_restart(start_node, store):
+    node = start_node("gc-node", "--gc-interval", "0.2", "--gc-grace", str(GRACE))
+    first, second = create_ledgers(store, node.node_id, 2)
+    with NodeClient(node.address) as client:
+        sent = time.monotonic()                 # the node cannot have seen either ledger before this
+        write(client, [first, second], 3)
+        store.delete_ledger(first)
+        collected = collected_at(client, first, GRACE + 30)
+    assert collected - sent >= GRACE, f"dropped {collected - sent:.2f}s after its first add, within the grace"
+    # second is now older than the grace; the node does not keep when it first saw it, so after a restart
+    # its grace starts again rather than letting a stale read drop it at once.
+    node.kill()
+    store.delete_ledger(second)
+    restarted = time.monotonic()
+    node.start()
+    with NodeClient(node.address) as client:
+        collected = collected_at(client, second, GRACE + 30)
+    assert collected - restarted >= GRACE, f"dropped {collected - restarted:.2f}s after the restart"
+
+
+class SyncRecordingStore(MetadataStore):
+    """A real MetadataStore that records the ZooKeeper calls garbage collection makes, in order."""
+
+    def __init__(self, uri: str):
+        self.calls: list[tuple] = []
+        super().__init__(uri)
+
+    def sync(self, path: str) -> None:
+        self.calls.append(("sync", path))
+        super().sync(path)
+
+    def list_ledgers(self) -> list[int]:
+        self.calls.append(("list",))
+        return super().list_ledgers()
+
+    def read(self, path, decode):
+        self.calls.append(("read", path))
+        return super().read(path, decode)
+
+
+def test_zookeeper_is_synced_before_the_listing_and_before_every_recheck(metadata_uri):
+    """A follower that has not applied a ledger's creation cannot be staged with one ZooKeeper server, so
+    this checks the order of calls against a real one: sync, list, then sync before each re-read."""
+    with SyncRecordingStore(metadata_uri) as store:
+        kept, deleted = create_ledgers(store, "gc-node", 2)
+        store.delete_ledger(deleted)
+        never_created = deleted + 1000
+        store.calls.clear()
+        assert deleted_ledgers(store, [kept, deleted, never_created]) == [deleted, never_created]
+    sync = ("sync", layout.LEDGERS)
+    assert store.calls == [sync, ("list",), sync, ("read", layout.ledger_path(deleted)),
+                           sync, ("read", layout.ledger_path(never_created))]

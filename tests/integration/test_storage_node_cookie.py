@@ -1,10 +1,18 @@
-"""The cookie check (rule 8): a wiped, swapped or foreign data directory is refused at start."""
+"""The cookie check (rule 8): a wiped, swapped or foreign data directory is refused at start, and so is a
+lost, emptied or foreign journal directory or a deleted snapshot; directories from before journal cookies
+are migrated."""
 from __future__ import annotations
 
+import json
 import shutil
 
+import pytest
+
 from metadata import registry
+from metadata.model import Cookie
 from protos import ledger_pb2 as pb
+from storage_node.cookie import check_cookie, read_disk_cookie, write_disk_cookie
+from storage_node.errors import CookieMismatchError
 from tests.harness.node_client import NodeClient, make_entry
 
 
@@ -57,3 +65,111 @@ def test_data_directory_unknown_to_zookeeper_is_refused(start_node, store):
     node.start(expect_failure=True)
     assert node.process.returncode != 0
     assert "ZooKeeper" in node.log() and "has no cookie for it" in node.log()
+
+
+# -- every directory the node writes carries the check (rule 8) ------------------------------------
+
+def node_with_data(start_node, node_id: str = "node-a"):
+    """A node that acknowledged an entry; it wrote its first snapshot when it started."""
+    node = start_node(node_id)
+    add_one(node)
+    return node
+
+
+def assert_refused(node, *phrases: str) -> None:
+    node.start(expect_failure=True)
+    assert node.process.returncode != 0
+    log = node.log()
+    for phrase in phrases:
+        assert phrase in log, log
+
+
+def assert_acknowledged_entry(node) -> None:
+    with NodeClient(node.address) as client:
+        read = client.read(1, 0)
+        assert read.status == pb.OK and read.payload == b"acknowledged", read.message
+
+
+def test_deleted_journal_directory_is_refused_naming_it(start_node):
+    node = node_with_data(start_node)
+    node.kill()                 # no checkpoint since the add: only the journal holds the entry
+    shutil.rmtree(node.data_dir / "journal")
+    assert_refused(node, f"journal directory {node.data_dir / 'journal'} is missing", "not mounted", "decommission")
+
+
+def test_emptied_journal_directory_is_refused_naming_it(start_node):
+    node = node_with_data(start_node)
+    node.kill()
+    for path in (node.data_dir / "journal").iterdir():
+        path.unlink()
+    assert_refused(node, f"journal directory {node.data_dir / 'journal'} has no cookie and no journal file",
+                   "decommission")
+
+
+def test_journal_files_deleted_under_a_kept_journal_cookie_are_refused(start_node):
+    node = node_with_data(start_node)
+    node.kill()
+    for path in (node.data_dir / "journal").glob("*.log"):
+        path.unlink()
+    assert_refused(node, f"journal directory {node.data_dir / 'journal'} has its cookie but no journal file")
+
+
+def test_deleted_snapshot_is_refused_naming_it(start_node):
+    node = node_with_data(start_node)
+    assert node.stop() == 0     # a clean stop writes a snapshot
+    snapshot = node.data_dir / "snapshot"
+    snapshot.unlink()
+    assert_refused(node, f"the checkpoint snapshot {snapshot} is missing", "decommission")
+
+
+def test_journal_of_another_node_is_refused(start_node):
+    a = node_with_data(start_node, "node-a")
+    b = node_with_data(start_node, "node-b")
+    a.kill()
+    b.kill()
+    shutil.rmtree(a.data_dir / "journal")
+    shutil.copytree(b.data_dir / "journal", a.data_dir / "journal")
+    assert_refused(a, f"journal directory {a.data_dir / 'journal'} holds the cookie of node node-b")
+
+
+def test_restarts_after_a_crash_and_a_clean_stop_serve_the_acknowledged_entry(start_node):
+    node = start_node("node-a")
+    add_one(node)
+    node.restart()
+    assert_acknowledged_entry(node)
+    assert node.stop() == 0
+    node.start()
+    assert_acknowledged_entry(node)
+
+
+def test_directory_from_before_journal_cookies_is_migrated(start_node):
+    node = node_with_data(start_node)
+    assert node.stop() == 0
+    (node.data_dir / "journal" / "COOKIE").unlink()           # the layout before journal cookies ...
+    cookie = node.data_dir / "COOKIE"
+    fields = json.loads(cookie.read_text())
+    del fields["snapshot"]                                      # ... and before the snapshot was recorded
+    cookie.write_text(json.dumps(fields))
+    node.start()
+    assert_acknowledged_entry(node)
+    assert json.loads((node.data_dir / "journal" / "COOKIE").read_text())["instance_id"] == fields["instance_id"]
+    assert json.loads(cookie.read_text())["snapshot"] is True
+
+
+def test_a_leftover_journal_cookie_of_an_interrupted_first_start_is_replaced(store, tmp_path):
+    journal = tmp_path / "journal"
+    journal.mkdir(parents=True)
+    write_disk_cookie(journal, Cookie("node-a", "an-earlier-attempt", str(tmp_path), 0.0))
+    cookie = check_cookie(store, tmp_path, "node-a")
+    assert read_disk_cookie(journal) == cookie == read_disk_cookie(tmp_path)
+    assert registry.read_cookie(store, "node-a").value == cookie
+
+
+def test_a_cookie_without_any_journal_is_refused_once_zookeeper_knows_the_node(store, tmp_path):
+    """The rule for a directory from before journal cookies that has no journal file: refused, because a
+    lost journal looks the same (cookie.py explains why only a node that never opened its journal is like it)."""
+    cookie = check_cookie(store, tmp_path, "node-a")
+    shutil.rmtree(tmp_path / "journal")
+    with pytest.raises(CookieMismatchError, match="journal directory .* is missing"):
+        check_cookie(store, tmp_path, "node-a")
+    assert read_disk_cookie(tmp_path) == cookie

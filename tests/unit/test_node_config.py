@@ -16,6 +16,7 @@ def base(tmp_path) -> list[str]:
     ("--journal-segment-bytes", "1000"),
     ("--compaction-threshold", "1.5"),
     ("--gc-interval", "0"),
+    ("--gc-grace", "-1"),
 ])
 def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
     with pytest.raises(ConfigError, match=flag):
