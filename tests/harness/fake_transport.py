@@ -131,14 +131,14 @@ class FakeTransport:
     async def read(self, node: str, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse:
         target = await self._answer(node)
         entry = target.entries.get((request.ledger_id, request.entry_id))
-        return _response(entry) if entry else pb.ReadResponse(status=pb.NO_ENTRY, entry_id=request.entry_id)
+        return response_of(entry) if entry else pb.ReadResponse(status=pb.NO_ENTRY, entry_id=request.entry_id)
 
     async def read_range(self, node: str, request: pb.ReadRangeRequest, timeout: float):
         target = await self._answer(node)
         if request.fence:
             target.fenced.add(request.ledger_id)
         last = request.last_entry_id if target.range_cut is None else min(request.last_entry_id, target.range_cut)
-        entries = [_response(target.entries[(request.ledger_id, e)])
+        entries = [response_of(target.entries[(request.ledger_id, e)])
                    for e in range(request.first_entry_id, last + 1)
                    if (request.ledger_id, e) in target.entries]
         yield pb.ReadRangeResponse(status=pb.OK, entries=entries, done=target.range_cut is None)
@@ -155,6 +155,6 @@ class FakeTransport:
         pass
 
 
-def _response(entry: pb.AddEntry) -> pb.ReadResponse:
+def response_of(entry: pb.AddEntry) -> pb.ReadResponse:
     return pb.ReadResponse(status=pb.OK, ledger_id=entry.ledger_id, entry_id=entry.entry_id,
                            last_add_confirmed=entry.last_add_confirmed, payload=entry.payload, digest=entry.digest)
