@@ -21,7 +21,7 @@ from connector.client.errors import LedgerError
 from connector.client.ops.close import close_own
 from connector.client.runner import AddPipeline, Context, recover
 from metadata.errors import MetadataError
-from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
+from metadata.model import Fragment, LedgerMetadata, NodeRegistration
 from metadata.update_loop import update_ledger
 from protos.digest import master_key, password_hash
 from tests.simulation.clock import VirtualClockLoop
