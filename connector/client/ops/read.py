@@ -119,6 +119,11 @@ class ChunkRead:
     def write_set(self, entry_id: int) -> tuple[str, ...]:
         return self.schedule.write_set_nodes(entry_id, self.ensemble)
 
+    def on_failover_done(self, read: EntryRead) -> None:
+        """A single-entry read for what the range calls missed delivered its entry."""
+        if read.entry is not None:
+            self.entries[read.entry_id] = read.entry
+
     def failovers(self) -> list[EntryRead]:
         """Single-entry reads for what the range calls did not deliver (only once they all ended)."""
         return [

@@ -5,7 +5,11 @@ Fencing ReadRange calls go to every node of the last fragment, a window of entri
 in flight. An entry is positive as soon as one node returns it with a valid digest; negative only when
 (WQ - AQ) + 1 nodes of its write set finished their range without it (or answered NO_LEDGER); if neither can
 still happen it is unknown and the attempt aborts: never close on unknown (rule 13). The first negative entry
-ends the ledger at the entry before it.
+ends the ledger at the entry before it. A window counts as finished only when the node said so (its done
+marker); a stream that ended early leaves what it did not return unknown.
+
+What happens next lives elsewhere: the write-back (runner/add.py, recovery=True) keeps its ensemble changes
+in memory, and close.close_recovered stores them in the compare-and-set that closes (rule 12).
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
                 read.on_failure(node, str(exc))
         if read.entry is None:
             raise read.error()
-        chunk.entries[read.entry_id] = read.entry
+        chunk.on_failover_done(read)
 
     await asyncio.gather(*(range_call(call) for call in chunk.calls))
     await asyncio.gather(*(failover(read) for read in chunk.failovers()))
