@@ -140,7 +140,13 @@ class StreamLedger:
 
 @dataclasses.dataclass(frozen=True)
 class StreamRecord:
-    """A segmented log: ledgers with contiguous offsets, its format, and Spark commit records."""
+    """A segmented log: ledgers with contiguous offsets, its format, and Spark commit records.
+
+    The commit records make the outcome of a Spark commit knowable (DESIGN rule 16): `commits` holds the last
+    committed batch id per streaming query id (one entry per query), `jobs` the outcome ("committed" or
+    "aborted") of the most recent batch write jobs, oldest first, bounded by the connector (see
+    connector/spark/commit.py).
+    """
 
     name: str
     format: str = "raw"
@@ -149,6 +155,7 @@ class StreamRecord:
     commits: tuple[tuple[str, int], ...] = ()
     owner: str = ""
     created_at: float = 0.0
+    jobs: tuple[tuple[str, str], ...] = ()
 
     @property
     def next_offset(self) -> int:

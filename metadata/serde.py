@@ -131,6 +131,7 @@ def encode_stream(stream: StreamRecord) -> bytes:
             "schema": stream.schema,
             "ledgers": [[s.ledger_id, s.first_offset, s.last_offset] for s in stream.ledgers],
             "commits": dict(stream.commits),
+            "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
             "owner": stream.owner,
             "created_at": stream.created_at,
         },
@@ -147,4 +148,5 @@ def decode_stream(data: bytes) -> StreamRecord:
         commits=tuple(sorted(r["commits"].items())),
         owner=r["owner"],
         created_at=r["created_at"],
+        jobs=tuple((job_id, outcome) for job_id, outcome in r.get("jobs", ())),
     )

@@ -3,6 +3,17 @@
 Offsets of an arrow stream count rows: a ledger holding n rows registered after offset k covers
 k+1..k+n. A commit registers every task ledger of a job in partition order in one CAS, so readers
 see all of a job's rows or none of them.
+
+The outcome of a commit is knowable (DESIGN rule 16): the CAS that registers a batch write job's ledgers
+also records the job id as committed, and an abort records it as aborted in a CAS of its own; whichever
+lands first decides, and the other finds the job's outcome in the record. A commit whose reply was lost
+reads the record back and finds its job there (committed_job returns None), so it is reported as done
+and never registered twice; an abort that finds the job committed keeps its ledgers, and an abort that
+lands first bumps the record's version, so a commit still in flight from before can no longer land.
+Only the outcomes of the newest JOBS_KEPT jobs are kept, oldest dropped first: a commit and its
+read-back or abort follow each other within one driver call, so a job's outcome is evicted only if
+that many other jobs end on the same stream meanwhile, and the record stays small however long the
+stream lives (rule 15). Streaming queries keep one entry each in `commits` (their last batch id).
 """
 from __future__ import annotations
 
@@ -13,10 +24,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from connector.spark.errors import StreamOwnedError, UnsupportedStreamFormatError
+from connector.spark.jobs import WriteJobEndedError
 from connector.spark.schema import appendable_schema, decode_schema, encode_schema
 from metadata.model import StreamLedger, StreamRecord
 
 ARROW = "arrow"
+COMMITTED = "committed"
+ABORTED = "aborted"
+JOBS_KEPT = 100  # batch write job outcomes a stream record keeps (see the module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +83,43 @@ def committed(
         offset += task.rows
     kept = () if overwrite else record.ledgers
     return record.replace(schema=encode_schema(recorded), ledgers=kept + tuple(added))
+
+
+def committed_job(
+    record: StreamRecord, job_id: str, tasks: Sequence[TaskLedger], schema: pa.Schema, overwrite: bool
+) -> StreamRecord | None:
+    """The commit of batch write job_id: committed() plus the job's outcome; None if the record holds the job
+    committed already (the commit landed and its reply was lost, or the commit is run again)."""
+    outcome = job_outcome(record, job_id)
+    if outcome == COMMITTED:
+        return None
+    if outcome == ABORTED:
+        raise WriteJobEndedError(
+            f"write job {job_id} was aborted before its commit reached stream {record.name!r}: none of its rows "
+            "were committed and its ledgers are deleted; run the write again"
+        )
+    return with_job(committed(record, tasks, schema, overwrite), job_id, COMMITTED)
+
+
+def aborted_job(record: StreamRecord, job_id: str) -> StreamRecord | None:
+    """The abort of job_id: the record with the job marked aborted, or None if the job has an outcome already."""
+    if job_outcome(record, job_id) is not None:
+        return None
+    return with_job(record, job_id, ABORTED)
+
+
+def job_outcome(record: StreamRecord, job_id: str) -> str | None:
+    return dict(record.jobs).get(job_id)
+
+
+def with_job(record: StreamRecord, job_id: str, outcome: str) -> StreamRecord:
+    return record.replace(jobs=(record.jobs + ((job_id, outcome),))[-JOBS_KEPT:])
+
+
+def holds_any(record: StreamRecord, tasks: Sequence[TaskLedger]) -> bool:
+    """Whether the stream holds a ledger of these tasks (a commit of them landed)."""
+    registered = {s.ledger_id for s in record.ledgers}
+    return any(t.ledger_id in registered for t in tasks if t.ledger_id is not None)
 
 
 def sealed(record: StreamRecord, ledger_id: int, last_offset: int) -> StreamRecord:

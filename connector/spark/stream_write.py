@@ -10,6 +10,11 @@ After every commit, the ledgers of this query's batches up to this one that the 
 (failed attempts, a run killed before its commit, a replayed batch) are fenced, recovered and deleted:
 nothing uncommitted ever becomes visible, and nothing is left behind. Spark runs a commit on a fresh
 writer instance, so everything the commit needs travels in the tags and the commit messages.
+
+A commit whose reply was lost reads back whether it landed (DESIGN rule 16): finding its batch id with
+its own ledgers in the stream, it is done (not a replay: its ledgers stay). It returns only once the
+outcome is known, so no request of it can land later; abort syncs before it sweeps, so it sees
+everything that landed.
 """
 from __future__ import annotations
 
@@ -22,16 +27,16 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.commit import TaskLedger, committed, new_stream
+from connector.spark.commit import TaskLedger, committed, holds_any
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard, tagged_ledgers
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
-from connector.spark.write import check_target, write_task_ledger
-from metadata.errors import StreamExistsError
+from connector.spark.write import check_target, ensure_stream, write_task_ledger
+from metadata import layout
 from metadata.model import StreamRecord
-from metadata.streams import create_stream, find_stream, update_stream
+from metadata.streams import find_stream, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         arrow = arrow_schema_of(schema)
         with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite=False)
+            ensure_stream(lc.store, options.stream)
         return cls(options, arrow, stream_options.query_id())
 
     # -- executors -----------------------------------------------------------------------------
@@ -97,28 +103,21 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
+            lc.store.sync(layout.stream_path(self.options.stream))
             self._sweep(lc, batchId)
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
-        """One CAS: the task ledgers and the batch id; True if the batch was committed already."""
+        """One CAS: the task ledgers and the batch id; True if the batch was committed already (a replay)."""
         replayed = [False]
 
         def transform(record: StreamRecord) -> StreamRecord | None:
-            replayed[0] = batch_committed(record, self.query_id, batch_id)
-            if replayed[0]:
+            if batch_committed(record, self.query_id, batch_id):
+                replayed[0] = not holds_any(record, tasks)  # else this commit landed and its reply was lost
                 return None
             return with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
 
-        stream = self.options.stream
-        while True:
-            if find_stream(lc.store, stream) is not None:
-                update_stream(lc.store, stream, transform)
-                return replayed[0]
-            try:
-                create_stream(lc.store, transform(new_stream(stream)))
-                return False
-            except StreamExistsError:
-                continue
+        update_stream(lc.store, self.options.stream, transform, read_back=True)
+        return replayed[0]
 
     def _sweep(self, lc: LedgerClient, batch_id: int) -> None:
         """Discard this query's ledgers of batches <= batch_id that the stream does not hold."""

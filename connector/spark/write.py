@@ -1,11 +1,18 @@
 """Batch writes: every task is a ledger writer; the driver commits all task ledgers in one CAS.
 
 prepare() runs on the driver before any task: it checks the stream's format, schema and password,
-recovers a dangling tail, and starts the job (jobs.py). A task creates its own ledger, tagged with
-stream, job, partition and attempt, appends Arrow entries pipelined, closes it and reports it
-(TaskLedger). commit() ends the job, discards every ledger of the job that is not reported (failed,
-speculative or dead attempts), registers the reported ones in one CAS and, for overwrite, deletes
-the replaced ledgers. abort() ends the job and discards every ledger of it.
+recovers a dangling tail, creates the stream if it is new, and starts the job (jobs.py). A task
+creates its own ledger, tagged with stream, job, partition and attempt, appends Arrow entries
+pipelined, closes it and reports it (TaskLedger). commit() ends the job, discards every ledger of the
+job that is not reported (failed, speculative or dead attempts), registers the reported ones with the
+job id in one CAS and, for overwrite, deletes the replaced ledgers. abort() ends the job, records it
+as aborted unless its commit landed, and discards every ledger of it that the stream does not hold.
+
+A commit whose reply was lost has an unknown outcome, not a failed one (DESIGN rule 16): commit()
+reads back whether its job id landed and reports success if it did, so a retry cannot duplicate rows;
+abort() syncs, then decides in a CAS of its own (commit.py), and never deletes a ledger that a landed
+commit registered. The stream exists from prepare() on, so the commit is always one CAS on an
+existing record, which that abort can fence (a create could land after the abort decided).
 """
 from __future__ import annotations
 
@@ -21,7 +28,10 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NotEnoughNodesError
-from connector.spark.commit import TaskLedger, check_arrow_stream, check_last_ledger_closed, committed, new_stream
+from connector.spark.commit import (
+    COMMITTED, TaskLedger, aborted_job, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
+    new_stream,
+)
 from connector.spark.encoding import EntryBuilder, entries_of
 from connector.spark.jobs import check_job_running, end_job, start_job
 from connector.spark.options import LedgerOptions
@@ -30,8 +40,8 @@ from connector.spark.recovery import (
 )
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
-from metadata import registry
-from metadata.errors import LedgerError, StreamExistsError
+from metadata import layout, registry
+from metadata.errors import LedgerError, NoSuchStreamError, StreamExistsError
 from metadata.model import NodeState, StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import create_stream, find_stream, update_stream
@@ -56,6 +66,7 @@ class LedgerWriter(DataSourceArrowWriter):
         arrow = arrow_schema_of(schema)
         with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite)
+            ensure_stream(lc.store, options.stream)
             job_id = uuid.uuid4().hex
             start_job(lc.store, job_id, options.stream)
         return cls(options, arrow, job_id, overwrite)
@@ -78,6 +89,7 @@ class LedgerWriter(DataSourceArrowWriter):
     # -- driver --------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Register the reported task ledgers; a lost reply is read back, never reported failed (rule 16)."""
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
         kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
         opts = self.options
@@ -95,32 +107,58 @@ class LedgerWriter(DataSourceArrowWriter):
                     log.warning("overwrite of stream %r: replaced ledger %d not deleted: %s", opts.stream, ledger_id, exc)
 
     def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> list[int]:
-        """One CAS puts every task ledger on the stream; returns the ledgers an overwrite replaced."""
+        """One CAS puts every task ledger and the job id on the stream; returns the ledgers an overwrite replaced.
+
+        A lost reply is read back (rule 16): if the job is found committed, the CAS that landed is the last
+        one transform built, and `replaced` still holds what that one replaced.
+        """
         replaced: list[int] = []
 
-        def transform(record: StreamRecord) -> StreamRecord:
-            replaced[:] = [s.ledger_id for s in record.ledgers] if self.overwrite else []
-            return committed(record, tasks, self.schema, self.overwrite)
+        def transform(record: StreamRecord) -> StreamRecord | None:
+            updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
+            if updated is not None:
+                replaced[:] = [s.ledger_id for s in record.ledgers] if self.overwrite else []
+            return updated
 
-        while True:
-            if find_stream(store, self.options.stream) is not None:
-                update_stream(store, self.options.stream, transform)
-                return replaced
-            try:
-                create_stream(store, transform(new_stream(self.options.stream)))
-                return replaced
-            except StreamExistsError:
-                continue  # another job created it meanwhile: append to it
+        update_stream(store, self.options.stream, transform, read_back=True)
+        return replaced
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Discard the job's ledgers, except those a landed commit registered (rule 16)."""
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
-            found = find_stream(lc.store, opts.stream)
-            registered = {s.ledger_id for s in found.value.ledgers} if found else set()
+            record = self._decide_aborted(lc.store)
+            registered = {s.ledger_id for s in record.ledgers} if record else set()
             reported = {m.ledger_id for m in messages if isinstance(m, TaskLedger) and m.ledger_id is not None}
             for ledger_id in sorted((set(job_ledgers(lc, self.job_id)) | reported) - registered):
                 discard(lc, ledger_id, opts.password)
+
+    def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:
+        """The stream once the job's outcome is decided: aborted by this CAS, unless its commit landed first.
+
+        Rule 16: sync, so that a commit that landed before is seen; the CAS that marks the job aborted bumps
+        the stream's version, so a commit of the job still in flight (it read an older version) cannot land
+        after the ledgers are deleted. None if the stream is gone: no commit can land on it either.
+        """
+        stream = self.options.stream
+        store.sync(layout.stream_path(stream))
+        try:
+            record = update_stream(store, stream, lambda r: aborted_job(r, self.job_id), read_back=True).value
+        except NoSuchStreamError:
+            return None
+        if job_outcome(record, self.job_id) == COMMITTED:
+            log.warning("abort of write job %s: its commit had landed on stream %r; its rows stay committed",
+                        self.job_id, stream)
+        return record
+
+
+def ensure_stream(store: MetadataStore, name: str) -> None:
+    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record."""
+    try:
+        create_stream(store, new_stream(name))
+    except StreamExistsError:
+        pass
 
 
 def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool) -> None:

@@ -1,0 +1,238 @@
+"""DESIGN rule 16 at the driver: a Spark batch commit whose ZooKeeper reply was lost is read back, not reported
+failed, and an abort never deletes what a commit registered.
+
+The driver-side commit() and abort() of connector/spark/write.py run against the real ZooKeeper and real
+storage nodes; the driver's ZooKeeper connection goes through a loopback TCP proxy (tests/harness/tcp_proxy.py)
+that loses the commit's request or its reply. The task ledgers are written by the same code a Spark task
+runs (write_task_ledger), without a SparkSession.
+"""
+import dataclasses
+import threading
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StructField, StructType
+
+from connector.client import LedgerClient
+from connector.spark.encoding import decode_entry
+from connector.spark.jobs import WriteJobEndedError
+from connector.spark.options import LedgerOptions
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
+from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
+from connector.spark.write import LedgerWriter, write_task_ledger
+from metadata import streams
+from metadata.streams import find_stream
+from tests.harness.poll import poll_until
+from tests.harness.tcp_proxy import C2S, S2C, TcpProxy
+
+SCHEMA = StructType([StructField("id", LongType())])
+STREAM = "events"
+
+
+@dataclasses.dataclass
+class Task:
+    """The TaskContext calls a write task makes."""
+
+    partition: int
+
+    def partitionId(self) -> int:
+        return self.partition
+
+    def attemptNumber(self) -> int:
+        return 0
+
+    def taskAttemptId(self) -> int:
+        return self.partition
+
+
+@pytest.fixture
+def zk_proxy(zookeeper):
+    with TcpProxy(zookeeper.host, zookeeper.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def driver_uri(metadata_uri, zookeeper, zk_proxy) -> str:
+    """The test's metadata root, reached through the proxy: the driver's commit and abort use it."""
+    return metadata_uri.replace(zookeeper.address, zk_proxy.address)
+
+
+def options(uri: str) -> LedgerOptions:
+    return LedgerOptions.parse({"metadata": uri, "path": STREAM, "entryBytes": "1024"})
+
+
+def run_tasks(writer: LedgerWriter, uri: str, *ranges: range) -> list:
+    """One write task per range of ids, as executors would run them (straight to ZooKeeper, not proxied)."""
+    messages = []
+    for partition, ids in enumerate(ranges):
+        batch = pa.record_batch([pa.array(list(ids), pa.int64())], schema=writer.schema)
+        ctx = Task(partition)
+        messages.append(write_task_ledger(options(uri), writer.schema, iter([batch]), ctx, writer._tags(ctx)))
+    return messages
+
+
+def commit_base(driver_uri: str, metadata_uri: str) -> None:
+    """A first job with ids 0..99, committed without faults: the stream exists before the commit under test."""
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    writer.commit(run_tasks(writer, metadata_uri, range(0, 100)))
+
+
+def stream_ids(uri: str) -> list[int]:
+    """Every id the stream holds, in offset order; fails if a ledger the stream lists is gone or short."""
+    ids = []
+    with LedgerClient(uri) as lc:
+        for ledger in find_stream(lc.store, STREAM).value.ledgers:
+            rows = [
+                i for entry in lc.open_ledger(ledger.ledger_id, recover=False).read()
+                for batch in decode_entry(entry.payload).batches for i in batch.column(0).to_pylist()
+            ]
+            assert len(rows) == ledger.last_offset - ledger.first_offset + 1
+            ids += rows
+    return ids
+
+
+def lose_first_stream_write(monkeypatch, before_sending, after_sending) -> threading.Thread:
+    """Run before_sending() just before the first stream CAS goes out and after_sending() meanwhile in a thread;
+    returns that thread (the one call that sends the commit's set is wrapped, nothing else)."""
+    real = streams.write_stream
+    helper = threading.Thread(target=after_sending, daemon=True)
+
+    def write_stream(store, record, expected_version):
+        if helper.ident is None:
+            before_sending()
+            helper.start()
+        return real(store, record, expected_version)
+
+    monkeypatch.setattr(streams, "write_stream", write_stream)
+    return helper
+
+
+class LostReply:
+    """The first stream CAS reaches ZooKeeper and its reply is lost: the proxy swallows replies from just before
+    the set is sent until it has landed (seen on another session), then resets the driver's connection."""
+
+    def __init__(self, monkeypatch, zk_proxy: TcpProxy, store):
+        self.proxy, self.store = zk_proxy, store
+        self.helper = lose_first_stream_write(monkeypatch, self._lose_replies, self._heal_once_landed)
+
+    def _lose_replies(self):
+        self.connections = self.proxy.stats().accepted
+        self.version = streams.read_stream(self.store, STREAM).version
+        self.proxy.set_mode("drop", direction=S2C)
+
+    def _heal_once_landed(self):
+        poll_until(lambda: streams.read_stream(self.store, STREAM).version > self.version, 30,
+                   what="the commit's set to land")
+        self.proxy.set_mode("pass")
+        self.proxy.reset()
+
+    def check_happened(self):
+        self.helper.join(30)
+        assert self.proxy.stats().accepted > self.connections, "the commit's connection was not cut"
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["append", "overwrite"])
+def test_commit_whose_reply_is_lost_reads_back_that_it_landed(
+    cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch, overwrite
+):
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    base_ledgers = [s.ledger_id for s in find_stream(store, STREAM).value.ledgers]
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=overwrite)
+    messages = run_tasks(writer, metadata_uri, range(100, 150), range(150, 300))
+
+    lost = LostReply(monkeypatch, zk_proxy, store)
+    writer.commit(messages)  # reports success: it read back that its job landed
+    lost.check_happened()
+
+    expected = list(range(100, 300)) if overwrite else list(range(300))
+    assert stream_ids(metadata_uri) == expected
+    if overwrite:
+        with LedgerClient(metadata_uri) as lc:
+            assert not set(base_ledgers) & set(lc.list_ledgers())
+    # Spark may still call abort (another failure after the commit): it keeps what the commit registered.
+    writer.abort(messages)
+    assert stream_ids(metadata_uri) == expected
+    # A retry of the same job's commit finds it committed and adds nothing.
+    writer.commit(messages)
+    assert stream_ids(metadata_uri) == expected
+
+
+def test_streaming_commit_whose_reply_is_lost_keeps_its_batch(
+    cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch
+):
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    sink = LedgerStreamWriter(options(driver_uri), pa.schema([("id", pa.int64())]), "query-1")
+    batch = pa.record_batch([pa.array(range(100, 200), pa.int64())], schema=sink.schema)
+    tags = {STREAM_TAG: STREAM, QUERY_TAG: "query-1", BATCH_TAG: 0, PARTITION_TAG: 0, ATTEMPT_TAG: 0, TASK_TAG: 0}
+    messages = [write_task_ledger(options(metadata_uri), sink.schema, iter([batch]), Task(0), tags)]
+
+    lost = LostReply(monkeypatch, zk_proxy, store)
+    sink.commit(messages, 0)  # finds batch 0 with its own ledger: done, not a replay to discard
+    lost.check_happened()
+    assert stream_ids(metadata_uri) == list(range(200))
+    sink.commit(messages, 0)
+    assert stream_ids(metadata_uri) == list(range(200))
+
+
+def test_commit_whose_request_is_lost_commits_once(cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    version = streams.read_stream(store, STREAM).version
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    swallowed = zk_proxy.stats().dropped[C2S]
+
+    def heal_once_swallowed():
+        # The set never reaches ZooKeeper (the request is swallowed): cut the connection.
+        poll_until(lambda: zk_proxy.stats().dropped[C2S] > swallowed + 100, 30, what="the commit's set to be lost")
+        zk_proxy.set_mode("pass")
+        zk_proxy.reset()
+
+    helper = lose_first_stream_write(monkeypatch, lambda: zk_proxy.set_mode("drop", direction=C2S), heal_once_swallowed)
+    writer.commit(messages)  # read back: not landed, so the CAS is sent again
+    helper.join(30)
+    assert streams.read_stream(store, STREAM).version == version + 1  # one CAS landed, not two
+    assert stream_ids(metadata_uri) == list(range(200))
+
+
+def test_abort_fences_a_commit_still_in_flight(cluster, store, metadata_uri, driver_uri, monkeypatch):
+    """The commit's set is held in the network (here: the commit thread stands still just before sending it)
+    until after an abort of the job has run: it must not land on ledgers the abort deleted."""
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    job_ledgers = {m.ledger_id for m in messages}
+    in_flight, deliver = threading.Event(), threading.Event()
+    real = streams.write_stream
+
+    def held_write_stream(store_, record, expected_version):
+        if not in_flight.is_set():
+            in_flight.set()
+            assert deliver.wait(60)
+        return real(store_, record, expected_version)
+
+    monkeypatch.setattr(streams, "write_stream", held_write_stream)
+    outcome = []
+
+    def commit():
+        try:
+            writer.commit(messages)
+            outcome.append("committed")
+        except WriteJobEndedError as exc:
+            outcome.append(exc)
+
+    committer = threading.Thread(target=commit, daemon=True)
+    committer.start()
+    assert in_flight.wait(60)
+    # Spark's abort runs on its own copy of the writer, with its own ZooKeeper session.
+    LedgerWriter(options(metadata_uri), writer.schema, writer.job_id, overwrite=False).abort(messages)
+    deliver.set()
+    committer.join(60)
+
+    assert stream_ids(metadata_uri) == list(range(100))  # every listed ledger exists; no row of the job
+    with LedgerClient(metadata_uri) as lc:
+        assert not job_ledgers & set(lc.list_ledgers())
+    assert isinstance(outcome[0], WriteJobEndedError)
