@@ -232,11 +232,24 @@ class Storage:
                 advanced.append(state.ledger_id)
         self.metrics.group_synced(entries, stored - entries * ENTRY_PAYLOAD_OFFSET, fsync_seconds,
                                   time.perf_counter() - group.started)
+        self._wake_lac_waiters(advanced)
+
+    def _wake_lac_waiters(self, ledger_ids: list[int]) -> None:
         if self._lac_waiters:
-            for ledger_id in advanced:
+            for ledger_id in ledger_ids:
                 for waiter in self._lac_waiters.pop(ledger_id, ()):
                     if not waiter.done():
                         waiter.set_result(None)
+
+    def _lac_while_read_only(self, state: LedgerState | None, lac: int) -> Verdict:
+        """A read-only node takes the LAC of a ledger it holds, in memory: it describes entries that are
+        stored already, and tailing readers and recovery start from it (rule 17). Not journaled (the disk
+        may be full): after a restart the node knows the LAC its entries carried, a lower bound, as a LAC is."""
+        if state is None:
+            return pb.READ_ONLY, self._read_only_message()
+        if state.record_lac(lac):
+            self._wake_lac_waiters([state.ledger_id])
+        return None
 
     def _on_write_error(self, exc: JournalWriteError) -> None:
         cause = exc.__cause__
@@ -285,13 +298,13 @@ class Storage:
         if id_problem(ledger_id) or not -1 <= lac < MAX_ID or not key or len(key) > MAX_KEY_BYTES:
             return pb.BAD_REQUEST, (f"WriteLac needs a ledger id in [0, {MAX_ID}), a LAC in [-1, {MAX_ID}) and the "
                                     f"master key (1..{MAX_KEY_BYTES} bytes)")
-        if self.read_only_reason:
-            return pb.READ_ONLY, self._read_only_message()
         state = self.ledgers.get(ledger_id)
         if state is not None:
             verdict = state.check_write_lac(key)
             if verdict:
                 return verdict
+        if self.read_only_reason:
+            return self._lac_while_read_only(state, lac)
         try:
             group = self.journal.group
         except JournalWriteError as exc:

@@ -53,3 +53,20 @@ def test_readonly_of_an_unknown_node_is_refused(store, metadata_uri):
     assert done.returncode == 1
     assert "no storage node 'no-such-node'" in done.stderr
     assert not registry.readonly_requested(store, "no-such-node")
+
+
+def test_a_read_only_node_takes_the_lac_of_a_ledger_it_holds_and_refuses_one_it_does_not(start_node, metadata_uri):
+    """Rule 17: the LAC describes entries the node stores already, so a drained or full node still takes it."""
+    node = start_node("drained")
+    with NodeClient(node.address) as client:
+        assert [add_status(client, e) for e in range(3)] == [pb.OK] * 3
+        assert client.read_lac(5).last_add_confirmed == 1   # entry 2 carried LAC 1
+    done = ledger_cli(metadata_uri, node.node_id)
+    assert done.returncode == 0, done.stderr
+    with NodeClient(node.address) as client:
+        poll_until(lambda: client.node_info().read_only, timeout=10, what="the node to turn read-only")
+        waiting = client.wait_lac_future(5, previous_lac=1, timeout_ms=10_000)
+        assert client.write_lac(5, 2).status == pb.OK
+        assert waiting.result(timeout=10).last_add_confirmed == 2   # a tailing reader wakes up
+        assert client.read_lac(5).last_add_confirmed == 2
+        assert client.write_lac(6, 0).status == pb.READ_ONLY        # nothing of ledger 6 here: no new state

@@ -133,13 +133,29 @@ def test_timed_out_nodes_are_those_that_did_not_ack_old_adds():
     assert seq.timed_out_nodes(now=12.0, timeout=10.0) == {"b", "c"}
 
 
-def test_idle_writer_publishes_the_lac_once():
+def test_idle_writer_sends_the_lac_to_every_node_that_does_not_hold_it_until_each_does():
     seq = sequence()
     seq.append(b"p")
+    assert seq.lac_targets() == []  # an add is pending: it will carry the LAC
     seq.on_result("a", 0, pb.OK)
     seq.on_result("b", 0, pb.OK)
-    assert seq.lac_to_publish() == 0
-    assert seq.lac_to_publish() is None
+    assert seq.lac_targets() == ["a", "b", "c"]  # entry 0 carried LAC -1
+    seq.on_lac_written("a", 0)
+    assert seq.lac_targets() == ["b", "c"]  # b's answer was lost: asked again
+    seq.on_lac_written("b", 0)
+    seq.on_lac_written("c", 0)
+    assert seq.lac_targets() == []
+
+
+def test_an_acknowledged_add_tells_that_its_node_holds_the_lac_it_carried():
+    seq = sequence()
+    for entry_id in range(2):
+        seq.append(b"p")
+        for node in ("a", "b", "c"):
+            seq.on_result(node, entry_id, pb.OK)
+    # c's answers came after each add completed: too late to count, so c is asked explicitly too
+    assert seq.node_lac == {"a": 0, "b": 0}
+    assert seq.lac_targets() == ["a", "b", "c"]  # the LAC is 1 now
 
 
 def test_recovery_write_back_continues_after_the_recovered_lac_with_the_recovery_flag():

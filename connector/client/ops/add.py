@@ -47,7 +47,7 @@ class AddSequence:
         self.pending: collections.OrderedDict[int, PendingAdd] = collections.OrderedDict()
         self.failed_nodes: set[str] = set()
         self.error: LedgerError | None = None
-        self.published_lac = last_add_confirmed
+        self.node_lac: dict[str, int] = {}  # the LAC each node is known to hold (piggybacked or explicit)
 
     @property
     def flags(self) -> int:
@@ -60,7 +60,6 @@ class AddSequence:
         entry_id = self.next_entry_id
         self.next_entry_id += 1
         lac = self.last_add_confirmed
-        self.published_lac = max(self.published_lac, lac)
         add = PendingAdd(
             entry_id, payload, lac, entry_digest(self.ledger_id, entry_id, lac, payload),
             self.schedule.write_set_nodes(entry_id, self.ensemble), now,
@@ -75,6 +74,7 @@ class AddSequence:
             return []  # late answer for a completed add, or from a node since replaced
         if status == pb.OK:
             add.acked.add(node)
+            self.on_lac_written(node, add.last_add_confirmed)
             return self._complete()
         if status == pb.FENCED:
             self.fail(LedgerFencedError(fenced_message(self.ledger_id)))
@@ -127,12 +127,18 @@ class AddSequence:
         self.pending.clear()
         return failed
 
-    def lac_to_publish(self) -> int | None:
-        """The LAC if no add carried it yet: an idle writer sends it explicitly (rule 2)."""
-        if self.last_add_confirmed > self.published_lac and not self.pending:
-            self.published_lac = self.last_add_confirmed
-            return self.last_add_confirmed
-        return None
+    def lac_targets(self) -> list[str]:
+        """Nodes of the current ensemble that do not hold the LAC yet, once no add is pending to carry it:
+        an idle writer sends it to them explicitly, and again until each has it (rules 2, 17)."""
+        if self.pending or self.last_add_confirmed < 0:
+            return []
+        return [n for n in self.ensemble
+                if self.node_lac.get(n, -1) < self.last_add_confirmed and n not in self.failed_nodes]
+
+    def on_lac_written(self, node: str, lac: int) -> None:
+        """The node holds lac: it acknowledged an add that carried it, or took it explicitly."""
+        if lac > self.node_lac.get(node, -1):
+            self.node_lac[node] = lac
 
     def _complete(self) -> list[PendingAdd]:
         completed = []

@@ -18,6 +18,7 @@ from protos import ledger_pb2 as pb
 from protos import wire
 
 IDLE_LAC_AFTER = 0.2  # seconds without appends before an idle writer sends its LAC explicitly (rule 2)
+LAC_RETRY_AFTER = 1.0  # seconds before an explicit LAC a node did not take is sent to it again
 TICK = 0.1
 
 
@@ -58,6 +59,7 @@ class AddPipeline:
         self._changing = False
         self._ever_failed: set[str] = set()
         self._last_append = self.loop.time()
+        self._lac_sending: dict[str, float] = {}  # node -> when its explicit LAC may be sent (again)
         ctx.transport.register(meta.ledger_id, recovery, self)
         self._ticker = asyncio.ensure_future(self._tick())
 
@@ -171,17 +173,30 @@ class AddPipeline:
             for node in self.seq.timed_out_nodes(now, self.ctx.add_timeout):
                 self.on_node_failure(node, "add not acknowledged in time")
             if not self.recovery and now - self._last_append > IDLE_LAC_AFTER:
-                lac = self.seq.lac_to_publish()
-                if lac is not None:
-                    for node in self.seq.ensemble:
-                        asyncio.ensure_future(self._write_lac(node, lac))
+                self._publish_lac(now)
+
+    def _publish_lac(self, now: float) -> None:
+        """Explicit LAC to each node of the ensemble that does not hold it, retried until it does (rule 17)."""
+        lac = self.seq.last_add_confirmed
+        for node in self.seq.lac_targets():
+            if self._lac_sending.get(node, 0.0) <= now:
+                self._lac_sending[node] = float("inf")  # one at a time per node
+                asyncio.ensure_future(self._write_lac(node, lac))
 
     async def _write_lac(self, node: str, lac: int) -> None:
         request = pb.WriteLacRequest(ledger_id=self.ledger_id, master_key=self.master_key, last_add_confirmed=lac)
+        retry_at = self.loop.time() + LAC_RETRY_AFTER
         try:
-            await self.ctx.transport.write_lac(node, request, self.ctx.timeout)
+            response = await self.ctx.transport.write_lac(node, request, self.ctx.timeout)
+            if response.status == pb.OK:
+                self.seq.on_lac_written(node, lac)
+                retry_at = 0.0
+            elif response.status in (pb.FENCED, pb.UNAUTHORIZED):
+                retry_at = float("inf")  # never taken from this writer; its adds learn why
         except NodeError:
-            pass  # the LAC is a hint for readers; the next add carries it anyway
+            pass  # the LAC is a hint for readers: asked again after LAC_RETRY_AFTER
+        finally:
+            self._lac_sending[node] = retry_at
 
     async def drain(self) -> None:
         """Wait until every add appended so far completed or failed."""
