@@ -156,11 +156,12 @@ class StreamRecord:
     owner: str = ""
     created_at: float = 0.0
     jobs: tuple[tuple[str, str], ...] = ()
+    base_offset: int = 0  # the next offset while the stream holds no ledger: offsets only grow (rule 17)
 
     @property
     def next_offset(self) -> int:
         if not self.ledgers:
-            return 0
+            return self.base_offset
         last = self.ledgers[-1]
         if last.last_offset is None:
             raise ValueError(f"stream {self.name!r}: ledger {last.ledger_id} is still open")

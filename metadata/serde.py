@@ -132,6 +132,7 @@ def encode_stream(stream: StreamRecord) -> bytes:
             "ledgers": [[s.ledger_id, s.first_offset, s.last_offset] for s in stream.ledgers],
             "commits": dict(stream.commits),
             "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
+            "base_offset": stream.base_offset,
             "owner": stream.owner,
             "created_at": stream.created_at,
         },
@@ -149,4 +150,5 @@ def decode_stream(data: bytes) -> StreamRecord:
         owner=r["owner"],
         created_at=r["created_at"],
         jobs=tuple((job_id, outcome) for job_id, outcome in r.get("jobs", ())),
+        base_offset=r.get("base_offset", 0),
     )

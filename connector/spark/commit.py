@@ -67,7 +67,9 @@ def check_last_ledger_closed(record: StreamRecord) -> None:
 def committed(
     record: StreamRecord, tasks: Sequence[TaskLedger], schema: pa.Schema, overwrite: bool
 ) -> StreamRecord:
-    """record with the task ledgers appended (or replacing every ledger, for overwrite)."""
+    """record with the task ledgers appended (or replacing every ledger, for overwrite). An overwrite
+    continues from the stream's next offset, even with no rows: offsets only grow (rule 17), so a reader
+    that passed an offset never sees it handed out again."""
     check_arrow_stream(record)
     check_last_ledger_closed(record)
     if overwrite or not record.schema:
@@ -81,8 +83,9 @@ def committed(
             continue
         added.append(StreamLedger(task.ledger_id, offset, offset + task.rows - 1))
         offset += task.rows
-    kept = () if overwrite else record.ledgers
-    return record.replace(schema=encode_schema(recorded), ledgers=kept + tuple(added))
+    if overwrite:
+        return record.replace(schema=encode_schema(recorded), ledgers=tuple(added), base_offset=record.next_offset)
+    return record.replace(schema=encode_schema(recorded), ledgers=record.ledgers + tuple(added))
 
 
 def committed_job(

@@ -34,6 +34,17 @@ def test_overwrite_replaces_ledgers_and_schema_keeping_offsets_monotonic():
     assert decode_schema(replaced.schema).equals(other)
 
 
+def test_an_overwrite_with_no_rows_keeps_the_next_offset_for_later_rows():
+    """Issue 13 finding 4 (rule 17): offsets only grow, even through an empty overwrite."""
+    record = committed(new_stream("s"), [TaskLedger(0, 20, 100, 1)], SCHEMA, overwrite=False)
+    emptied = committed(record, [TaskLedger(0, None, 0, 0)], SCHEMA, overwrite=True)
+    assert emptied.ledgers == () and emptied.next_offset == 100
+    stored = serde.decode_stream(serde.encode_stream(emptied))
+    assert stored.next_offset == 100
+    later = committed(stored, [TaskLedger(0, 41, 5, 1)], SCHEMA, overwrite=False)
+    assert later.ledgers == (StreamLedger(41, 100, 104),)
+
+
 def test_incompatible_append_fails():
     record = committed(new_stream("s"), [TaskLedger(0, 20, 3, 1)], SCHEMA, overwrite=False)
     with pytest.raises(SchemaMismatchError):
