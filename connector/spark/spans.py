@@ -3,6 +3,9 @@
 Before planning, the driver recovers dangling ledgers (OPEN, writer gone) and seals a recovered
 stream tail: the stream record gets the tail's last offset, so every later reader and writer sees
 the ledger as closed. The OPEN tail of a live writer is read up to its last add confirmed.
+
+A streaming micro-batch is planned from the offsets its latestOffset promised instead (batch_spans):
+no second LAC read, which could answer less than the first (DESIGN rule 17).
 """
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from connector.spark.commit import ARROW, sealed
 from connector.spark.encoding import entry_header
 from connector.spark.planning import LedgerSpan
 from connector.spark.recovery import check_password, recover
+from metadata.errors import LedgerError
 from metadata.model import StreamLedger, StreamRecord
+from metadata.store import MetadataStore
 from metadata.streams import read_stream, update_stream
 
 
@@ -45,6 +50,46 @@ def stream_spans(
             record = update_stream(lc.store, name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
         spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset, length))
     return record, spans
+
+
+def batch_spans(store: MetadataStore, record: StreamRecord, lo: int, hi: int) -> tuple[list[LedgerSpan], int | None]:
+    """The ledgers holding offsets lo..hi of a micro-batch, and the last offset the stream holds (None: any).
+
+    hi is an end latestOffset promised, so the data is known to reach it (rule 17), and no LAC is read
+    again: each node's LAC lags its own way, and a second read could answer less than the first. The
+    OPEN tail of a raw stream is planned up to hi (entries up to a LAC someone saw were acknowledged; the
+    executors read them with confirmed=), and it reaches any end. An arrow ledger's rows are known once
+    it is sealed, so its OPEN tail holds none yet; the last entry of a sealed one is in its metadata,
+    read only for the ledgers of this range (rule 15).
+    """
+    raw = record.format != ARROW
+    spans: list[LedgerSpan] = []
+    reach = record.ledgers[0].first_offset - 1 if record.ledgers else -1
+    for ledger, following in zip(record.ledgers, record.ledgers[1:] + (None,)):
+        last_offset = ledger.last_offset
+        if last_offset is None and following is not None:
+            last_offset = following.first_offset - 1  # offsets are contiguous
+        if last_offset is None and not raw:
+            break
+        reach = last_offset
+        if ledger.first_offset > hi or (last_offset is not None and last_offset < lo):
+            continue
+        if raw:
+            last_entry = (hi if last_offset is None else last_offset) - ledger.first_offset
+        else:
+            last_entry = _sealed_last_entry(store, ledger.ledger_id)
+        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
+    return spans, reach
+
+
+def _sealed_last_entry(store: MetadataStore, ledger_id: int) -> int:
+    meta = store.read_ledger(ledger_id).value
+    if not meta.is_closed:
+        raise LedgerError(
+            f"ledger {ledger_id}: its stream gives it row offsets, but its metadata says it is not closed; the "
+            "stream record and the ledger disagree, so the rows a micro-batch promised cannot be planned"
+        )
+    return meta.last_entry_id
 
 
 def _closed_last_offset(lc: LedgerClient, fmt: str, ledger: StreamLedger, last_entry: int, password: bytes) -> int:

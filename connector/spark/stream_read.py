@@ -6,9 +6,16 @@ ledger of a live stream writer, the entry its writer last confirmed (LAC) as the
 row is visible only once it is acknowledged, and never before. A dangling tail (writer gone) is
 recovered first, as for batch reads.
 
+A micro-batch reads exactly the range its latestOffset promised (DESIGN rule 17): partitions(start,
+end) plans from the offsets Spark hands it and the stream record, without reading a LAC again. The
+end is a lower bound the data is known to reach, and a second LAC read could answer less (each node's
+LAC lags its own way: a batch would be committed with rows never read). Executors read the OPEN tail
+up to the planned entry whatever LAC the nodes they ask know.
+
 Rate limits (maxRecordsPerTrigger, maxBytesPerTrigger) go through the ReadLimit API; with both
 options set, both caps apply whenever Spark passes the source's default limit. Deleted ledgers
-(offsets below the stream's first one) fail the query unless failOnDataLoss is false.
+(offsets below the stream's first one), and promised offsets the stream no longer holds, fail the
+query unless failOnDataLoss is false.
 """
 from __future__ import annotations
 
@@ -30,10 +37,13 @@ from pyspark.sql.types import StructType
 from connector.client import LedgerClient
 from connector.spark.errors import DataLossError
 from connector.spark.options import LedgerOptions
-from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
+from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
 from connector.spark.read import read_partition
-from connector.spark.spans import stream_spans
+from connector.spark.spans import batch_spans, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
+from metadata.model import StreamRecord
+from metadata.store import MetadataStore
+from metadata.streams import read_stream
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +62,6 @@ class StreamPartition(LedgerPartition):
 class StreamExtent:
     """What a stream holds right now: offsets [first, end) and the bytes per offset, on average."""
 
-    spans: tuple[LedgerSpan, ...]
     first: int
     end: int
     bytes_per_offset: float
@@ -77,7 +86,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         known = [s for s in spans if s.length > 0 and s.last_offset is not None]
         known_bytes = sum(s.length for s in known)
         known_offsets = sum(s.last_offset - s.first_offset + 1 for s in known)
-        first = record.ledgers[0].first_offset if record.ledgers else 0
+        first = first_offset(record)
         end = first
         for span in spans:
             if span.last_offset is not None:
@@ -86,7 +95,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = span.first_offset + span.last_entry_id + 1  # a live writer's tail, up to its LAC
             # An arrow ledger's row offsets are known once it is sealed; until then it ends the stream.
         per_offset = known_bytes / known_offsets if known_offsets else DEFAULT_BYTES_PER_OFFSET
-        return StreamExtent(tuple(spans), first, end, per_offset)
+        return StreamExtent(first, end, per_offset)
 
     def initialOffset(self) -> dict:
         extent = self._extent()
@@ -106,7 +115,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         extent = self._extent()
-        begin = self._checked_start(start["offset"], extent)
+        begin = self._checked_start(start["offset"], extent.first)
         end = extent.end if self.available_now_end is None else min(extent.end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
             caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
@@ -126,28 +135,45 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_end = self._extent().end
 
     def partitions(self, start: dict, end: dict) -> list[StreamPartition]:
-        extent = self._extent()
-        lo = self._checked_start(start["offset"], extent)
-        hi = end["offset"] - 1
-        if hi < lo:
-            return []
-        planned = plan_partitions(
-            extent.spans, ReadBounds.from_offsets(lo, hi + 1), self.options.split_entries, offset_per_entry=self.raw
-        )
+        """Offsets [start, end): exactly what latestOffset promised (rule 17), planned without a LAC read."""
+        opts = self.options
+        with MetadataStore(opts.metadata) as store:
+            record = read_stream(store, opts.stream).value
+            lo = self._checked_start(start["offset"], first_offset(record))
+            hi = end["offset"] - 1
+            if hi < lo:
+                return []
+            spans, reach = batch_spans(store, record, lo, hi)
+        hi = self._checked_end(lo, hi, reach)
+        bounds = ReadBounds.from_offsets(lo, hi + 1)
+        planned = plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)
         return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, lo, hi) for p in planned]
 
-    def _checked_start(self, offset: int, extent: StreamExtent) -> int:
+    def _checked_start(self, offset: int, first: int) -> int:
         """Offsets below the stream's first one belong to deleted ledgers (rule: failOnDataLoss)."""
-        if offset >= extent.first:
+        if offset >= first:
             return offset
-        message = (
-            f"stream {self.options.stream!r}: offsets {offset}..{extent.first - 1} are gone (their ledgers were "
-            f"deleted); the stream now starts at offset {extent.first}"
+        self._data_lost(
+            f"stream {self.options.stream!r}: offsets {offset}..{first - 1} are gone (their ledgers were "
+            f"deleted); the stream now starts at offset {first}"
         )
+        return first
+
+    def _checked_end(self, lo: int, hi: int, reach: int | None) -> int:
+        """The promised end, unless the stream no longer holds it (its ledgers were replaced meanwhile)."""
+        if reach is None or reach >= hi:
+            return hi
+        self._data_lost(
+            f"stream {self.options.stream!r}: offsets {max(lo, reach + 1)}..{hi}, promised to this micro-batch, "
+            f"are no longer in the stream (it now ends at offset {reach}: were its ledgers overwritten?)"
+        )
+        return reach
+
+    def _data_lost(self, message: str) -> None:
+        """failOnDataLoss: fail the query, or skip the lost offsets with a warning."""
         if self.stream_options.fail_on_data_loss:
             raise DataLossError(message + "; set failOnDataLoss=false to skip them")
         log.warning("%s; skipping them (failOnDataLoss=false)", message)
-        return extent.first
 
     def commit(self, end: dict) -> None:
         """Nothing to release: a stream keeps its ledgers until they are deleted."""
@@ -157,6 +183,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         bounds = ReadBounds.from_offsets(partition.lo, partition.hi + 1)
         return read_partition(self.options, self.schema, self.raw, partition, bounds)
+
+
+def first_offset(record: StreamRecord) -> int:
+    return record.ledgers[0].first_offset if record.ledgers else 0
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:

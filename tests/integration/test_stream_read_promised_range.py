@@ -1,0 +1,102 @@
+"""Issue 13 item 1 (DESIGN rule 17): a streaming micro-batch reads exactly the range its latestOffset promised,
+even when the nodes' LACs differ and a second LAC read would answer less than the first.
+
+The stream: a sealed raw ledger (offsets 0..99) and the OPEN ledger of a live writer (offsets 100..399) whose
+300 entries every node holds, but only node 1 knows LAC 299; nodes 2 and 3 know LAC -1 (the writer's pipelined
+adds all piggybacked -1). latestOffset asks nodes 1 and 2 (node 3 paused) and promises offset 400; then node 1
+pauses, so any LAC read answers -1, and partitions() must still plan, and executors read, every promised row.
+"""
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from connector.client import LedgerClient
+from connector.spark.errors import DataLossError
+from connector.spark.schema import raw_read_schema
+from connector.spark.stream_options import StreamOptions
+from connector.spark.stream_read import LedgerStreamReader
+from metadata import registry
+from metadata.model import Fragment, LedgerMetadata, StreamLedger, StreamRecord
+from metadata.streams import create_stream
+from protos import ledger_pb2 as pb
+from protos.digest import password_hash
+from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+
+PASSWORD = b"test-password"
+SEALED = 100    # entries (= offsets) of the sealed ledger
+TAIL = 300      # entries of the OPEN ledger
+WRITER = "writer-promised-range-test"
+
+
+def sealed_ledger(metadata_uri) -> int:
+    with LedgerClient(metadata_uri) as lc, lc.create_ledger(3, 3, 2, password=PASSWORD) as handle:
+        for future in [handle.append_async(b"sealed %d" % e) for e in range(SEALED)]:
+            future.result()
+        return handle.ledger_id
+
+
+def open_tail_known_to_one_node(store, nodes) -> int:
+    """The OPEN ledger of a live writer: every node holds its entries, only nodes[0] knows they are confirmed."""
+    ensemble = tuple(n.node_id for n in nodes)
+    meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ensemble),), password_hash=password_hash(PASSWORD),
+                          writer_id=WRITER)
+    ledger_id = store.create_ledger(meta).value.ledger_id
+    entries = [make_entry(ledger_id, e, payload_for(ledger_id, e), key=KEY, lac=-1) for e in range(TAIL)]
+    for node in nodes:
+        with NodeClient(node.address) as nc:
+            assert all(r.status == pb.OK for r in nc.add(*entries))
+    with NodeClient(nodes[0].address) as nc:
+        assert nc.write_lac(ledger_id, TAIL - 1).status == pb.OK
+    for node, lac in zip(nodes, (TAIL - 1, -1, -1)):
+        with NodeClient(node.address) as nc:
+            assert nc.read_lac(ledger_id).last_add_confirmed == lac
+    return ledger_id
+
+
+def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_answer_less(cluster, store,
+                                                                                         metadata_uri):
+    nodes = cluster(3)
+    writer = registry.register_writer(store, WRITER)   # the tail's writer is alive: nobody recovers it
+    sealed = sealed_ledger(metadata_uri)
+    tail = open_tail_known_to_one_node(store, nodes)
+    create_stream(store, StreamRecord("events", format="raw", ledgers=(
+        StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
+    options, stream_options = StreamOptions.parse(
+        {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
+    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    start = {"offset": 50}
+    try:
+        nodes[2].pause()
+        end = reader.latestOffset(start, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
+        nodes[2].resume()
+        assert end == {"offset": SEALED + TAIL}
+
+        nodes[0].pause()                                       # from now on nodes 2 and 3 answer: LAC -1
+        partitions = reader.partitions(start, end)
+        planned = [(p.ledger_id, p.first_entry, p.last_entry) for p in partitions]
+        assert planned == [(sealed, 50, SEALED - 1), (tail, 0, TAIL - 1)]
+
+        rows = pa.Table.from_batches([b for p in partitions for b in reader.read(p)]).to_pylist()
+    finally:
+        for node in nodes:
+            node.resume()
+        writer.close()
+    assert [r["_offset"] for r in rows] == list(range(start["offset"], end["offset"]))
+    assert [(r["ledger_id"], r["entry_id"]) for r in rows] == (
+        [(sealed, e) for e in range(50, SEALED)] + [(tail, e) for e in range(TAIL)])
+    assert [r["payload"] for r in rows] == (
+        [b"sealed %d" % e for e in range(50, SEALED)] + [payload_for(tail, e) for e in range(TAIL)])
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_promised_offsets_the_stream_no_longer_holds_are_data_loss_not_a_shorter_batch(store, metadata_uri, fail):
+    create_stream(store, StreamRecord("events", format="raw", ledgers=(StreamLedger(7, 0, 99),)))
+    options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
+                                                   "failondataloss": str(fail).lower()})
+    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    if fail:
+        with pytest.raises(DataLossError, match=r"offsets 100\.\.149, promised to this micro-batch"):
+            reader.partitions({"offset": 50}, {"offset": 150})
+    else:
+        assert [(p.first_entry, p.last_entry, p.lo, p.hi) for p in reader.partitions({"offset": 50}, {"offset": 150})] \
+            == [(50, 99, 50, 99)]
