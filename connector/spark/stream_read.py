@@ -116,7 +116,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         extent = self._extent()
         begin = self._checked_start(start["offset"], extent.first)
-        end = extent.end if self.available_now_end is None else min(extent.end, self.available_now_end)
+        end = self._checked_extent(begin, extent.end)
+        if self.available_now_end is not None:
+            end = min(end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
             caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
             if isinstance(limit, ReadMaxRows):
@@ -126,7 +128,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for cap in caps:
                 if cap is not None:
                     end = min(end, begin + cap)
-        return {"offset": max(begin, end)}
+        return {"offset": max(begin, end)}  # a cap below begin is no cap
 
     def reportLatestOffset(self) -> dict:
         return {"offset": self._extent().end}
@@ -159,6 +161,17 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return first
 
+    def _checked_extent(self, begin: int, end: int) -> int:
+        """Offsets only grow (rule 17): a stream that now ends below where this query stands had offsets
+        taken back, and rows written from there would reuse offsets the query already passed."""
+        if end >= begin:
+            return end
+        self._data_lost(
+            f"stream {self.options.stream!r} now ends at offset {end}, below offset {begin} where this query "
+            "stands: offsets were taken back (its ledgers were replaced or deleted)"
+        )
+        return begin
+
     def _checked_end(self, lo: int, hi: int, reach: int | None) -> int:
         """The promised end, unless the stream no longer holds it (its ledgers were replaced meanwhile)."""
         if reach is None or reach >= hi:
@@ -186,7 +199,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def first_offset(record: StreamRecord) -> int:
-    return record.ledgers[0].first_offset if record.ledgers else 0
+    """The first offset the stream holds; with no ledger left, the next one it will hand out."""
+    return record.ledgers[0].first_offset if record.ledgers else record.next_offset
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:

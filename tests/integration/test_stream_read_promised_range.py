@@ -16,7 +16,7 @@ from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import LedgerStreamReader
 from metadata import registry
-from metadata.model import Fragment, LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger, StreamRecord
 from metadata.streams import create_stream
 from protos import ledger_pb2 as pb
 from protos.digest import password_hash
@@ -100,3 +100,29 @@ def test_promised_offsets_the_stream_no_longer_holds_are_data_loss_not_a_shorter
     else:
         assert [(p.first_entry, p.last_entry, p.lo, p.hi) for p in reader.partitions({"offset": 50}, {"offset": 150})] \
             == [(50, 99, 50, 99)]
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_stream_that_ends_below_the_querys_offset_is_data_loss(store, metadata_uri, fail):
+    """Issue 13 finding 4: offsets only grow; a stream whose end fell below where a query stands (a record
+    written by a version that reset offsets on an empty overwrite) is reported, not silently re-read."""
+    closed = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ("a", "b", "c")),), state=LedgerState.CLOSED,
+                            last_entry_id=49, length=50)
+    ledger_id = store.create_ledger(closed).value.ledger_id
+    create_stream(store, StreamRecord("events", format="raw", ledgers=(StreamLedger(ledger_id, 0, 49),)))
+    options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
+                                                   "failondataloss": str(fail).lower()})
+    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    if fail:
+        with pytest.raises(DataLossError, match="now ends at offset 50, below offset 100"):
+            reader.latestOffset({"offset": 100}, ReadAllAvailable())
+    else:
+        assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100}
+
+
+def test_an_emptied_stream_starts_where_its_offsets_left_off(store, metadata_uri):
+    create_stream(store, StreamRecord("events", format="raw", base_offset=100))
+    options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events"})
+    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    assert reader.initialOffset() == {"offset": 100}
+    assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100}
