@@ -7,6 +7,8 @@ happened: the writer's acknowledgements, every close that returned, and the entr
 3. Every close that returned (the writer's, every recovery's) agrees on last_entry_id (rule 12).
 4. A closed ledger never changes (checked by the in-memory store on every write).
 5. Every entry of the closed ledger reads back with the payload the writer sent (rules 1, 11, 12).
+6. An idle writer's LAC reaches every node of its ensemble soon after the faults heal (rules 2, 17;
+   checked by the writer in schedule.py, which is the only one to know when it went idle).
 """
 from __future__ import annotations
 

@@ -215,6 +215,8 @@ class SimTransport:
                 answer.set_result(value)
 
         def served(target: SimNode) -> None:
+            if answer.done() and net.rng.random() < 0.5:
+                return  # the caller gave up (deadline) before a frozen node read the call: cancelled there
             value = serve(target)  # the node acts (fences, stores) whether or not the reply arrives
             if net.rng.random() >= net.faults.lost_reply:
                 net.loop.call_later(net.delay(), reply, value)
