@@ -2,7 +2,7 @@
 failed, and an abort never deletes what a commit registered.
 
 The driver-side commit() and abort() of connector/spark/write.py run against the real ZooKeeper and real
-storage nodes; the driver's ZooKeeper connection goes through a loopback TCP proxy (tests/harness/tcp_proxy.py)
+storage nodes; the driver's ZooKeeper connection goes through a loopback TCP proxy (connector/soak/proxy.py)
 that loses the commit's request or its reply. The task ledgers are written by the same code a Spark task
 runs (write_task_ledger), without a SparkSession.
 """
@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from connector.client import LedgerClient
+from connector.soak.proxy import C2S, S2C, TcpProxy
 from connector.spark.encoding import decode_entry
 from connector.spark.jobs import WriteJobEndedError
 from connector.spark.options import LedgerOptions
@@ -23,7 +24,6 @@ from connector.spark.write import LedgerWriter, write_task_ledger
 from metadata import streams
 from metadata.streams import find_stream
 from tests.harness.poll import poll_until
-from tests.harness.tcp_proxy import C2S, S2C, TcpProxy
 
 SCHEMA = StructType([StructField("id", LongType())])
 STREAM = "events"

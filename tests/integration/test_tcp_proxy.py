@@ -1,4 +1,4 @@
-"""tests/harness/tcp_proxy.py against a plain echo server on loopback: every mode, reset and close."""
+"""connector/soak/proxy.py against a plain echo server on loopback: every mode, reset and close."""
 import socket
 import socketserver
 import threading
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from connector.soak.proxy import C2S, S2C, TcpProxy
 from tests.harness.poll import poll_until
-from tests.harness.tcp_proxy import C2S, S2C, TcpProxy
 
 
 class EchoServer(socketserver.ThreadingTCPServer):
