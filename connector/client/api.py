@@ -53,12 +53,15 @@ class LedgerClient:
 
     tls (mutual TLS to the storage nodes) and auth_token (nodes started with --auth-token-file) default to
     $LEDGER_TLS_CA/_CERT/_KEY and $LEDGER_AUTH_TOKEN_FILE (see security.py). ZooKeeper credentials travel in
-    the URI (zk://user:secret@host:port/root) or $LEDGER_ZK_AUTH.
+    the URI (zk://user:secret@host:port/root) or $LEDGER_ZK_AUTH. node_addresses (node id -> host:port) makes
+    the client dial those addresses instead of the registered ones, e.g. a proxy in front of each node.
     """
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
-                 tls: TlsConfig | None = None, auth_token: str | None = None):
+                 tls: TlsConfig | None = None, auth_token: str | None = None,
+                 node_addresses: Mapping[str, str] | None = None):
         self.uri = uri or default_metadata_uri()
+        self.node_addresses = dict(node_addresses or {})
         self.tls = tls if tls is not None else TlsConfig.from_env()
         self.auth_token = auth_token if auth_token is not None else token_from_env()
         self.store = MetadataStore(self.uri)
@@ -77,7 +80,7 @@ class LedgerClient:
 
     def transport(self) -> GrpcTransport:
         """A new transport to the storage nodes with this client's TLS settings and token."""
-        return GrpcTransport(self.store, self.tls, self.auth_token)
+        return GrpcTransport(self.store, self.tls, self.auth_token, self.node_addresses)
 
     def __enter__(self) -> "LedgerClient":
         return self

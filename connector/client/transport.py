@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import AsyncIterator, Callable, Protocol
+from typing import AsyncIterator, Callable, Mapping, Protocol
 
 import grpc
 
@@ -134,10 +134,13 @@ class _AddStream:
 
 
 class GrpcTransport:
-    """tls: verify nodes (and present a client certificate) over TLS; auth_token: sent with every call."""
+    """tls: verify nodes (and present a client certificate) over TLS; auth_token: sent with every call;
+    node_addresses: node id -> the address to dial instead of the registered one (a proxy in front of it)."""
 
-    def __init__(self, store: MetadataStore, tls: TlsConfig | None = None, auth_token: str | None = None):
+    def __init__(self, store: MetadataStore, tls: TlsConfig | None = None, auth_token: str | None = None,
+                 node_addresses: Mapping[str, str] | None = None):
         self._store = store
+        self._address_map = dict(node_addresses or {})
         self._credentials = tls.channel_credentials() if tls is not None else None
         self._metadata = call_metadata(auth_token)
         self._addresses: dict[str, str] = {}
@@ -243,7 +246,8 @@ class GrpcTransport:
 
     def _lookup(self, node: str) -> str:
         # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed.
-        self._addresses = {n: reg.address for n, reg in registry.list_nodes(self._store).items()}
+        self._addresses = {n: self._address_map.get(n, reg.address)
+                           for n, reg in registry.list_nodes(self._store).items()}
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]
