@@ -171,17 +171,33 @@ class LocalCluster:
         while len(self.state.nodes) < wanted:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", free_port()))
         self._save()
+        self.start_zookeeper(timeout)
+        for spec in self.state.nodes:
+            self.start_node(spec.node_id)
+        self.wait_registered(timeout)
+        return self.metadata_uri
+
+    def start_zookeeper(self, timeout: float = 90.0) -> None:
+        """Start the embedded ZooKeeper on its recorded port and data unless it is serving."""
         if not self._zookeeper_serving():
             zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port)
             zk.start(detach=True, timeout=timeout)
             self.state.zk_pid = zk.process.pid
             self._save()
-        for spec in self.state.nodes:
-            if not _pid_alive(spec.pid):
-                spec.pid = self._start_node(spec)
-                self._save()
-        self.wait_registered(timeout)
-        return self.metadata_uri
+
+    def start_node(self, node_id: str) -> int:
+        """Start one recorded node unless its process is alive (it registers on its own); its pid."""
+        spec = self.node(node_id)
+        if not _pid_alive(spec.pid):
+            spec.pid = self._start_node(spec)
+            self._save()
+        return spec.pid
+
+    def node(self, node_id: str) -> NodeSpec:
+        for spec in self.state.nodes if self.state is not None else ():
+            if spec.node_id == node_id:
+                return spec
+        raise ClusterError(f"no node {node_id!r} in {self.directory}")
 
     def _zookeeper_serving(self) -> bool:
         try:

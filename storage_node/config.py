@@ -20,6 +20,7 @@ class NodeConfig:
     host: str = "127.0.0.1"
     max_entry_bytes: int = 8 * MiB
     read_only_threshold: float = 0.95
+    disk_quota_bytes: int = 0
     read_only: bool = False
     checkpoint_interval: float = 60.0
     disk_check_interval: float = 1.0
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-entry-bytes", type=int, default=8 * MiB, help="larger entries get BAD_REQUEST")
     p.add_argument("--read-only-threshold", type=float, default=0.95,
                    help="disk fill fraction at which the node turns read-only (rule 9)")
+    p.add_argument("--disk-quota-bytes", type=int, default=0,
+                   help="the node's share of a disk it shares with others: its data directory counts as full "
+                        "at this many bytes (the --read-only-threshold fraction of it); 0: the filesystem only")
     p.add_argument("--read-only", action="store_true", help="start read-only (drain): refuse normal adds")
     p.add_argument("--checkpoint-interval", type=float, default=60.0, help="seconds between index snapshots")
     p.add_argument("--disk-check-interval", type=float, default=1.0, help="seconds between disk fill checks")
@@ -94,6 +98,7 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         host=args.host,
         max_entry_bytes=args.max_entry_bytes,
         read_only_threshold=args.read_only_threshold,
+        disk_quota_bytes=args.disk_quota_bytes,
         read_only=args.read_only,
         checkpoint_interval=args.checkpoint_interval,
         disk_check_interval=args.disk_check_interval,
@@ -126,6 +131,8 @@ def validate(config: NodeConfig) -> None:
         (1 <= config.max_entry_bytes <= 512 * MiB, f"--max-entry-bytes {config.max_entry_bytes} must be 1..{512 * MiB}"),
         (0.0 < config.read_only_threshold <= 1.0,
          f"--read-only-threshold {config.read_only_threshold} must be a disk fill fraction in (0, 1]"),
+        (config.disk_quota_bytes >= 0,
+         f"--disk-quota-bytes {config.disk_quota_bytes} must be 0 (none) or a byte count"),
         (config.checkpoint_interval > 0, "--checkpoint-interval must be positive"),
         (config.disk_check_interval > 0, "--disk-check-interval must be positive"),
         (config.zk_session_timeout >= 1.0, "--zk-session-timeout must be at least 1 second"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import pathlib
 import shutil
 import signal
 import sys
@@ -24,8 +25,24 @@ SHUTDOWN_GRACE_SECONDS = 3.0
 
 
 def disk_fill(config: NodeConfig) -> float:
+    """The filesystem's fill, or the data directory's fill of --disk-quota-bytes if that is higher."""
     usage = shutil.disk_usage(config.data_dir)
-    return (usage.total - usage.free) / usage.total
+    fill = (usage.total - usage.free) / usage.total
+    if config.disk_quota_bytes:
+        fill = max(fill, directory_bytes(config.data_dir) / config.disk_quota_bytes)
+    return fill
+
+
+def directory_bytes(path: pathlib.Path) -> int:
+    """Disk space the files under path take (allocated blocks, as du counts them)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:  # removed while we walked (a compacted segment)
+                pass
+    return total
 
 
 class DiskWatch:
@@ -41,11 +58,15 @@ class DiskWatch:
         full = fill >= self.config.read_only_threshold
         if full and not self.storage.is_read_only_because("disk"):
             self.storage.set_read_only(
-                "disk", f"disk of {self.config.data_dir} is {fill:.1%} full, over --read-only-threshold "
-                        f"{self.config.read_only_threshold}"
+                "disk", f"disk of {self.config.data_dir} is {fill:.1%} full{self._of_quota()}, over "
+                        f"--read-only-threshold {self.config.read_only_threshold}"
             )
         elif not full and self.storage.is_read_only_because("disk"):
             self.storage.set_read_only("disk", "")
+
+    def _of_quota(self) -> str:
+        quota = self.config.disk_quota_bytes
+        return f" (or of its --disk-quota-bytes {quota})" if quota else ""
 
 
 OPERATOR_READ_ONLY = "set read-only by an operator (`ledger node readonly`); `--off` makes it writable"
