@@ -1,7 +1,7 @@
 """The journal: append-only segment files with group commit, which double as the entry log.
 
 Segments are ``journal/segment-%08d.log``; each record is framed as ``u32 length | u32 crc32c(body) |
-body`` and the body starts with a type byte (ENTRY, KEY, FENCE, LAC, DELETE). Garbage collection
+body`` and the body starts with a type byte (ENTRY, KEY, FENCE, LAC, DELETE, DURABLE). Garbage collection
 (storage_node/compaction.py) copies live entries of sealed segments into ``journal/compacted-%08d.log``
 files, which take their numbers from the same sequence (so an index location names one file) and are
 never replayed: only the checkpoint points into them.
@@ -19,7 +19,23 @@ Writes then reuse warm pages instead of faulting in fresh ones, which cost the n
 CPU of the write itself; tailing reads of the newest entries still come from memory.
 
 Rule 5: a record is acknowledged only after the fsync of its group; the index and ledger state are
-updated by the flusher in journal order before any waiter of that group is completed.
+updated by the flusher in journal order before any waiter of that group is completed. A failed write that
+cannot be undone, a failed fsync and a failed segment roll (creating the file, syncing its first mark or
+the directory entry) all break the journal: the group fails, so does the one gathering behind it, and no
+later add is journaled, because the state of what is on disk is unknown (restart the node).
+
+Durable marks (torn groups after a power cut): a group is one pwritev acknowledged only after its
+fdatasync, so a power cut during it may leave any subset of its pages on disk: damage with valid records
+after it, none of them acknowledged. So every group starts with a DURABLE mark, a 17-byte record that
+names its own offset; it is written only once the previous group's fdatasync has returned, so a mark found
+on disk proves that everything before it in the segment is durable. A new segment starts with a mark
+synced at its creation, which also says that the segment carries marks. Replay of the last segment treats
+damage after the last mark as the torn last group and truncates it; damage before a mark is corruption of
+durable data and stops the node (rule 8). Right after a group's fsync the next group's mark is written
+ahead, unsynced (that group rewrites the same bytes): after a process crash the page cache keeps it, so
+every acknowledged group lies before a mark; only after a power cut may the last group lack one, and then
+damage in it cannot be told apart from a torn write (as a torn last record could not before marks).
+Segments written before marks keep the old rule: only damage with nothing valid after it is a torn tail.
 """
 from __future__ import annotations
 
@@ -31,6 +47,7 @@ import errno
 import mmap
 import os
 import pathlib
+import re
 import struct
 import sys
 import threading
@@ -48,12 +65,14 @@ KEY_HEAD = struct.Struct("<Bq")             # type, ledger; master key follows
 FENCE_BODY = struct.Struct("<Bq")           # type, ledger
 LAC_BODY = struct.Struct("<Bqq")            # type, ledger, explicit lac
 DELETE_BODY = struct.Struct("<Bq")          # type, ledger (deleted from metadata; garbage collected)
+DURABLE_BODY = struct.Struct("<Bq")         # type, its own offset: everything before it in the segment is durable
+MARK_SIZE = FRAME.size + DURABLE_BODY.size
 ENTRY_PAYLOAD_OFFSET = FRAME.size + ENTRY_HEAD.size
 MAX_BODY = 1 << 30                          # no record is ever this large; a bigger length is damage
 _IOV_MAX = 512
 _DROP_CHUNK = 4 << 20                       # drop cold pages in steps of at least this much
 # fdatasync suffices: the appended data and the file size are what must be durable; the segment's
-# directory entry is synced when the segment is created.
+# directory entry is synced when the segment is created (a failure there breaks the journal).
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -63,6 +82,7 @@ class RecordType(enum.IntEnum):
     FENCE = 3
     LAC = 4
     DELETE = 5
+    DURABLE = 6
 
 
 _MIN_BODY = {
@@ -71,7 +91,12 @@ _MIN_BODY = {
     RecordType.FENCE: FENCE_BODY.size,
     RecordType.LAC: LAC_BODY.size,
     RecordType.DELETE: DELETE_BODY.size,
+    RecordType.DURABLE: DURABLE_BODY.size,
 }
+# Where a durable mark may start: its length field, then (after the CRC) its type byte. Two length
+# fields of one value cannot overlap, so the non-overlapping search finds every mark.
+_MARK_CANDIDATE = re.compile(re.escape(struct.pack("<I", DURABLE_BODY.size)) + b"(?=.{4}"
+                             + re.escape(bytes([RecordType.DURABLE])) + b")", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -108,6 +133,17 @@ def encode_lac(ledger_id: int, lac: int) -> bytes:
 
 def encode_delete(ledger_id: int) -> bytes:
     return _frame(DELETE_BODY.pack(RecordType.DELETE, ledger_id))
+
+
+def encode_durable_mark(offset: int) -> bytes:
+    """The mark that starts the group written at offset (module docstring: durable marks)."""
+    return _frame(DURABLE_BODY.pack(RecordType.DURABLE, offset))
+
+
+def is_durable_mark(data, pos: int) -> bool:
+    """Whether a durable mark naming its own offset stands at pos (a copy elsewhere, say inside a
+    payload, names another offset)."""
+    return data[pos:pos + MARK_SIZE] == encode_durable_mark(pos)
 
 
 def frame_problem(data, pos: int, end: int) -> str | None:
@@ -200,17 +236,19 @@ class ScannedRecord:
 
 
 class SegmentScan:
-    """Iterates the valid records of one segment from an offset.
+    """Iterates the valid records of one segment from an offset (durable marks are consumed, not yielded).
 
-    A damaged record at the end of the last segment with nothing valid after it is a torn write
-    from a crash: `torn_at` tells where the valid data ends so the caller truncates there. Any other
-    damaged record raises JournalCorruptError naming the file and offset.
+    Damage in the last segment may be a torn write from a crash: `torn_at` tells where the valid data
+    ends so the caller truncates there. It is torn when it lies after the last durable mark (a segment
+    with marks) or, in a segment from before marks, when nothing valid follows it. Any other damage
+    raises JournalCorruptError naming the file and offset.
     """
 
     def __init__(self, path: pathlib.Path, start: int, is_last: bool):
         self.path = path
         self.start = start
         self.is_last = is_last
+        self.marked = False              # the segment starts with a durable mark
         self.valid_end = start
         self.torn_at: int | None = None
         self.torn_reason = ""
@@ -220,6 +258,7 @@ class SegmentScan:
         if size <= self.start:
             return
         with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            self.marked = is_durable_mark(data, 0)
             view = memoryview(data)
             try:
                 yield from self._scan(data, view, size)
@@ -232,24 +271,45 @@ class SegmentScan:
             problem = frame_problem(data, pos, size)
             if problem is None:
                 length = FRAME.unpack_from(data, pos)[0]
-                body = view[pos + FRAME.size:pos + FRAME.size + length]
-                try:
-                    yield ScannedRecord(pos, FRAME.size + length, body)
-                finally:
-                    body.release()
+                if data[pos + FRAME.size] != RecordType.DURABLE:
+                    body = view[pos + FRAME.size:pos + FRAME.size + length]
+                    try:
+                        yield ScannedRecord(pos, FRAME.size + length, body)
+                    finally:
+                        body.release()
                 pos += FRAME.size + length
                 self.valid_end = pos
                 continue
-            if self.is_last and not _valid_record_after(data, pos + 1, size):
+            if self.is_last and self._torn(data, pos, size):
                 self.torn_at = pos
                 self.torn_reason = problem
                 return
-            raise JournalCorruptError(
-                f"journal segment {self.path} is damaged at offset {pos} ({problem}) and valid records "
-                f"follow it: this is not a torn tail from a crash but corruption in the middle; the node "
-                f"refuses to start rather than forget acknowledged entries. Restore the data directory "
-                f"from a backup, or decommission this node and let its ledgers re-replicate"
-            )
+            raise JournalCorruptError(self._corrupt(pos, problem))
+
+    def _torn(self, data, pos: int, size: int) -> bool:
+        """Whether damage at pos in the last segment is a write that never completed before a crash."""
+        if self.marked:
+            return _durable_mark_after(data, pos, size) is None
+        return not _valid_record_after(data, pos + 1, size)
+
+    def _corrupt(self, pos: int, problem: str) -> str:
+        if not self.is_last:
+            why = "it is not the last segment, whose tail alone a crash can tear"
+        elif self.marked:
+            why = "a durable mark follows it, so it was durable, not a group torn by a crash"
+        else:
+            why = "valid records follow it: this is not a torn tail from a crash but corruption in the middle"
+        return (f"journal segment {self.path} is damaged at offset {pos} ({problem}) and {why}; the node "
+                f"refuses to start rather than forget acknowledged entries. Restore the data directory from "
+                f"a backup, or decommission this node and let its ledgers re-replicate")
+
+
+def _durable_mark_after(data, pos: int, end: int) -> int | None:
+    """The offset of the first durable mark after pos, None if there is none."""
+    for match in _MARK_CANDIDATE.finditer(data, pos + 1, end):
+        if is_durable_mark(data, match.start()):
+            return match.start()
+    return None
 
 
 def _valid_record_after(data, start: int, end: int) -> bool:
@@ -329,31 +389,46 @@ class SegmentWriter:
         self.segment = 0
         self.size = 0
         self.fsync_seconds = 0.0          # of the last write, for the fsync latency histogram
-        self._open_next()
+        self._roll()
 
-    def _open_next(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        self.segment = self._numbers.take()
-        self._fd = os.open(segment_path(self._directory, self.segment), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self.size = 0
-        self._dropped = 0
+    @property
+    def broken(self) -> str | None:
+        """Why this writer takes no more writes (rule 5), None while it does."""
+        return self._broken
+
+    def _roll(self) -> None:
+        """Start the next segment; any failure breaks the writer: a segment whose directory entry or
+        first mark may not be durable must never hold acknowledged records (rule 5)."""
+        number = self._numbers.take()
+        try:
+            self._start_segment(number)
+        except OSError as exc:
+            self._broken = (f"starting journal segment {segment_path(self._directory, number)} failed ({exc}): "
+                            f"the journal takes no more writes; check the disk, then restart the node")
+            raise JournalWriteError(self._broken) from exc
+
+    def _start_segment(self, number: int) -> None:
+        self.close()
+        self.segment = number
+        self.size = self._dropped = 0
+        self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._write_all(encode_durable_mark(0), [], 0)
+        _datasync(self._fd)
         fsync_directory(self._directory)
+        self.size = MARK_SIZE
 
     def write(self, buffers: list, total: int) -> tuple[int, int]:
-        """Write buffers at the end of the current segment and fsync; returns (segment, offset)."""
+        """Write a group (after its durable mark) at the end of the current segment and fsync; returns
+        (segment, offset of the group's first record)."""
         if self._broken:
             raise JournalWriteError(self._broken)
+        if self.size >= self._segment_bytes:
+            self._roll()
+        mark_at = self.size
         try:
-            if self.size >= self._segment_bytes:
-                self._open_next()
+            self._write_all(encode_durable_mark(mark_at), buffers, total)
         except OSError as exc:
-            raise JournalWriteError(f"cannot start a new journal segment after {self.segment}: {exc}") from exc
-        base = self.size
-        try:
-            self._write_all(buffers, base, total)
-        except OSError as exc:
-            self._undo(base, exc)
+            self._undo(mark_at, exc)
             raise JournalWriteError(f"journal write failed: {exc}") from exc
         started = time.perf_counter()
         try:
@@ -363,9 +438,18 @@ class SegmentWriter:
             self._broken = f"journal fsync failed earlier ({exc}); restart the node"
             raise JournalWriteError(f"journal fsync failed: {exc}") from exc
         self.fsync_seconds = time.perf_counter() - started
-        self.size = base + total
+        self.size = mark_at + MARK_SIZE + total
+        self._mark_ahead()
         self._drop_cold_pages()
-        return self.segment, base
+        return self.segment, mark_at + MARK_SIZE
+
+    def _mark_ahead(self) -> None:
+        """Write the next group's mark now, unsynced (that group rewrites the same bytes): found after a
+        crash, it proves this group durable. Best effort: the next write reports any disk error."""
+        try:
+            os.pwrite(self._fd, encode_durable_mark(self.size), self.size)
+        except OSError:
+            pass
 
     def _drop_cold_pages(self) -> None:
         """Best effort: drop the segment's synced (clean) pages older than the newest page_cache_bytes from
@@ -381,9 +465,12 @@ class SegmentWriter:
             return
         self._dropped = cold
 
-    def _write_all(self, buffers: list, base: int, total: int) -> None:
+    def _write_all(self, mark: bytes, buffers: list, total: int) -> None:
+        """pwritev the durable mark and the buffers at the end of the segment."""
+        base = self.size
+        total += len(mark)
         written = 0
-        pending = list(buffers)
+        pending = [mark, *buffers]
         while pending:
             batch = pending[:_IOV_MAX]
             n = os.pwritev(self._fd, batch, base + written)
@@ -399,9 +486,11 @@ class SegmentWriter:
             self._broken = f"journal write failed ({cause}) and could not be undone ({exc}); restart the node"
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the segment's descriptor; forgotten first, so a failed close is never repeated on a
+        number the system may since have handed to someone else."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def _drop_written(buffers: list, n: int) -> list:
@@ -458,7 +547,7 @@ class Journal:
         self._wakeup = asyncio.Event()
         self._closing = False
         self._failed: str | None = None
-        self.durable = Position(self._writer.segment, 0)
+        self.durable = Position(self._writer.segment, self._writer.size)
         self.fsyncs = 0
         self.records = 0
         self._flusher = self._loop.create_task(self._flush_loop())
@@ -469,6 +558,11 @@ class Journal:
         if self._failed or self._closing:
             raise JournalWriteError(self._failed or "the journal is closing: the node is shutting down")
         return self._group
+
+    @property
+    def broken(self) -> str | None:
+        """Why the journal takes no more writes (a failed fsync, roll or apply; rule 5), None while it does."""
+        return self._failed
 
     @property
     def queued_records(self) -> int:
@@ -510,6 +604,8 @@ class Journal:
             )
         except JournalWriteError as exc:
             self._syncing_records = 0
+            if self._writer.broken:
+                self._break(self._writer.broken)
             self._on_write_error(exc)
             group.done.set_result(exc)
             # The group gathered meanwhile may rely on a KEY or FENCE record of the failed one: fail it
@@ -524,11 +620,16 @@ class Journal:
         try:
             self._apply(segment, base, group, self._writer.fsync_seconds)
         except Exception as exc:  # a bug: the in-memory state is now unknown, stop taking writes
-            self._failed = f"applying a journal group failed ({exc!r}); restart the node"
-            print(f"storage node: {self._failed}", file=sys.stderr, flush=True)
+            self._break(f"applying a journal group failed ({exc!r}); restart the node")
             group.done.set_result(JournalWriteError(self._failed))
             return
         group.done.set_result(None)
+
+    def _break(self, reason: str) -> None:
+        """Take no more writes (rule 5), and say so once."""
+        if not self._failed:
+            self._failed = reason
+            print(f"storage node: {reason}", file=sys.stderr, flush=True)
 
     async def close(self) -> None:
         """Flush what was appended, then stop."""

@@ -2,9 +2,10 @@
 
 Replay restores entries (index, last entry, piggybacked LAC), master keys, fence flags and explicit
 LACs, and forgets ledgers at their DELETE record. Every ledger it restores counts as first seen at replay
-time, so garbage collection's grace starts again after a restart. A torn tail on the last segment is
-truncated away; any other damage stops the node (rule 8: better down than answering "no such entry" for
-something it acknowledged).
+time, so garbage collection's grace starts again after a restart. A torn end of the last segment (damage
+after its last durable mark: the last group, cut short by a crash and never acknowledged; see
+storage_node/journal.py) is truncated away; any other damage stops the node (rule 8: better down than
+answering "no such entry" for something it acknowledged).
 
 Once compaction has removed a segment (the journal no longer starts at segment 1, or compacted files
 exist), only the checkpoint describes what those files held: without a usable snapshot the node
@@ -63,9 +64,11 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         for record in scan.records():
             _apply_record(ledgers, segment, record.offset, record.length, record.body, scan.path)
         if scan.torn_at is not None:
+            dropped = path.stat().st_size - scan.torn_at
             truncate_segment(scan.path, scan.torn_at)
-            notes.append(f"dropped a torn record at the end of {scan.path} at offset {scan.torn_at} "
-                         f"({scan.torn_reason}): a write that never completed before a crash")
+            notes.append(f"dropped a torn record at offset {scan.torn_at} of {scan.path} ({scan.torn_reason}) "
+                         f"and the rest of the file ({dropped} bytes): the last group, whose write never "
+                         f"completed before a crash, so none of it was acknowledged")
     replayed_at = time.monotonic()
     for state in ledgers.values():
         state.key_durable = True

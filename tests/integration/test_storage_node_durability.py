@@ -1,10 +1,11 @@
-"""Crash and restart of a real storage node: acknowledged entries survive; damage is never a negative."""
+"""Crash and restart of a real storage node: acknowledged entries survive; a torn tail or torn last group is
+dropped; damage to durable data is never a negative (the node refuses to start instead)."""
 from __future__ import annotations
 
 import pathlib
 
 from protos import ledger_pb2 as pb
-from storage_node.journal import encode_entry_head
+from storage_node.journal import MARK_SIZE, encode_durable_mark, encode_entry_head
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
@@ -80,7 +81,32 @@ def test_garbage_in_the_middle_of_the_journal_refuses_to_start(start_node):
     node.start(expect_failure=True)
     assert node.process.returncode != 0
     assert f"journal segment {segment} is damaged at offset" in node.log()
-    assert "refuses to start" in node.log()
+    assert "a durable mark follows it" in node.log() and "refuses to start" in node.log()
+
+
+def test_a_torn_last_group_after_a_power_cut_is_dropped_and_the_node_starts(start_node):
+    node = start_node()
+    with NodeClient(node.address) as client:
+        wanted = add_striped_entries(client)
+    node.kill()
+    # The group a power cut interrupted, after the last acknowledged one and over the mark written ahead
+    # for it: a later page of it reached the disk, its first page (its mark and first records) did not.
+    segment = last_segment(node)
+    data = segment.read_bytes()
+    mark_at = len(data) - MARK_SIZE
+    assert data[mark_at:] == encode_durable_mark(mark_at)
+    lost = [make_entry(1, e, payload_for(1, e, 3000)) for e in (500, 501, 502)]
+    group = encode_durable_mark(mark_at) + b"".join(
+        encode_entry_head(e.ledger_id, e.entry_id, e.last_add_confirmed, 0, e.digest, e.payload) + e.payload
+        for e in lost
+    )
+    segment.write_bytes(data[:mark_at] + bytes(4096) + group[4096:])
+    node.start()
+    with NodeClient(node.address) as client:
+        assert_reads_back(client, wanted)
+        assert [client.read(1, e.entry_id).status for e in lost] == [pb.NO_ENTRY] * 3
+        assert client.add(make_entry(1, 500, b"after the power cut"))[0].status == pb.OK
+    assert "torn record" in node.log()
 
 
 def test_corrupt_stored_entry_reads_as_error_never_no_entry(start_node):

@@ -1,21 +1,31 @@
-"""Journal framing and replay without processes: torn tails are dropped, damage in the middle is fatal."""
+"""Journal framing, writing and replay without processes: torn tails and torn last groups are dropped,
+damage before a durable mark or in the middle of a segment from before marks is fatal, and a journal
+whose segment roll failed takes no more writes."""
 from __future__ import annotations
 
+import asyncio
+import errno
+import os
 import pathlib
+import threading
 
 import pytest
 
 from protos import ledger_pb2 as pb
 from storage_node.checkpoint import SNAPSHOT_NAME, decode_snapshot, encode_snapshot, save_snapshot
 from storage_node.entry_index import LedgerIndex, pack, unpack
-from storage_node.errors import JournalCorruptError
+from storage_node import journal as journal_module
+from storage_node.errors import JournalCorruptError, JournalWriteError
 from storage_node.journal import (
     ENTRY_PAYLOAD_OFFSET,
+    MARK_SIZE,
     FileNumbers,
+    Journal,
     Position,
     SegmentReaders,
     SegmentScan,
     SegmentWriter,
+    encode_durable_mark,
     encode_entry_head,
     encode_fence,
     encode_key,
@@ -170,3 +180,202 @@ def test_ledger_state_rules_six_and_seven():
     assert state.check_add(KEY, recovery=False)[0] == pb.FENCED
     assert state.check_add(KEY, recovery=True) is None
     assert state.check_write_lac(KEY)[0] == pb.FENCED
+
+
+# -- durable marks: a torn last group is dropped, damage before a mark is fatal (issue 13, item 6) --------
+
+def write_groups(journal_dir: pathlib.Path, *groups: list[bytes],
+                 synced: bool = False) -> tuple[pathlib.Path, list[int]]:
+    """Segment 1 as the node writes it, one group per list of records; returns it and each record's offset.
+
+    Unless synced, the file is cut where it was while the last group's fsync was still running: without
+    the mark written ahead once that fsync returns (a power cut then may tear the last group)."""
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    writer = SegmentWriter(journal_dir, FileNumbers(1), segment_bytes=1 << 30, page_cache_bytes=-1)
+    offsets = []
+    for records in groups:
+        segment, base = writer.write(list(records), sum(map(len, records)))
+        offsets.extend(base + sum(map(len, records[:i])) for i in range(len(records)))
+    writer.close()
+    path = segment_path(journal_dir, segment)
+    assert path.read_bytes()[writer.size:] == encode_durable_mark(writer.size)
+    if not synced:
+        os.truncate(path, writer.size)
+    return path, offsets
+
+
+def damage(path: pathlib.Path, offset: int, length: int) -> None:
+    """A page that never reached the disk reads as zeros."""
+    data = bytearray(path.read_bytes())
+    data[offset:offset + length] = bytes(length)
+    path.write_bytes(bytes(data))
+
+
+def test_the_writer_starts_the_segment_and_every_group_with_a_durable_mark(tmp_path):
+    path, offsets = write_groups(tmp_path, [encode_key(7, KEY)], [entry_record(7, 0, b"a"), entry_record(7, 1, b"b")])
+    data = path.read_bytes()
+    second_group = offsets[1] - MARK_SIZE
+    assert data[:MARK_SIZE] == encode_durable_mark(0)
+    assert data[MARK_SIZE:2 * MARK_SIZE] == encode_durable_mark(MARK_SIZE)
+    assert data[second_group:offsets[1]] == encode_durable_mark(second_group)
+    scan = SegmentScan(path, 0, is_last=True)
+    assert [r.offset for r in scan.records()] == offsets          # marks are consumed, not replayed
+    assert scan.marked and scan.torn_at is None
+
+
+TORN_GROUPS = {
+    # the group's later page reached the disk, an earlier one did not
+    "a record in the middle": lambda offsets: (offsets[4], 40),
+    "the group's own mark": lambda offsets: (offsets[3] - MARK_SIZE, MARK_SIZE + 40),
+}
+
+
+@pytest.mark.parametrize("lost", sorted(TORN_GROUPS))
+def test_a_torn_last_group_is_dropped_and_everything_before_it_replays(tmp_path, lost):
+    journal = tmp_path / "journal"
+    payload_with_a_mark_copy = encode_durable_mark(12345) * 3         # not at its own offset: no mark
+    path, offsets = write_groups(
+        journal,
+        [encode_key(7, KEY), entry_record(7, 0, b"a" * 100), entry_record(7, 1, b"b" * 100)],
+        [entry_record(7, 2, b"c" * 100), entry_record(7, 3, b"d" * 100),
+         entry_record(7, 4, payload_with_a_mark_copy), entry_record(7, 5, b"f" * 100)],
+    )
+    at, length = TORN_GROUPS[lost](offsets)
+    damage(path, at, length)
+    recovered = recover(tmp_path, journal)
+    kept = [0, 1, 2] if lost == "a record in the middle" else [0, 1]
+    assert list(recovered.ledgers[7].index.entries_between(0, 10)) == kept
+    assert path.stat().st_size == at
+    assert any(f"torn record at offset {at}" in note for note in recovered.notes)
+
+
+def test_a_torn_first_group_of_a_segment_is_dropped(tmp_path):
+    journal = tmp_path / "journal"
+    path, offsets = write_groups(journal, [encode_key(7, KEY), entry_record(7, 0, b"a" * 100),
+                                           entry_record(7, 1, b"b" * 100)])
+    damage(path, offsets[0] - MARK_SIZE, MARK_SIZE + 10)
+    recovered = recover(tmp_path, journal)
+    assert recovered.ledgers == {} and path.stat().st_size == MARK_SIZE
+
+
+@pytest.mark.parametrize("damaged_group", [0, 1])
+def test_damage_before_a_durable_mark_refuses_to_start(tmp_path, damaged_group):
+    journal = tmp_path / "journal"
+    path, offsets = write_groups(
+        journal,
+        [encode_key(7, KEY), entry_record(7, 0, b"a" * 100)],
+        [entry_record(7, 1, b"b" * 100)],
+        [entry_record(7, 2, b"c" * 100), entry_record(7, 3, b"d" * 100)],
+    )
+    at = offsets[1 + damaged_group]
+    damage(path, at, 40)
+    with pytest.raises(JournalCorruptError, match=f"{path} is damaged at offset {at} .*durable mark follows"):
+        recover(tmp_path, journal)
+    assert path.stat().st_size > at
+
+
+def test_after_a_process_crash_damage_in_the_last_group_is_corruption(tmp_path):
+    journal = tmp_path / "journal"
+    path, offsets = write_groups(journal, [encode_key(7, KEY)],
+                                 [entry_record(7, 0, b"a" * 100), entry_record(7, 1, b"b" * 100)], synced=True)
+    damage(path, offsets[1], 40)                   # the mark written ahead after its fsync follows it
+    with pytest.raises(JournalCorruptError, match=f"offset {offsets[1]} .*durable mark follows"):
+        recover(tmp_path, journal)
+
+
+def test_a_checkpoint_inside_the_last_segment_still_tells_a_torn_group_from_damage(tmp_path):
+    journal = tmp_path / "journal"
+    path, offsets = write_groups(
+        journal, [encode_key(7, KEY), entry_record(7, 0, b"a" * 100)],
+        [entry_record(7, 1, b"b" * 100)], [entry_record(7, 2, b"c" * 100), entry_record(7, 3, b"d" * 100)],
+    )
+    start = offsets[3] - MARK_SIZE                                    # the checkpoint: the last group's mark
+    damage(path, offsets[4] + 20, 10)                                 # torn: after the last mark
+    scan = SegmentScan(path, start, is_last=True)
+    assert [r.offset for r in scan.records()] == [offsets[3]]
+    assert scan.marked and scan.torn_at == offsets[4]
+
+
+# -- a failed segment roll breaks the journal (issue 13, item 5) ---------------------------------------
+
+class Descriptors:
+    """Wraps os.open and os.close: remembers every descriptor closed twice (without closing it again,
+    since the system may have handed the number to someone else) and fails opens of one path on demand."""
+
+    def __init__(self, monkeypatch, fail_open: str = "", gate: threading.Event | None = None):
+        self.closed: set[int] = set()
+        self.closed_twice: list[int] = []
+        real_open, real_close = os.open, os.close
+
+        def tracked_open(path, flags, *args, **kwargs):
+            if fail_open and str(path).endswith(fail_open):
+                gate.wait(10)
+                raise OSError(errno.EIO, "injected: no new file", str(path))
+            fd = real_open(path, flags, *args, **kwargs)
+            self.closed.discard(fd)
+            return fd
+
+        def tracked_close(fd):
+            if fd in self.closed:
+                self.closed_twice.append(fd)
+                return
+            real_close(fd)
+            self.closed.add(fd)
+
+        monkeypatch.setattr(os, "open", tracked_open)
+        monkeypatch.setattr(os, "close", tracked_close)
+
+
+def inject_directory_fsync_failure(monkeypatch, gate: threading.Event) -> None:
+    """The roll's directory fsync fails once (then works again, like a transient EIO)."""
+    real = journal_module.fsync_directory
+    failures = [OSError(errno.EIO, "injected: directory fsync")]
+
+    def fsync_directory(directory):
+        if failures:
+            gate.wait(10)
+            raise failures.pop()
+        real(directory)
+
+    monkeypatch.setattr(journal_module, "fsync_directory", fsync_directory)
+
+
+async def add(journal: Journal, record: bytes) -> bool:
+    """Whether an add of record is acknowledged."""
+    try:
+        group = journal.group
+    except JournalWriteError:
+        return False
+    journal.append(group, record)
+    return await group.outcome() is None
+
+
+@pytest.mark.parametrize("fault", ["directory fsync", "open"])
+def test_a_failed_segment_roll_breaks_the_journal(tmp_path, monkeypatch, fault):
+    gate = threading.Event()
+    descriptors = Descriptors(monkeypatch, fail_open="segment-00000002.log" if fault == "open" else "", gate=gate)
+    errors = []
+
+    async def scenario():
+        journal = Journal(tmp_path, FileNumbers(1), segment_bytes=4096, apply=lambda *_: None,
+                          on_write_error=errors.append)
+        assert await add(journal, encode_key(7, KEY) + entry_record(7, 0, b"a" * 5000))   # fills segment 1
+        if fault == "directory fsync":
+            inject_directory_fsync_failure(monkeypatch, gate)
+        rolling = journal.group
+        journal.append(rolling, entry_record(7, 1, b"b"))
+        while journal.group is rolling:                        # the flusher took it and is rolling
+            await asyncio.sleep(0.001)
+        pending = journal.group
+        journal.append(pending, entry_record(7, 2, b"c"))
+        gate.set()
+        assert isinstance(await rolling.outcome(), JournalWriteError)
+        assert isinstance(await pending.outcome(), JournalWriteError)
+        assert not await add(journal, entry_record(7, 3, b"d"))
+        assert not await add(journal, entry_record(7, 4, b"e"))
+        assert "segment-00000002.log failed" in journal.broken and "restart the node" in journal.broken
+        await journal.close()
+
+    asyncio.run(scenario())
+    assert errors and all(isinstance(e, JournalWriteError) for e in errors)
+    assert descriptors.closed_twice == []
