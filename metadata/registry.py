@@ -12,7 +12,6 @@ from typing import Callable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
-from kazoo.recipe.watchers import DataWatch
 
 from metadata import layout, serde
 from metadata.errors import MetadataConflictError
@@ -30,33 +29,30 @@ class EphemeralRegistration:
         self._lock = threading.Lock()
         self._closed = False
         self._put()
-        store.zk.add_listener(self._on_state)
+        store.add_listener(self._on_state)
 
     def update(self, data: bytes) -> None:
         with self._lock:
             self._data = data
         try:
-            self._store._call(self._store.zk.set, self._path, data)
+            self._store.set_data(self._path, data)
         except NoNodeError:
             self._put()
 
     def close(self) -> None:
         self._closed = True
-        self._store.zk.remove_listener(self._on_state)
-        try:
-            self._store._call(self._store.zk.delete, self._path)
-        except NoNodeError:
-            pass
+        self._store.remove_listener(self._on_state)
+        self._store.delete(self._path)
 
     def _put(self) -> None:
         with self._lock:
             data = self._data
         try:
-            self._store._call(self._store.zk.create, self._path, data, ephemeral=True)
+            self._store.create(self._path, data, ephemeral=True)
         except NodeExistsError:
             # Left over from our own previous session until ZooKeeper expires it: replace it.
-            self._store._call(self._store.zk.delete, self._path)
-            self._store._call(self._store.zk.create, self._path, data, ephemeral=True)
+            self._store.delete(self._path)
+            self._store.create(self._path, data, ephemeral=True)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED and not self._closed:
@@ -65,7 +61,7 @@ class EphemeralRegistration:
 
     def _reregister(self) -> None:
         try:
-            if self._store.zk.exists(self._path) is None and not self._closed:
+            if not self._store.exists(self._path) and not self._closed:
                 self._put()
         except Exception:  # the next reconnect tries again
             pass
@@ -77,7 +73,7 @@ def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegis
 
 def list_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
     nodes = {}
-    for node_id in store._call(store.zk.get_children, layout.NODES):
+    for node_id in store.children(layout.NODES):
         found = store.read(layout.node_path(node_id), serde.decode_node)
         if found is not None:
             nodes[node_id] = found.value
@@ -90,7 +86,7 @@ def read_cookie(store: MetadataStore, node_id: str) -> Versioned[Cookie] | None:
 
 def create_cookie(store: MetadataStore, cookie: Cookie) -> None:
     try:
-        store._call(store.zk.create, layout.cookie_path(cookie.node_id), serde.encode_cookie(cookie))
+        store.create(layout.cookie_path(cookie.node_id), serde.encode_cookie(cookie))
     except NodeExistsError as exc:
         raise MetadataConflictError(
             f"a cookie for node {cookie.node_id} exists already in ZooKeeper; another node has that id"
@@ -98,10 +94,7 @@ def create_cookie(store: MetadataStore, cookie: Cookie) -> None:
 
 
 def delete_cookie(store: MetadataStore, node_id: str) -> None:
-    try:
-        store._call(store.zk.delete, layout.cookie_path(node_id))
-    except NoNodeError:
-        pass
+    store.delete(layout.cookie_path(node_id))
 
 
 def register_writer(store: MetadataStore, writer_id: str) -> EphemeralRegistration:
@@ -109,20 +102,20 @@ def register_writer(store: MetadataStore, writer_id: str) -> EphemeralRegistrati
 
 
 def writer_alive(store: MetadataStore, writer_id: str) -> bool:
-    return bool(writer_id) and store._call(store.zk.exists, layout.writer_path(writer_id)) is not None
+    return bool(writer_id) and store.exists(layout.writer_path(writer_id))
 
 
 def mark_decommissioned(store: MetadataStore, node_id: str) -> None:
     """Retire a node for good (persistent, idempotent): placement stops choosing it and the audit counts
     every fragment on it as under-replicated until its data is copied elsewhere."""
     try:
-        store._call(store.zk.create, layout.decommissioned_path(node_id), b"", makepath=True)
+        store.create(layout.decommissioned_path(node_id), makepath=True)
     except NodeExistsError:
         pass
 
 
 def decommissioned_nodes(store: MetadataStore) -> set[str]:
-    return set(store._call(store.zk.get_children, layout.DECOMMISSIONED))
+    return set(store.children(layout.DECOMMISSIONED))
 
 
 def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
@@ -134,17 +127,17 @@ def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
 def set_readonly(store: MetadataStore, node_id: str, on: bool) -> None:
     """The operator's drain switch (seed 002): a persistent flag the node watches; idempotent both ways."""
     path = layout.readonly_path(node_id)
+    if not on:
+        store.delete(path)
+        return
     try:
-        if on:
-            store._call(store.zk.create, path, b"", makepath=True)
-        else:
-            store._call(store.zk.delete, path)
-    except (NodeExistsError, NoNodeError):
+        store.create(path, makepath=True)
+    except NodeExistsError:
         pass
 
 
 def readonly_requested(store: MetadataStore, node_id: str) -> bool:
-    return store._call(store.zk.exists, layout.readonly_path(node_id)) is not None
+    return store.exists(layout.readonly_path(node_id))
 
 
 def watch_readonly(store: MetadataStore, node_id: str, on_change: Callable[[bool], None]) -> None:
@@ -152,4 +145,4 @@ def watch_readonly(store: MetadataStore, node_id: str, on_change: Callable[[bool
     def changed(data, stat, event=None) -> None:
         on_change(stat is not None)
 
-    DataWatch(store.zk, layout.readonly_path(node_id), changed)
+    store.watch_data(layout.readonly_path(node_id), changed)

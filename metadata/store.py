@@ -9,9 +9,12 @@ import urllib.parse
 from typing import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency,
+)
 from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import DataWatch
 from kazoo.retry import KazooRetry
 
 from metadata import layout, serde
@@ -191,6 +194,54 @@ class MetadataStore:
             ) from exc
         return stat.version
 
+    # -- znodes --------------------------------------------------------------------------------
+    # The one door to ZooKeeper for the rest of the tree. Like _call, these let kazoo's NoNodeError,
+    # NodeExistsError and BadVersionError through (callers decide what absence means) and turn every other
+    # ZooKeeper failure into MetadataError.
+
+    @property
+    def connected(self) -> bool:
+        return self.zk.connected
+
+    def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> str:
+        return self._call(self.zk.create, path, data, ephemeral=ephemeral, makepath=makepath)
+
+    def set_data(self, path: str, data: bytes) -> None:
+        """Overwrite a znode whatever its version (for records only their owner writes)."""
+        self._call(self.zk.set, path, data)
+
+    def delete(self, path: str, *, recursive: bool = False) -> bool:
+        """Delete a znode (with its children if recursive); False if it was not there."""
+        try:
+            self._call(self.zk.delete, path, recursive=recursive)
+        except NoNodeError:
+            return False
+        return True
+
+    def exists(self, path: str) -> bool:
+        return self._call(self.zk.exists, path) is not None
+
+    def children(self, path: str) -> list[str]:
+        return self._call(self.zk.get_children, path)
+
+    def ensure_path(self, path: str) -> None:
+        self._call(self.zk.ensure_path, path)
+
+    def transaction(self) -> "Transaction":
+        """Operations that ZooKeeper applies all or none of (a multi), in one request."""
+        return Transaction(self)
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """listener(state) on every session state change, on kazoo's event thread (which must not block)."""
+        self.zk.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[str], None]) -> None:
+        self.zk.remove_listener(listener)
+
+    def watch_data(self, path: str, changed: Callable) -> None:
+        """changed(data, stat) now and on every change of the znode at path, across reconnects."""
+        DataWatch(self.zk, path, changed)
+
     def _call(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
@@ -256,3 +307,39 @@ class MetadataStore:
                 yield self.read_ledger(ledger_id)
             except NoSuchLedgerError:
                 continue
+
+
+class Transaction:
+    """A ZooKeeper multi: create, set_data, delete and check operations, then commit() applies all or none."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+        self._request = store.zk.transaction()
+
+    def create(self, path: str, data: bytes = b"") -> None:
+        self._request.create(path, data)
+
+    def set_data(self, path: str, data: bytes, version: int = -1) -> None:
+        self._request.set_data(path, data, version)
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self._request.delete(path, version)
+
+    def check(self, path: str, version: int) -> None:
+        self._request.check(path, version)
+
+    def commit(self) -> list:
+        """Apply every operation or none. Returns each operation's result in order (a create's path, a
+        set_data's ZnodeStat); when none applied, raises the error of the operation that failed (as
+        MetadataStore's methods do: kazoo's NoNodeError, NodeExistsError, BadVersionError pass through)."""
+        results = self._store._call(self._request.commit)
+        self._store._call(_raise_failure, results)
+        return results
+
+
+def _raise_failure(results: list) -> None:
+    # ZooKeeper answers a failed multi with one error per operation: RolledBackError for those before the
+    # failing one, RuntimeInconsistency for those after it.
+    for result in results:
+        if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
+            raise result
