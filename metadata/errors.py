@@ -34,6 +34,10 @@ class StreamExistsError(LedgerError):
     """A stream of that name exists already."""
 
 
+class OffsetsGoneError(LedgerError):
+    """Offsets asked for left the stream (overwritten or truncated), possibly while it was being read."""
+
+
 class InvalidMetadataUriError(LedgerError):
     """The metadata URI is not of the form zk://host:port[,host:port...]/root."""
 

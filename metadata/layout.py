@@ -2,7 +2,10 @@
 
     /ledgers/L0000000042        ledger metadata (persistent)
     /idgen/id-0000000042        ledger id allocation (sequential, removed at once)
-    /streams/<name>             stream records
+    /streams/<name>             stream heads: format, schema, owner, commit records, first offset, and the
+                                tail (the most recent ledgers); see metadata/streams.py
+    /streams/<name>/pages/F-L-M a stream's sealed page: closed ledgers covering offsets F..L, M the highest
+                                ledger id in it; immutable, created in the multi that takes them off the tail
     /nodes/<node id>            storage node registration (ephemeral)
     /cookies/<node id>          storage node cookies (persistent)
     /writers/<writer id>        writer liveness (ephemeral)
@@ -11,6 +14,8 @@
     /spark-jobs/<job id>        a Spark batch write in progress (see connector/spark/jobs.py)
 """
 from __future__ import annotations
+
+from metadata.model import StreamPage
 
 LEDGERS = "/ledgers"
 IDGEN = "/idgen"
@@ -34,6 +39,19 @@ def ledger_id_from_name(name: str) -> int:
 
 def stream_path(name: str) -> str:
     return f"{STREAMS}/{name}"
+
+
+def stream_pages_path(name: str) -> str:
+    return f"{STREAMS}/{name}/pages"
+
+
+def stream_page_path(name: str, page: StreamPage) -> str:
+    return f"{stream_pages_path(name)}/{page.first_offset}-{page.last_offset}-{page.max_ledger_id}"
+
+
+def page_from_name(page_name: str) -> StreamPage:
+    first, last, max_id = page_name.split("-")
+    return StreamPage(int(first), int(last), int(max_id))
 
 
 def node_path(node_id: str) -> str:

@@ -139,33 +139,58 @@ class StreamLedger:
 
 
 @dataclasses.dataclass(frozen=True)
+class StreamPage:
+    """A sealed page of a stream, as its znode name tells it: closed ledgers covering offsets first_offset..
+    last_offset, the highest of their ids max_ledger_id (a ledger with a higher id cannot be in it)."""
+
+    first_offset: int
+    last_offset: int
+    max_ledger_id: int
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamRecord:
-    """A segmented log: ledgers with contiguous offsets, its format, and Spark commit records.
+    """The head of a stream (a segmented log): its format, schema, owner, Spark commit records, where its
+    offsets start, and its tail, the most recent ledgers. The stream's older ledgers are in sealed pages
+    (see metadata/streams.py), so the head stays small however long the stream lives (DESIGN rule 15).
+
+    The tail always holds the stream's last ledger (the one an owner may have OPEN) unless the stream holds
+    no ledger. Offsets below first_offset are gone (overwritten, or truncated): readers skip them, and a
+    stream that holds no ledger hands out first_offset next, so offsets only grow (rule 17).
 
     The commit records make the outcome of a Spark commit knowable (DESIGN rule 16): `commits` holds the last
-    committed batch id per streaming query id (one entry per query), `jobs` the outcome ("committed" or
-    "aborted") of the most recent batch write jobs, oldest first, bounded by the connector (see
-    connector/spark/commit.py).
+    committed batch id per streaming query id (one entry per query, least recently committed first), `jobs`
+    the outcome ("committed" or "aborted") of the most recent batch write jobs, oldest first; the connector
+    bounds both (see connector/spark/commit.py).
     """
 
     name: str
     format: str = "raw"
     schema: str = ""
-    ledgers: tuple[StreamLedger, ...] = ()
+    tail: tuple[StreamLedger, ...] = ()
     commits: tuple[tuple[str, int], ...] = ()
     owner: str = ""
     created_at: float = 0.0
     jobs: tuple[tuple[str, str], ...] = ()
-    base_offset: int = 0  # the next offset while the stream holds no ledger: offsets only grow (rule 17)
+    first_offset: int = 0
 
     @property
     def next_offset(self) -> int:
-        if not self.ledgers:
-            return self.base_offset
-        last = self.ledgers[-1]
+        last = self.last_ledger
+        if last is None:
+            return self.first_offset
         if last.last_offset is None:
             raise ValueError(f"stream {self.name!r}: ledger {last.ledger_id} is still open")
         return last.last_offset + 1
+
+    @property
+    def last_ledger(self) -> StreamLedger | None:
+        return self.tail[-1] if self.tail else None
+
+    @property
+    def tail_offset(self) -> int:
+        """Where the tail starts: the stream's offsets from first_offset up to here are in sealed pages."""
+        return self.tail[0].first_offset if self.tail else self.first_offset
 
     def committed_batch(self, writer: str) -> int | None:
         return dict(self.commits).get(writer)

@@ -17,22 +17,26 @@ from metadata.model import (
 )
 
 FORMAT_VERSION = 1
+# Version 2 of a stream record is the head of a paged stream (its tail; older ledgers in pages); version 1
+# held every ledger in one record and is read as a head whose tail is all of them (migrated on write).
+STREAM_FORMAT_VERSION = 2
 
 
-def _dump(kind: str, body: dict[str, Any]) -> bytes:
-    return json.dumps({"format_version": FORMAT_VERSION, "kind": kind, **body}, sort_keys=True).encode()
+def _dump(kind: str, body: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
+    record = {"format_version": version, "kind": kind, **body}
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(kind: str, data: bytes) -> dict[str, Any]:
+def _load(kind: str, data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> dict[str, Any]:
     try:
         record = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MetadataFormatError(f"damaged {kind} record in ZooKeeper: {exc}") from exc
     version = record.get("format_version") if isinstance(record, dict) else None
-    if version != FORMAT_VERSION:
+    if version not in versions:
         raise MetadataFormatError(
-            f"{kind} record has format version {version!r}, this software reads version {FORMAT_VERSION}; "
-            "upgrade the software that reads it"
+            f"{kind} record has format version {version!r}, this software reads version "
+            f"{' or '.join(map(str, versions))}; upgrade the software that reads it"
         )
     if record.get("kind") != kind:
         raise MetadataFormatError(f"expected a {kind} record, found {record.get('kind')!r}")
@@ -129,26 +133,51 @@ def encode_stream(stream: StreamRecord) -> bytes:
             "name": stream.name,
             "format": stream.format,
             "schema": stream.schema,
-            "ledgers": [[s.ledger_id, s.first_offset, s.last_offset] for s in stream.ledgers],
-            "commits": dict(stream.commits),
+            "tail": _ledger_rows(stream.tail),
+            "commits": [[query_id, batch_id] for query_id, batch_id in stream.commits],
             "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
-            "base_offset": stream.base_offset,
+            "first_offset": stream.first_offset,
             "owner": stream.owner,
             "created_at": stream.created_at,
         },
+        STREAM_FORMAT_VERSION,
     )
 
 
 def decode_stream(data: bytes) -> StreamRecord:
-    r = _load("stream", data)
+    r = _load("stream", data, (1, STREAM_FORMAT_VERSION))
+    if r["format_version"] == 1:
+        tail = _ledgers(r["ledgers"])
+        commits = sorted(r["commits"].items())
+        first_offset = tail[0].first_offset if tail else r.get("base_offset", 0)
+    else:
+        tail = _ledgers(r["tail"])
+        commits = [(query_id, batch_id) for query_id, batch_id in r["commits"]]
+        first_offset = r["first_offset"]
     return StreamRecord(
         name=r["name"],
         format=r["format"],
         schema=r["schema"],
-        ledgers=tuple(StreamLedger(l, first, last) for l, first, last in r["ledgers"]),
-        commits=tuple(sorted(r["commits"].items())),
+        tail=tail,
+        commits=tuple(commits),
         owner=r["owner"],
         created_at=r["created_at"],
         jobs=tuple((job_id, outcome) for job_id, outcome in r.get("jobs", ())),
-        base_offset=r.get("base_offset", 0),
+        first_offset=first_offset,
     )
+
+
+def encode_page(ledgers: tuple[StreamLedger, ...]) -> bytes:
+    return _dump("stream-page", {"ledgers": _ledger_rows(ledgers)})
+
+
+def decode_page(data: bytes) -> tuple[StreamLedger, ...]:
+    return _ledgers(_load("stream-page", data)["ledgers"])
+
+
+def _ledger_rows(ledgers: tuple[StreamLedger, ...]) -> list[list[int | None]]:
+    return [[s.ledger_id, s.first_offset, s.last_offset] for s in ledgers]
+
+
+def _ledgers(rows: list) -> tuple[StreamLedger, ...]:
+    return tuple(StreamLedger(ledger_id, first, last) for ledger_id, first, last in rows)

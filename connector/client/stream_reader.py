@@ -29,11 +29,7 @@ def read_stream(
         raise streams.InvalidStreamFormatError(
             f"stream {name!r} holds {record.format} entries; read it with Spark (spark.read.format('ledger'))"
         )
-    for ledger in record.ledgers:
-        if ledger.last_offset is not None and ledger.last_offset < start:
-            continue
-        if end is not None and ledger.first_offset > end:
-            return
+    for ledger in streams.iter_ledgers(client.store, record, start, end):
         yield from _read_ledger(client, ledger, start, end, password)
 
 

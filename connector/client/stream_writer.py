@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from connector.client.errors import LedgerClosedError, LedgerFencedError, MetadataConflictError
+from connector.client.errors import LedgerClosedError, LedgerFencedError
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
 
@@ -63,44 +63,43 @@ class StreamWriter:
 
     def _take_ownership(self) -> None:
         """Recover the last OPEN ledger (fencing its writer), then CAS our new ledger onto the stream."""
-        while True:
-            current = streams.find_stream(self._store, self.name)
-            if current is None:
-                try:
-                    current = streams.create_stream(self._store, StreamRecord(self.name, RAW_FORMAT))
-                except streams.StreamExistsError:
-                    continue
-            if current.value.format != RAW_FORMAT:
+        created: list[WriteHandle] = []
+
+        def transform(record: StreamRecord) -> StreamRecord:
+            if record.format != RAW_FORMAT:
                 raise streams.InvalidStreamFormatError(
-                    f"stream {self.name!r} holds {current.value.format} entries written by Spark; "
+                    f"stream {self.name!r} holds {record.format} entries written by Spark; "
                     "a stream writer appends raw payloads: use another stream name"
                 )
-            sealed = self._seal_open_tail(current.value)
-            ledger = self._client.create_ledger(
-                **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
-            )
-            record = sealed.replace(
-                ledgers=sealed.ledgers + (StreamLedger(ledger.ledger_id, sealed.next_offset, None),),
-                owner=self.owner_id,
-            )
-            try:
-                streams.write_stream(self._store, record, current.version)
-            except MetadataConflictError:
-                # Someone else changed the stream (maybe took it over) meanwhile: drop ours, look again.
-                self._discard(ledger)
-                continue
-            self._start_ledger(ledger, record.ledgers[-1].first_offset)
-            return
+            sealed = self._seal_open_tail(record)
+            if not created:  # kept across attempts: the stream changed meanwhile, so look again and retry
+                created.append(self._new_ledger())
+            ledger_id = created[0].ledger_id
+            return sealed.replace(tail=sealed.tail + (StreamLedger(ledger_id, sealed.next_offset, None),),
+                                  owner=self.owner_id)
+
+        try:
+            record = streams.update_stream(self._store, self.name, transform, create=StreamRecord(self.name, RAW_FORMAT)).value
+        except BaseException:
+            if created:
+                self._discard(created[0])
+            raise
+        self._start_ledger(created[0], record.last_ledger.first_offset)
 
     def _seal_open_tail(self, record: StreamRecord) -> StreamRecord:
-        if not record.ledgers or record.ledgers[-1].last_offset is not None:
+        tail = record.last_ledger
+        if tail is None or tail.last_offset is not None:
             return record
-        tail = record.ledgers[-1]
         # Recovery fences the previous owner's ledger on its nodes and closes it at the last entry
         # that may have been acknowledged (rules 10-13); a paused owner can add nothing after this.
         recovered = self._client.recover_ledger_with_retry(tail.ledger_id, password=self._password)
         last_offset = tail.first_offset + recovered.last_entry_id
-        return record.replace(ledgers=record.ledgers[:-1] + (StreamLedger(tail.ledger_id, tail.first_offset, last_offset),))
+        return record.replace(tail=record.tail[:-1] + (StreamLedger(tail.ledger_id, tail.first_offset, last_offset),))
+
+    def _new_ledger(self) -> "WriteHandle":
+        return self._client.create_ledger(
+            **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
+        )
 
     def _discard(self, ledger: "WriteHandle") -> None:
         ledger.close()
@@ -155,15 +154,13 @@ class StreamWriter:
     def roll(self) -> None:
         """Close the current ledger and continue on a new one, in one stream CAS."""
         closed = self._close_ledger()
-        ledger = self._client.create_ledger(
-            **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
-        )
+        ledger = self._new_ledger()
         try:
             record = self._update_own_stream(closed, ledger.ledger_id)
         except LedgerFencedError:
             self._discard(ledger)
             raise
-        self._start_ledger(ledger, record.ledgers[-1].first_offset)
+        self._start_ledger(ledger, record.last_ledger.first_offset)
 
     def close(self) -> None:
         """Close the current ledger and seal it on the stream; closing twice is safe."""
@@ -181,16 +178,16 @@ class StreamWriter:
         closed_id, last_entry_id = closed
 
         def transform(record: StreamRecord) -> StreamRecord:
-            tail = record.ledgers[-1] if record.ledgers else None
+            tail = record.last_ledger
             if record.owner != self.owner_id or tail is None or tail.ledger_id != closed_id:
                 raise LedgerFencedError(
                     f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
                     "is fenced; open a new stream writer to continue"
                 )
-            ledgers = record.ledgers[:-1] + (StreamLedger(closed_id, tail.first_offset, tail.first_offset + last_entry_id),)
+            ledgers = record.tail[:-1] + (StreamLedger(closed_id, tail.first_offset, tail.first_offset + last_entry_id),)
             if new_ledger_id is not None:
                 ledgers += (StreamLedger(new_ledger_id, tail.first_offset + last_entry_id + 1, None),)
-            return record.replace(ledgers=ledgers)
+            return record.replace(tail=ledgers)
 
         return streams.update_stream(self._store, self.name, transform).value
 

@@ -13,7 +13,11 @@ lands first bumps the record's version, so a commit still in flight from before 
 Only the outcomes of the newest JOBS_KEPT jobs are kept, oldest dropped first: a commit and its
 read-back or abort follow each other within one driver call, so a job's outcome is evicted only if
 that many other jobs end on the same stream meanwhile, and the record stays small however long the
-stream lives (rule 15). Streaming queries keep one entry each in `commits` (their last batch id).
+stream lives (rule 15). Streaming queries keep one entry each in `commits` (their last batch id), for
+the COMMITS_KEPT most recently committed queries (see stream_write.with_batch).
+
+These transforms see the stream's head (metadata/streams.py): its tail, which always holds the last
+ledger; older ledgers are in pages they never need.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ ARROW = "arrow"
 COMMITTED = "committed"
 ABORTED = "aborted"
 JOBS_KEPT = 100  # batch write job outcomes a stream record keeps (see the module docstring)
+COMMITS_KEPT = 1000  # streaming queries whose last batch id a stream record keeps (see stream_write.with_batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +62,10 @@ def check_arrow_stream(record: StreamRecord) -> None:
 
 
 def check_last_ledger_closed(record: StreamRecord) -> None:
-    if record.ledgers and record.ledgers[-1].last_offset is None:
+    last = record.last_ledger
+    if last is not None and last.last_offset is None:
         raise StreamOwnedError(
-            f"stream {record.name!r} has an OPEN last ledger {record.ledgers[-1].ledger_id} with a live writer; "
+            f"stream {record.name!r} has an OPEN last ledger {last.ledger_id} with a live writer; "
             "stop that writer (or wait until it is gone and read the stream once to recover it), then write again"
         )
 
@@ -69,7 +75,8 @@ def committed(
 ) -> StreamRecord:
     """record with the task ledgers appended (or replacing every ledger, for overwrite). An overwrite
     continues from the stream's next offset, even with no rows: offsets only grow (rule 17), so a reader
-    that passed an offset never sees it handed out again."""
+    that passed an offset never sees it handed out again. Its first_offset moves there: the replaced
+    ledgers (tail and pages) are no longer in the stream, and streams.drop_below deletes them."""
     check_arrow_stream(record)
     check_last_ledger_closed(record)
     if overwrite or not record.schema:
@@ -84,8 +91,8 @@ def committed(
         added.append(StreamLedger(task.ledger_id, offset, offset + task.rows - 1))
         offset += task.rows
     if overwrite:
-        return record.replace(schema=encode_schema(recorded), ledgers=tuple(added), base_offset=record.next_offset)
-    return record.replace(schema=encode_schema(recorded), ledgers=record.ledgers + tuple(added))
+        return record.replace(schema=encode_schema(recorded), tail=tuple(added), first_offset=record.next_offset)
+    return record.replace(schema=encode_schema(recorded), tail=record.tail + tuple(added))
 
 
 def committed_job(
@@ -119,22 +126,16 @@ def with_job(record: StreamRecord, job_id: str, outcome: str) -> StreamRecord:
     return record.replace(jobs=(record.jobs + ((job_id, outcome),))[-JOBS_KEPT:])
 
 
-def holds_any(record: StreamRecord, tasks: Sequence[TaskLedger]) -> bool:
-    """Whether the stream holds a ledger of these tasks (a commit of them landed)."""
-    registered = {s.ledger_id for s in record.ledgers}
-    return any(t.ledger_id in registered for t in tasks if t.ledger_id is not None)
-
-
 def sealed(record: StreamRecord, ledger_id: int, last_offset: int) -> StreamRecord:
     """record with its OPEN ledger ledger_id given the end it was recovered (closed) at."""
     ledgers = tuple(
         dataclasses.replace(s, last_offset=last_offset) if s.ledger_id == ledger_id and s.last_offset is None else s
-        for s in record.ledgers
+        for s in record.tail
     )
-    return record.replace(ledgers=ledgers)
+    return record.replace(tail=ledgers)
 
 
 def with_open_ledger(record: StreamRecord, ledger_id: int) -> StreamRecord:
     """record with a new OPEN ledger at its end, as a stream owner adds the ledger it writes (rule 14)."""
     check_last_ledger_closed(record)
-    return record.replace(ledgers=record.ledgers + (StreamLedger(ledger_id, record.next_offset, None),))
+    return record.replace(tail=record.tail + (StreamLedger(ledger_id, record.next_offset, None),))

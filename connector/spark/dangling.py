@@ -27,7 +27,7 @@ def append_open(metadata: str, stream: str, rows: int, entry_bytes: int) -> tupl
     lc = LedgerClient(metadata)  # never closed: the process is killed while its ledger is OPEN
     schema = decode_schema(read_stream(lc.store, stream).value.schema)
     ledger = lc.create_ledger(custom_metadata={STREAM_TAG: stream, "owner": "connector.spark.dangling"})
-    first_id = update_stream(lc.store, stream, lambda r: with_open_ledger(r, ledger.ledger_id)).value.ledgers[-1].first_offset
+    first_id = update_stream(lc.store, stream, lambda r: with_open_ledger(r, ledger.ledger_id)).value.last_ledger.first_offset
     batches = (sample_batch(first_id + start, min(ROWS_PER_BATCH, rows - start), schema)
                for start in range(0, rows, ROWS_PER_BATCH))
     futures = [ledger.append_async(payload) for payload in entries_of(batches, EntryBuilder(schema, entry_bytes))]

@@ -20,6 +20,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
+from metadata.streams import iter_ledgers, read_stream
 
 ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
 RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets"}
@@ -41,7 +42,9 @@ class LedgerReader(DataSourceReader):
             if opts.ledgers:
                 spans = ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
             else:
-                _, spans = stream_spans(lc, opts.stream, opts.password, opts.recover)
+                record = read_stream(lc.store, opts.stream).value
+                ledgers = iter_ledgers(lc.store, record, self.bounds.offsets.lo, self.bounds.offsets.hi)
+                _, spans = stream_spans(lc, record, ledgers, opts.password, opts.recover)
         return plan_partitions(spans, self.bounds, opts.split_entries, offset_per_entry=self.raw)
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:

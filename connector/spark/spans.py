@@ -6,8 +6,13 @@ the ledger as closed. The OPEN tail of a live writer is read up to its last add 
 
 A streaming micro-batch is planned from the offsets its latestOffset promised instead (batch_spans):
 no second LAC read, which could answer less than the first (DESIGN rule 17).
+
+Callers pass the ledgers they need (streams.iter_ledgers for an offset range, or the head's tail), so a
+read that starts at offset k reads no page and no ledger metadata below k (rule 15).
 """
 from __future__ import annotations
+
+from typing import Iterable
 
 from connector.client import LedgerClient
 from connector.spark.commit import ARROW, sealed
@@ -17,7 +22,7 @@ from connector.spark.recovery import check_password, recover
 from metadata.errors import LedgerError
 from metadata.model import StreamLedger, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import read_stream, update_stream
+from metadata.streams import iter_ledgers, update_stream
 
 
 def readable_end(
@@ -38,16 +43,17 @@ def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling
 
 
 def stream_spans(
-    lc: LedgerClient, name: str, password: bytes, recover_dangling: bool
+    lc: LedgerClient, record: StreamRecord, ledgers: Iterable[StreamLedger], password: bytes, recover_dangling: bool
 ) -> tuple[StreamRecord, list[LedgerSpan]]:
-    record = read_stream(lc.store, name).value
+    """The spans of ledgers of the stream whose head is record; a recovered OPEN ledger is sealed on the
+    stream, and the head returned is the stream's after that."""
     spans = []
-    for ledger in record.ledgers:
+    for ledger in ledgers:
         last_entry, closed, length = readable_end(lc, ledger.ledger_id, password, recover_dangling)
         last_offset = ledger.last_offset
         if last_offset is None and closed:
             last_offset = _closed_last_offset(lc, record.format, ledger, last_entry, password)
-            record = update_stream(lc.store, name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
+            record = update_stream(lc.store, record.name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
         spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset, length))
     return record, spans
 
@@ -59,27 +65,34 @@ def batch_spans(store: MetadataStore, record: StreamRecord, lo: int, hi: int) ->
     again: each node's LAC lags its own way, and a second read could answer less than the first. The
     OPEN tail of a raw stream is planned up to hi (entries up to a LAC someone saw were acknowledged; the
     executors read them with confirmed=), and it reaches any end. An arrow ledger's rows are known once
-    it is sealed, so its OPEN tail holds none yet; the last entry of a sealed one is in its metadata,
-    read only for the ledgers of this range (rule 15).
+    it is sealed, so its OPEN tail holds none yet; the last entry of a sealed one is in its metadata.
+    Only the pages and ledger metadata of this range are read (rule 15).
     """
     raw = record.format != ARROW
+    ledgers = list(iter_ledgers(store, record, lo, hi))
     spans: list[LedgerSpan] = []
-    reach = record.ledgers[0].first_offset - 1 if record.ledgers else -1
-    for ledger, following in zip(record.ledgers, record.ledgers[1:] + (None,)):
+    for ledger, following in zip(ledgers, ledgers[1:] + [None]):
         last_offset = ledger.last_offset
         if last_offset is None and following is not None:
             last_offset = following.first_offset - 1  # offsets are contiguous
         if last_offset is None and not raw:
             break
-        reach = last_offset
-        if ledger.first_offset > hi or (last_offset is not None and last_offset < lo):
-            continue
         if raw:
             last_entry = (hi if last_offset is None else last_offset) - ledger.first_offset
         else:
             last_entry = _sealed_last_entry(store, ledger.ledger_id)
         spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
-    return spans, reach
+    return spans, _reach(record)
+
+
+def _reach(record: StreamRecord) -> int | None:
+    """The last offset the stream holds; None for the OPEN tail of a raw stream, which reaches any end."""
+    last = record.last_ledger
+    if last is None:
+        return record.first_offset - 1
+    if last.last_offset is not None:
+        return last.last_offset
+    return None if record.format != ARROW else last.first_offset - 1
 
 
 def _sealed_last_entry(store: MetadataStore, ledger_id: int) -> int:

@@ -41,13 +41,13 @@ from connector.spark.planning import LedgerPartition, ReadBounds, plan_partition
 from connector.spark.read import read_partition
 from connector.spark.spans import batch_spans, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
-from metadata.model import StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import read_stream
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BYTES_PER_OFFSET = 1024
+EXTENT_LEDGERS = 16  # the most recent ledgers whose sizes estimate the bytes per offset (maxBytesPerTrigger)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +80,17 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver --------------------------------------------------------------------------------
 
     def _extent(self) -> StreamExtent:
+        """From the head and its most recent ledgers only: the cost does not grow with the stream (rule 15)."""
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
-            record, spans = stream_spans(lc, opts.stream, opts.password, recover_dangling=True)
+            record = read_stream(lc.store, opts.stream).value
+            recent = record.tail[-EXTENT_LEDGERS:]
+            record, spans = stream_spans(lc, record, recent, opts.password, recover_dangling=True)
         known = [s for s in spans if s.length > 0 and s.last_offset is not None]
         known_bytes = sum(s.length for s in known)
         known_offsets = sum(s.last_offset - s.first_offset + 1 for s in known)
-        first = first_offset(record)
-        end = first
+        first = record.first_offset
+        end = spans[0].first_offset if spans else first  # every ledger before the recent ones is sealed
         for span in spans:
             if span.last_offset is not None:
                 end = span.last_offset + 1
@@ -141,7 +144,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         with MetadataStore(opts.metadata) as store:
             record = read_stream(store, opts.stream).value
-            lo = self._checked_start(start["offset"], first_offset(record))
+            lo = self._checked_start(start["offset"], record.first_offset)
             hi = end["offset"] - 1
             if hi < lo:
                 return []
@@ -196,11 +199,6 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         bounds = ReadBounds.from_offsets(partition.lo, partition.hi + 1)
         return read_partition(self.options, self.schema, self.raw, partition, bounds)
-
-
-def first_offset(record: StreamRecord) -> int:
-    """The first offset the stream holds; with no ledger left, the next one it will hand out."""
-    return record.ledgers[0].first_offset if record.ledgers else record.next_offset
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:

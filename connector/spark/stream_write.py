@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.commit import TaskLedger, committed, holds_any
+from connector.spark.commit import COMMITS_KEPT, TaskLedger, committed
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard, tagged_ledgers
@@ -36,7 +36,7 @@ from connector.spark.stream_options import StreamOptions
 from connector.spark.write import check_target, ensure_stream, write_task_ledger
 from metadata import layout
 from metadata.model import StreamRecord
-from metadata.streams import find_stream, update_stream
+from metadata.streams import find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,15 @@ def batch_committed(record: StreamRecord, query_id: str, batch_id: int) -> bool:
 
 
 def with_batch(record: StreamRecord, query_id: str, batch_id: int) -> StreamRecord:
-    commits = dict(record.commits)
-    commits[query_id] = batch_id
-    return record.replace(commits=tuple(sorted(commits.items())))
+    """record with query_id's last batch batch_id, moved to the end of `commits` (most recent last). Only the
+    COMMITS_KEPT most recently committed queries are kept, so the record stays small however many queries
+    ever wrote to the stream (rule 15). Eviction is safe unless an evicted query comes back to commit again a
+    batch it committed before (Spark replays the last batch of a run that died between the sink's commit and
+    its commit log): it then finds no record of it and writes that batch's rows a second time. That takes
+    COMMITS_KEPT other queries committing to the same stream between that query's last commit and its restart.
+    """
+    commits = tuple(entry for entry in record.commits if entry[0] != query_id) + ((query_id, batch_id),)
+    return record.replace(commits=commits[-COMMITS_KEPT:])
 
 
 class LedgerStreamWriter(DataSourceStreamArrowWriter):
@@ -108,26 +114,29 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
         """One CAS: the task ledgers and the batch id; True if the batch was committed already (a replay)."""
-        replayed = [False]
+        found_committed = [False]
 
         def transform(record: StreamRecord) -> StreamRecord | None:
-            if batch_committed(record, self.query_id, batch_id):
-                replayed[0] = not holds_any(record, tasks)  # else this commit landed and its reply was lost
+            found_committed[0] = batch_committed(record, self.query_id, batch_id)
+            if found_committed[0]:
                 return None
             return with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
 
-        update_stream(lc.store, self.options.stream, transform, read_back=True)
-        return replayed[0]
+        head = update_stream(lc.store, self.options.stream, transform, read_back=True).value
+        if not found_committed[0]:
+            return False
+        # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.
+        return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None])
 
     def _sweep(self, lc: LedgerClient, batch_id: int) -> None:
         """Discard this query's ledgers of batches <= batch_id that the stream does not hold."""
-        found = find_stream(lc.store, self.options.stream)
-        registered = {s.ledger_id for s in found.value.ledgers} if found else set()
-
         def orphan(tags: dict[str, str]) -> bool:
             return tags.get(QUERY_TAG) == self.query_id and int(tags.get(BATCH_TAG, -1)) <= batch_id
 
-        self._discard(lc, tagged_ledgers(lc, orphan, skip=registered))
+        candidates = tagged_ledgers(lc, orphan)
+        found = find_stream(lc.store, self.options.stream)
+        held = held_ledgers(lc.store, found.value, candidates) if found else set()
+        self._discard(lc, [ledger_id for ledger_id in candidates if ledger_id not in held])
 
     def _discard(self, lc: LedgerClient, ledger_ids: list[int]) -> None:
         for ledger_id in ledger_ids:

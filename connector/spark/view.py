@@ -13,7 +13,7 @@ from connector.spark.options import LedgerOptions
 from metadata.errors import NoSuchLedgerError
 from metadata.model import LedgerMetadata, StreamLedger
 from metadata.store import MetadataStore
-from metadata.streams import list_streams, read_stream
+from metadata.streams import iter_ledgers, list_streams, read_stream
 
 VIEW_SCHEMA = StructType([
     StructField("ledger_id", LongType()), StructField("stream", StringType()), StructField("state", StringType()),
@@ -38,7 +38,7 @@ class LedgerViewReader(DataSourceReader):
             names = [self.options.stream] if self.options.stream else list_streams(store)
             membership: dict[int, tuple[str, StreamLedger]] = {}
             for name in names:
-                for ledger in read_stream(store, name).value.ledgers:
+                for ledger in iter_ledgers(store, read_stream(store, name).value):
                     membership[ledger.ledger_id] = (name, ledger)
             ledger_ids = sorted(membership) if self.options.stream else store.list_ledgers()
             for ledger_id in ledger_ids:

@@ -41,10 +41,10 @@ from connector.spark.recovery import (
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
 from metadata import layout, registry
-from metadata.errors import LedgerError, NoSuchStreamError, StreamExistsError
+from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import NodeState, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import create_stream, find_stream, update_stream
+from metadata.streams import drop_below, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -100,28 +100,29 @@ class LedgerWriter(DataSourceArrowWriter):
                     discard(lc, ledger_id, opts.password)
             replaced = self._register(lc.store, tasks)
             # The rows are committed: from here on nothing may raise (abort would run and must not follow).
-            for ledger_id in replaced:
+            if replaced is not None:
                 try:
-                    discard(lc, ledger_id, opts.password)
+                    drop_below(lc.store, replaced, replaced.next_offset, lambda i: discard(lc, i, opts.password))
                 except LedgerError as exc:
-                    log.warning("overwrite of stream %r: replaced ledger %d not deleted: %s", opts.stream, ledger_id, exc)
+                    log.warning("overwrite of stream %r: replaced ledgers not all deleted: %s", opts.stream, exc)
 
-    def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> list[int]:
-        """One CAS puts every task ledger and the job id on the stream; returns the ledgers an overwrite replaced.
+    def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> StreamRecord | None:
+        """One CAS puts every task ledger and the job id on the stream; returns the head an overwrite replaced
+        (its ledgers, in its tail and pages, are to be deleted), None for an append.
 
         A lost reply is read back (rule 16): if the job is found committed, the CAS that landed is the last
-        one transform built, and `replaced` still holds what that one replaced.
+        one transform built, and `replaced` still holds the head that one replaced.
         """
-        replaced: list[int] = []
+        replaced: list[StreamRecord] = []
 
         def transform(record: StreamRecord) -> StreamRecord | None:
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
             if updated is not None:
-                replaced[:] = [s.ledger_id for s in record.ledgers] if self.overwrite else []
+                replaced[:] = [record] if self.overwrite else []
             return updated
 
         update_stream(store, self.options.stream, transform, read_back=True)
-        return replaced
+        return replaced[0] if replaced else None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Discard the job's ledgers, except those a landed commit registered (rule 16)."""
@@ -129,9 +130,12 @@ class LedgerWriter(DataSourceArrowWriter):
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
             record = self._decide_aborted(lc.store)
-            registered = {s.ledger_id for s in record.ledgers} if record else set()
             reported = {m.ledger_id for m in messages if isinstance(m, TaskLedger) and m.ledger_id is not None}
-            for ledger_id in sorted((set(job_ledgers(lc, self.job_id)) | reported) - registered):
+            candidates = set(job_ledgers(lc, self.job_id)) | reported
+            registered = set()
+            if record is not None and job_outcome(record, self.job_id) == COMMITTED:
+                registered = held_ledgers(lc.store, record, candidates)
+            for ledger_id in sorted(candidates - registered):
                 discard(lc, ledger_id, opts.password)
 
     def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:
@@ -155,10 +159,7 @@ class LedgerWriter(DataSourceArrowWriter):
 
 def ensure_stream(store: MetadataStore, name: str) -> None:
     """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record."""
-    try:
-        create_stream(store, new_stream(name))
-    except StreamExistsError:
-        pass
+    update_stream(store, name, lambda record: None, create=new_stream(name))
 
 
 def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool) -> None:
@@ -213,15 +214,16 @@ def write_task_ledger(
 def _settled(lc: LedgerClient, record: StreamRecord, options: LedgerOptions) -> StreamRecord:
     """The stream with a dangling tail recovered and sealed; fails if it cannot take Spark rows."""
     check_arrow_stream(record)
-    if record.ledgers and record.ledgers[-1].last_offset is None:
-        record, _ = stream_spans(lc, record.name, options.password, recover_dangling=True)
+    last = record.last_ledger
+    if last is not None and last.last_offset is None:
+        record, _ = stream_spans(lc, record, [last], options.password, recover_dangling=True)
     check_last_ledger_closed(record)
     return record
 
 
 def _check_password(lc: LedgerClient, record: StreamRecord, password: bytes) -> None:
-    if record.ledgers:
-        check_password(lc.ledger_metadata(record.ledgers[-1].ledger_id), password, f"stream {record.name!r}")
+    if record.last_ledger is not None:
+        check_password(lc.ledger_metadata(record.last_ledger.ledger_id), password, f"stream {record.name!r}")
 
 
 def _check_nodes(store: MetadataStore, ensemble_size: int) -> None:

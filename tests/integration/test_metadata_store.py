@@ -82,7 +82,7 @@ def test_stream_records_use_compare_and_set(store):
     with pytest.raises(StreamExistsError):
         streams.create_stream(store, StreamRecord("events", "raw"))
     stale = streams.read_stream(store, "events")
-    streams.update_stream(store, "events", lambda s: s.replace(ledgers=s.ledgers + (StreamLedger(7, 0, 9),)))
+    streams.update_stream(store, "events", lambda s: s.replace(tail=s.tail + (StreamLedger(7, 0, 9),)))
     with pytest.raises(MetadataConflictError):
         streams.write_stream(store, stale.value.replace(owner="x"), stale.version)
     assert streams.read_stream(store, "events").value.next_offset == 10

@@ -81,7 +81,7 @@ def stream_ids(uri: str) -> list[int]:
     """Every id the stream holds, in offset order; fails if a ledger the stream lists is gone or short."""
     ids = []
     with LedgerClient(uri) as lc:
-        for ledger in find_stream(lc.store, STREAM).value.ledgers:
+        for ledger in streams.iter_ledgers(lc.store, find_stream(lc.store, STREAM).value):
             rows = [
                 i for entry in lc.open_ledger(ledger.ledger_id, recover=False).read()
                 for batch in decode_entry(entry.payload).batches for i in batch.column(0).to_pylist()
@@ -137,7 +137,7 @@ def test_commit_whose_reply_is_lost_reads_back_that_it_landed(
 ):
     cluster(3)
     commit_base(driver_uri, metadata_uri)
-    base_ledgers = [s.ledger_id for s in find_stream(store, STREAM).value.ledgers]
+    base_ledgers = [s.ledger_id for s in streams.iter_ledgers(store, find_stream(store, STREAM).value)]
     writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=overwrite)
     messages = run_tasks(writer, metadata_uri, range(100, 150), range(150, 300))
 

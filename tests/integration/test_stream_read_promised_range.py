@@ -59,7 +59,7 @@ def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_ans
     writer = registry.register_writer(store, WRITER)   # the tail's writer is alive: nobody recovers it
     sealed = sealed_ledger(metadata_uri)
     tail = open_tail_known_to_one_node(store, nodes)
-    create_stream(store, StreamRecord("events", format="raw", ledgers=(
+    create_stream(store, StreamRecord("events", format="raw", tail=(
         StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
     options, stream_options = StreamOptions.parse(
         {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
@@ -90,7 +90,7 @@ def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_ans
 
 @pytest.mark.parametrize("fail", [True, False])
 def test_promised_offsets_the_stream_no_longer_holds_are_data_loss_not_a_shorter_batch(store, metadata_uri, fail):
-    create_stream(store, StreamRecord("events", format="raw", ledgers=(StreamLedger(7, 0, 99),)))
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(7, 0, 99),)))
     options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
                                                    "failondataloss": str(fail).lower()})
     reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
@@ -109,7 +109,7 @@ def test_a_stream_that_ends_below_the_querys_offset_is_data_loss(store, metadata
     closed = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ("a", "b", "c")),), state=LedgerState.CLOSED,
                             last_entry_id=49, length=50)
     ledger_id = store.create_ledger(closed).value.ledger_id
-    create_stream(store, StreamRecord("events", format="raw", ledgers=(StreamLedger(ledger_id, 0, 49),)))
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(ledger_id, 0, 49),)))
     options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
                                                    "failondataloss": str(fail).lower()})
     reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
@@ -121,7 +121,7 @@ def test_a_stream_that_ends_below_the_querys_offset_is_data_loss(store, metadata
 
 
 def test_an_emptied_stream_starts_where_its_offsets_left_off(store, metadata_uri):
-    create_stream(store, StreamRecord("events", format="raw", base_offset=100))
+    create_stream(store, StreamRecord("events", format="raw", first_offset=100))
     options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events"})
     reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
     assert reader.initialOffset() == {"offset": 100}

@@ -28,8 +28,8 @@ def test_offsets_are_contiguous_across_rolled_ledgers(client):
         offsets = [writer.append(f"e{i}".encode()) for i in range(10)]
     assert offsets == list(range(10))
     record = streams.read_stream(client.store, "events").value
-    assert [(l.first_offset, l.last_offset) for l in record.ledgers] == [(0, 3), (4, 7), (8, 9)]
-    assert all(client.ledger_metadata(l.ledger_id).state is LedgerState.CLOSED for l in record.ledgers)
+    assert [(l.first_offset, l.last_offset) for l in record.tail] == [(0, 3), (4, 7), (8, 9)]
+    assert all(client.ledger_metadata(l.ledger_id).state is LedgerState.CLOSED for l in record.tail)
     assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(10)]
     assert offsets_and_payloads(client, "events", 3, 8) == [(i, f"e{i}".encode()) for i in range(3, 9)]
 

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from connector.client import LedgerClient, NoSuchLedgerError
 from metadata.store import MetadataStore
-from metadata.streams import read_stream
+from metadata.streams import iter_ledgers, read_stream
 from tests.spark.helpers import read, run_application, stream_ledgers, write
 
 
@@ -23,10 +23,10 @@ def test_append_twice_then_read(spark, shared_uri, stream):
                        ignore_nullable=True)
     assert back.filter("_offset != id").count() == 0
     with MetadataStore(shared_uri) as store:
-        record = read_stream(store, stream).value
-    assert [s.first_offset for s in record.ledgers] == [0, 250, 500, 600, 700]
-    assert record.ledgers[-1].last_offset == 799
-    assert sorted(stream_ledgers(shared_uri, stream)) == sorted(s.ledger_id for s in record.ledgers)
+        ledgers = list(iter_ledgers(store, read_stream(store, stream).value))
+    assert [s.first_offset for s in ledgers] == [0, 250, 500, 600, 700]
+    assert ledgers[-1].last_offset == 799
+    assert sorted(stream_ledgers(shared_uri, stream)) == sorted(s.ledger_id for s in ledgers)
 
 
 def test_overwrite_replaces_rows_and_deletes_old_ledgers(spark, shared_uri, stream):

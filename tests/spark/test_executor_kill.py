@@ -4,7 +4,7 @@ from pyspark.sql import functions as F
 
 from connector.client import LedgerClient, NoSuchLedgerError
 from metadata.store import MetadataStore
-from metadata.streams import read_stream
+from metadata.streams import iter_ledgers, read_stream
 from tests.spark.executor_kill_job import ROWS
 from tests.spark.helpers import read, run_application, stream_ledgers
 
@@ -20,7 +20,7 @@ def test_executor_killed_mid_write(spark, shared_uri, stream, tmp_path):
     assert back.select("id").distinct().count() == ROWS
     assert back.agg(F.sum("id")).collect()[0][0] == sum(range(ROWS))
     with MetadataStore(shared_uri) as store:
-        registered = sorted(s.ledger_id for s in read_stream(store, stream).value.ledgers)
+        registered = sorted(s.ledger_id for s in iter_ledgers(store, read_stream(store, stream).value))
     assert dead_ledger not in registered and len(registered) == 4
     assert sorted(stream_ledgers(shared_uri, stream)) == registered
     with LedgerClient(shared_uri) as lc, pytest.raises(NoSuchLedgerError):

@@ -101,12 +101,12 @@ def test_dangling_last_ledger_is_recovered_on_read(spark, shared_uri, stream):
     with MetadataStore(shared_uri) as store, LedgerClient(shared_uri) as lc:
         writer_id = lc.ledger_metadata(ledger_id).writer_id
         poll_until(lambda: not registry.writer_alive(store, writer_id), 60, what="the crashed writer's session to expire")
-        assert read_stream(store, stream).value.ledgers[-1].last_offset is None
+        assert read_stream(store, stream).value.last_ledger.last_offset is None
     back = read(spark, shared_uri, stream, includeMetadata="true")
     assert back.count() == 2000 + rows
     assert back.filter("_offset != id").count() == 0
     assert back.select("id").distinct().count() == 2000 + rows
     with MetadataStore(shared_uri) as store, LedgerClient(shared_uri) as lc:
         assert lc.ledger_metadata(ledger_id).is_closed
-        assert read_stream(store, stream).value.ledgers[-1].last_offset == 2000 + rows - 1
+        assert read_stream(store, stream).value.last_ledger.last_offset == 2000 + rows - 1
         assert find_stream(store, stream) is not None

@@ -12,7 +12,7 @@ from connector.client import LedgerClient
 from connector.spark.recovery import STREAM_TAG
 from metadata.model import LedgerState
 from connector.spark.commit import with_open_ledger
-from metadata.streams import find_stream, update_stream
+from metadata.streams import find_stream, iter_ledgers, update_stream
 from tests.harness.poll import poll_until
 from tests.spark.stream_sink_job import start_query
 
@@ -60,7 +60,7 @@ def ledgers_of(uri, stream):
     """(registered ledger ids, every ledger tagged with the stream) — they must end up equal."""
     with LedgerClient(uri) as lc:
         found = find_stream(lc.store, stream)
-        registered = sorted(s.ledger_id for s in found.value.ledgers) if found else []
+        registered = sorted(s.ledger_id for s in iter_ledgers(lc.store, found.value)) if found else []
         tagged = sorted(i for i in lc.list_ledgers() if lc.ledger_metadata(i).custom.get(STREAM_TAG) == stream)
     return registered, tagged
 

@@ -65,8 +65,9 @@ def test_starting_offsets_latest_skips_what_is_there(spark, shared_uri, stream):
 
 def drop_first_ledger(uri, stream):
     with LedgerClient(uri) as lc:
-        record = streams.update_stream(lc.store, stream, lambda r: r.replace(ledgers=r.ledgers[1:])).value
-        return record.ledgers[0].first_offset
+        truncated = streams.update_stream(
+            lc.store, stream, lambda r: r.replace(tail=r.tail[1:], first_offset=r.tail[1].first_offset)).value
+        return truncated.first_offset
 
 
 @pytest.mark.parametrize("fail", [True, False])

@@ -67,3 +67,33 @@ def test_fragment_lookup_and_replacement():
     appended = LEDGER.with_ensemble_from(20, ("x", "d", "c"))
     assert [f.first_entry_id for f in appended.fragments] == [0, 17, 20]
     assert LEDGER.fragment_ranges() == [(0, 16, LEDGER.fragments[0]), (17, 99, LEDGER.fragments[1])]
+
+
+def old_stream_record(ledgers, commits, base_offset=0, **extra) -> bytes:
+    """A stream record as software before paged streams wrote it (format version 1, every ledger in it)."""
+    return json.dumps({
+        "format_version": 1, "kind": "stream", "name": "events", "format": "arrow", "schema": "s",
+        "ledgers": ledgers, "commits": commits, "base_offset": base_offset, "owner": "", "created_at": 1.0,
+        **extra,
+    }).encode()
+
+
+def test_a_stream_head_keeps_its_tail_first_offset_and_commit_order():
+    head = StreamRecord("events", "arrow", "s", (StreamLedger(7, 100, 109),), (("b", 2), ("a", 9)),
+                        jobs=(("j", "committed"),), first_offset=100)
+    encoded = json.loads(serde.encode_stream(head))
+    assert encoded["format_version"] == serde.STREAM_FORMAT_VERSION and "ledgers" not in encoded
+    assert serde.decode_stream(serde.encode_stream(head)) == head   # commits stay least recent first
+
+
+def test_an_old_stream_record_reads_as_a_head_whose_tail_holds_every_ledger():
+    old = serde.decode_stream(old_stream_record([[1, 5, 9], [2, 10, None]], {"q": 3, "p": 1}, jobs=[["j", "aborted"]]))
+    assert old.tail == (StreamLedger(1, 5, 9), StreamLedger(2, 10, None))
+    assert old.first_offset == 5 and dict(old.commits) == {"q": 3, "p": 1} and old.jobs == (("j", "aborted"),)
+    emptied = serde.decode_stream(old_stream_record([], {}, base_offset=100))
+    assert emptied.tail == () and emptied.first_offset == 100 and emptied.next_offset == 100
+
+
+def test_pages_round_trip():
+    ledgers = (StreamLedger(1, 0, 9), StreamLedger(3, 10, 10))
+    assert serde.decode_page(serde.encode_page(ledgers)) == ledgers

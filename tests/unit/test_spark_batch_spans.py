@@ -24,7 +24,7 @@ class LedgerMetadataOnly:
         return Versioned(meta, 0)
 
 
-RAW = StreamRecord("events", format="raw", ledgers=(
+RAW = StreamRecord("events", format="raw", tail=(
     StreamLedger(1, 0, 99), StreamLedger(2, 100, 199), StreamLedger(3, 200)))   # 3: the OPEN tail
 
 
@@ -44,13 +44,13 @@ def test_ledgers_outside_the_range_are_not_planned():
 
 
 def test_a_stream_that_no_longer_holds_the_promised_end_says_where_it_ends():
-    sealed = StreamRecord("events", format="raw", ledgers=(StreamLedger(1, 0, 99),))
+    sealed = StreamRecord("events", format="raw", tail=(StreamLedger(1, 0, 99),))
     assert batch_spans(LedgerMetadataOnly({}), sealed, 50, 149) == ([LedgerSpan(1, 99, 0, 99)], 99)
     assert batch_spans(LedgerMetadataOnly({}), StreamRecord("events"), 0, 9) == ([], -1)
 
 
 def test_an_arrow_stream_reads_the_metadata_of_the_sealed_ledgers_in_range_only():
-    record = StreamRecord("events", format="arrow", ledgers=(
+    record = StreamRecord("events", format="arrow", tail=(
         StreamLedger(1, 0, 999), StreamLedger(2, 1000, 1999), StreamLedger(3, 2000)))   # 3: OPEN, rows unknown
     store = LedgerMetadataOnly({1: 9, 2: 19})
     spans, reach = batch_spans(store, record, 1500, 1999)
@@ -60,6 +60,6 @@ def test_an_arrow_stream_reads_the_metadata_of_the_sealed_ledgers_in_range_only(
 
 
 def test_an_arrow_ledger_with_offsets_but_open_metadata_is_refused():
-    record = StreamRecord("events", format="arrow", ledgers=(StreamLedger(1, 0, 999),))
+    record = StreamRecord("events", format="arrow", tail=(StreamLedger(1, 0, 999),))
     with pytest.raises(LedgerError, match="ledger 1: .*not closed"):
         batch_spans(LedgerMetadataOnly({}, open_ids={1}), record, 0, 999)
