@@ -255,3 +255,12 @@ def test_concurrent_commits_keep_offsets_contiguous_and_lose_nothing(store, meta
         assert mine == list(range(k * 1_000_000, k * 1_000_000 + per_writer * batch))   # each batch once, in order
     assert dict(head.commits) == {"q1": per_writer - 1, "q2": per_writer - 1}
     assert len(streams.list_pages(store, "events")) == (2 * per_writer * batch - len(head.tail)) // PAGE_LEDGERS
+
+
+def test_deleting_a_stream_deletes_its_pages_and_a_new_one_starts_clean(store):
+    build_history(store, "events", ledgers=3 * PAGE_LEDGERS)
+    assert streams.list_pages(store, "events")
+    streams.delete_stream(store, "events")
+    assert streams.find_stream(store, "events") is None and not store.exists(layout.stream_pages_path("events"))
+    streams.create_stream(store, StreamRecord("events", "raw"))
+    assert streams.list_pages(store, "events") == [] and streams.read_stream(store, "events").value.next_offset == 0
