@@ -72,14 +72,15 @@ class StreamWriter:
                     "a stream writer appends raw payloads: use another stream name"
                 )
             sealed = self._seal_open_tail(record)
-            if not created:  # kept across attempts: the stream changed meanwhile, so look again and retry
+            if not created:  # one new ledger, kept when the CAS is retried (the stream changed meanwhile)
                 created.append(self._new_ledger())
             ledger_id = created[0].ledger_id
             return sealed.replace(tail=sealed.tail + (StreamLedger(ledger_id, sealed.next_offset, None),),
                                   owner=self.owner_id)
 
         try:
-            record = streams.update_stream(self._store, self.name, transform, create=StreamRecord(self.name, RAW_FORMAT)).value
+            empty = StreamRecord(self.name, RAW_FORMAT)
+            record = streams.update_stream(self._store, self.name, transform, create=empty).value
         except BaseException:
             if created:
                 self._discard(created[0])
