@@ -176,7 +176,8 @@ def test_an_old_single_znode_stream_is_read_and_migrated_page_by_page(store):
         head = streams.update_stream(store, "events", lambda r: appended(r, ids)).value
         next_id += 10
         writes += 1
-        assert len(streams.list_pages(store, "events")) - before == PAGES_PER_UPDATE or len(head.tail) <= PAGE_LEDGERS + 10
+        sealed = len(streams.list_pages(store, "events")) - before
+        assert sealed == PAGES_PER_UPDATE or len(head.tail) <= PAGE_LEDGERS + 10
         everything = list(streams.iter_ledgers(store, head))
         assert everything[:old_ledgers] == old   # offsets unchanged while the record moves into pages
         check_contiguous(everything)
