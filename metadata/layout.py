@@ -11,7 +11,12 @@
     /writers/<writer id>        writer liveness (ephemeral)
     /decommissioned/<node id>   retired storage nodes: placement skips them, audit moves data off them
     /readonly/<node id>         operator's read-only flag (persistent): the node refuses normal adds
-    /spark-jobs/<job id>        a Spark batch write in progress (see connector/spark/jobs.py)
+    /spark-jobs/<job id>        a Spark batch write in progress; its version goes up once the job ends
+    /spark-jobs/<job id>/L0000000042
+                                a task ledger of the job, registered before the ledger is created
+    /spark-queries/<query id>/L0000000042-B7
+                                a task ledger of micro-batch 7 of a streaming query, registered the same way
+                                (task registries: see connector/spark/jobs.py)
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ WRITERS = "/writers"
 DECOMMISSIONED = "/decommissioned"
 READONLY = "/readonly"
 SPARK_JOBS = "/spark-jobs"
-ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS)
+SPARK_QUERIES = "/spark-queries"
+ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES)
 
 
 def ledger_path(ledger_id: int) -> str:

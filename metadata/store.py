@@ -269,6 +269,23 @@ class MetadataStore:
         self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
         return Versioned(meta, 0)
 
+    def create_ledger_guarded(self, meta: LedgerMetadata, guard: str) -> Versioned[LedgerMetadata]:
+        """Store meta under meta.ledger_id (taken from allocate_ledger_id) in one multi with a check that the
+        znode guard is still at version 0. Whoever bumps or deletes guard first thereby makes sure the ledger
+        can never be created afterwards (the Spark task registries, connector/spark/jobs.py, rely on it).
+        A changed or missing guard raises MetadataConflictError and creates nothing."""
+        meta = meta.replace(created_at=meta.created_at or time.time())
+        request = self.transaction()
+        request.check(guard, 0)
+        request.create(layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta))
+        try:
+            request.commit()
+        except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: /ledgers exists
+            raise MetadataConflictError(
+                f"ledger {meta.ledger_id} was not created: {guard} changed or is gone (its owner withdrew the id)"
+            ) from exc
+        return Versioned(meta, 0)
+
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         found = self.read(layout.ledger_path(ledger_id), serde.decode_ledger)
         if found is None:

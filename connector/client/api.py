@@ -106,7 +106,13 @@ class LedgerClient:
     # -- ledgers -----------------------------------------------------------------------------------------------
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
-                      password: bytes = b"", custom_metadata: Mapping[str, object] | None = None) -> "WriteHandle":
+                      password: bytes = b"", custom_metadata: Mapping[str, object] | None = None,
+                      ledger_id: int | None = None, guard: str | None = None) -> "WriteHandle":
+        """A new ledger, OPEN, written by this client. With ledger_id and guard (both or neither): the ledger
+        gets that id, allocated beforehand with store.allocate_ledger_id, and is created only while the znode
+        guard is at version 0, else MetadataConflictError (MetadataStore.create_ledger_guarded)."""
+        if (ledger_id is None) != (guard is None):
+            raise ValueError("create_ledger takes ledger_id and guard together, or neither")
         Schedule(ensemble_size, write_quorum, ack_quorum)  # refuses impossible quorums before anything is stored
         ensemble = choose_ensemble(registry.placeable_nodes(self.store), ensemble_size)
         meta = LedgerMetadata(
@@ -114,7 +120,11 @@ class LedgerClient:
             fragments=(Fragment(0, ensemble),), password_hash=password_hash(password),
             custom_metadata=make_custom_metadata(custom_metadata), writer_id=self.writer_id, created_at=time.time(),
         )
-        return WriteHandle(self, self.store.create_ledger(meta), master_key(password))
+        if guard is None:
+            created = self.store.create_ledger(meta)
+        else:
+            created = self.store.create_ledger_guarded(meta.replace(ledger_id=ledger_id), guard)
+        return WriteHandle(self, created, master_key(password))
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True) -> "ReadHandle":
         """A reader. recover=True fences and closes an OPEN ledger first (rules 10-12); recover=False reads an

@@ -1,49 +1,166 @@
-"""Write jobs: a znode per running Spark write job, so no task ledger can slip past the driver's sweep.
+"""Task registries: every ledger a Spark write task creates is named in its write job's or streaming
+query's registry before it exists, so the driver's sweep reads that registry only, never every ledger of
+the cluster (DESIGN rule 15), and still no task ledger can slip past it.
 
-A task creates its ledger first and then checks that its job is still running; the driver ends the
-job (deletes the znode) before it sweeps the job's ledgers at commit or abort. Either the sweep sees
-the task's ledger, or the task sees the job ended and deletes its own ledger.
+    /spark-jobs/<job id>                       a batch write job (prepare() starts it, commit/abort end it)
+    /spark-jobs/<job id>/L0000000042           a task ledger of the job
+    /spark-queries/<query id>/L0000000042-B7   a task ledger of micro-batch 7 of a streaming query
+
+A task allocates a ledger id and registers it (creates its entry, in a multi that checks the registry is
+at version 0: a batch job that ended, its version bumped, takes no more entries); only then does it
+create the ledger, in a multi that checks the entry is at version 0 (MetadataStore.create_ledger_guarded).
+The sweep drops an entry by fencing it (bumping its version), then discarding the ledger if it exists,
+then deleting the entry. So a ledger exists only if its entry did first, and once its entry is fenced,
+the ledger either exists already (the sweep's read, after its own fence, sees it) or can never be
+created: an entry without a ledger (a task that died before creating it, or is not there yet) is safe
+to drop. Entries of committed ledgers are deleted once the commit landed, so a registry holds the
+ledgers of the job or micro-batch in flight, never the query's history.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from connector.client import LedgerClient, WriteHandle
+from connector.spark.recovery import discard
 from metadata import layout
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, MetadataConflictError
 from metadata.store import MetadataStore
 
 
-
 class WriteJobEndedError(LedgerError):
-    """The task belongs to a write job that was committed or aborted already (a late or speculative attempt)."""
+    """The task belongs to a write job or micro-batch that was committed or aborted already (a late or
+    speculative attempt): it may not create a ledger any more."""
 
 
-def _path(job_id: str) -> str:
-    return f"{layout.SPARK_JOBS}/{job_id}"
+@dataclasses.dataclass(frozen=True)
+class TaskRegistry:
+    """Where a task registers its ledger: a write job's znode, or a streaming query's with the micro-batch."""
 
+    path: str
+    batch: int | None = None
+
+    def __str__(self) -> str:
+        owner = self.path.rsplit("/", 1)[1]
+        return f"write job {owner}" if self.batch is None else f"micro-batch {self.batch} of streaming query {owner}"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class TaskEntry:
+    """A registered task ledger: the registry's path, the ledger id allocated for it, its micro-batch."""
+
+    registry: str
+    ledger_id: int
+    batch: int | None = None
+
+    @property
+    def path(self) -> str:
+        name = layout.ledger_path(self.ledger_id).rsplit("/", 1)[1]
+        return f"{self.registry}/{name}" if self.batch is None else f"{self.registry}/{name}-B{self.batch}"
+
+    @classmethod
+    def parse(cls, registry: str, name: str) -> "TaskEntry":
+        ledger, _, batch = name.partition("-B")
+        return cls(registry, layout.ledger_id_from_name(ledger), int(batch) if batch else None)
+
+
+def job_registry(job_id: str) -> TaskRegistry:
+    return TaskRegistry(f"{layout.SPARK_JOBS}/{job_id}")
+
+
+def query_registry(query_id: str, batch: int | None = None) -> TaskRegistry:
+    return TaskRegistry(f"{layout.SPARK_QUERIES}/{query_id}", batch)
+
+
+# -- driver ------------------------------------------------------------------------------------------
 
 def start_job(store: MetadataStore, job_id: str, stream: str) -> None:
-    store._call(store.zk.ensure_path, layout.SPARK_JOBS)
+    data = json.dumps({"stream": stream, "started": time.time()}).encode()
     try:
-        store._call(store.zk.create, _path(job_id), json.dumps({"stream": stream, "started": time.time()}).encode())
+        store.create(job_registry(job_id).path, data)
     except NodeExistsError:
         pass
 
 
 def end_job(store: MetadataStore, job_id: str) -> None:
+    """From here on no task of the job registers a ledger: the job znode leaves version 0 (tasks check it)."""
+    path = job_registry(job_id).path
     try:
-        store._call(store.zk.delete, _path(job_id))
+        job = store.read(path, json.loads)
+        if job is not None:
+            store.set_data(path, json.dumps({**job.value, "ended": time.time()}).encode())
     except NoNodeError:
-        pass
+        pass  # removed meanwhile: ended already
 
 
-def check_job_running(store: MetadataStore, job_id: str) -> None:
-    # sync: a follower must not answer from before the driver ended the job.
-    store._call(store.zk.sync, _path(job_id))
-    if store._call(store.zk.exists, _path(job_id)) is None:
+def remove_job(store: MetadataStore, job_id: str) -> None:
+    """Delete an ended job's znode with the entries left in it (those of ledgers the stream holds)."""
+    store.delete(job_registry(job_id).path, recursive=True)
+
+
+def start_query(store: MetadataStore, query_id: str) -> None:
+    store.ensure_path(query_registry(query_id).path)
+
+
+def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: int | None = None) -> list[TaskEntry]:
+    """The registry's entries (for a query: of micro-batches up to through_batch), read after a sync, so that
+    every entry registered before the call is seen."""
+    store.sync(registry.path)
+    try:
+        names = store.children(registry.path)
+    except NoNodeError:
+        return []
+    entries = (TaskEntry.parse(registry.path, name) for name in names)
+    return sorted(e for e in entries if through_batch is None or e.batch <= through_batch)
+
+
+def drop_entry(lc: LedgerClient, entry: TaskEntry, password: bytes) -> None:
+    """Fence the entry, discard its ledger (fence, recover, delete) if it exists, then delete the entry."""
+    if withdraw(lc.store, entry):
+        discard(lc, entry.ledger_id, password)
+        forget_entry(lc.store, entry)
+
+
+def withdraw(store: MetadataStore, entry: TaskEntry) -> bool:
+    """Fence the entry: its ledger cannot be created from now on. False if the entry is gone (dropped already)."""
+    try:
+        store.compare_and_set(entry.path, b"withdrawn", 0, f"task registry entry {entry.path}")
+    except MetadataConflictError:
+        pass  # withdrawn already
+    except NoNodeError:
+        return False
+    return True
+
+
+def forget_entry(store: MetadataStore, entry: TaskEntry) -> None:
+    """Delete the entry: its ledger is on the stream, or gone for good."""
+    store.delete(entry.path)
+
+
+# -- tasks -------------------------------------------------------------------------------------------
+
+def register_task_ledger(store: MetadataStore, registry: TaskRegistry) -> TaskEntry:
+    """Allocate a ledger id and name it in the registry, before the ledger exists."""
+    entry = TaskEntry(registry.path, store.allocate_ledger_id(), registry.batch)
+    request = store.transaction()
+    request.check(registry.path, 0)
+    request.create(entry.path)
+    try:
+        request.commit()
+    except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: the entry's name is new
+        raise WriteJobEndedError(f"{registry} was committed or aborted already; this task attempt wrote nothing") from exc
+    return entry
+
+
+def create_task_ledger(lc: LedgerClient, entry: TaskEntry, **create) -> WriteHandle:
+    """The entry's ledger (create_ledger's arguments in create), unless the sweep withdrew the entry first."""
+    try:
+        return lc.create_ledger(ledger_id=entry.ledger_id, guard=entry.path, **create)
+    except MetadataConflictError as exc:
         raise WriteJobEndedError(
-            f"write job {job_id} was committed or aborted already; this task attempt's ledger was deleted"
-        )
+            f"{TaskRegistry(entry.registry, entry.batch)} was committed or aborted already and its sweep withdrew "
+            f"task ledger {entry.ledger_id}; this task attempt wrote nothing"
+        ) from exc

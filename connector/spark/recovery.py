@@ -5,8 +5,6 @@ Discarding fences and recovers a ledger before deleting it, so that a writer tha
 """
 from __future__ import annotations
 
-from typing import Callable, Container
-
 from connector.client import LedgerClient, NoSuchLedgerError, UnauthorizedError
 from metadata.model import LedgerMetadata
 from protos.digest import password_hash
@@ -43,23 +41,3 @@ def discard(lc: LedgerClient, ledger_id: int, password: bytes) -> None:
         lc.delete_ledger(ledger_id)
     except NoSuchLedgerError:
         pass  # a failing task deleted its own ledger meanwhile
-
-
-def job_ledgers(lc: LedgerClient, job_id: str) -> list[int]:
-    """Every ledger a task attempt of the write job created (found by its custom metadata tag)."""
-    return tagged_ledgers(lc, lambda tags: tags.get(JOB_TAG) == job_id)
-
-
-def tagged_ledgers(lc: LedgerClient, matches: Callable[[dict[str, str]], bool], skip: Container[int] = ()) -> list[int]:
-    """Ledgers (other than those in skip) whose custom metadata matches; ledgers deleted meanwhile are left out."""
-    found = []
-    for ledger_id in lc.list_ledgers():
-        if ledger_id in skip:
-            continue
-        try:
-            meta = lc.ledger_metadata(ledger_id)
-        except NoSuchLedgerError:
-            continue
-        if matches(meta.custom):
-            found.append(ledger_id)
-    return found

@@ -6,10 +6,13 @@ the query id and the batch id. The driver's commit registers the batch's task le
 for the query is skipped (after a restart Spark may commit a batch again) and the ledgers written for
 the replay are discarded. The query id comes from the checkpoint, so it survives restarts.
 
-After every commit, the ledgers of this query's batches up to this one that the stream does not hold
-(failed attempts, a run killed before its commit, a replayed batch) are fenced, recovered and deleted:
-nothing uncommitted ever becomes visible, and nothing is left behind. Spark runs a commit on a fresh
-writer instance, so everything the commit needs travels in the tags and the commit messages.
+A task names its ledger in the query's registry (/spark-queries/<query id>, jobs.py) before it creates
+it. After every commit the sweep reads that registry: the ledgers of this query's batches up to this one
+that the stream does not hold (failed attempts, a run killed before its commit, a replayed batch) are
+fenced, recovered and deleted, and the entries of committed ones are removed, so the registry holds
+only batches in flight and the sweep never looks at other ledgers (rule 15): nothing uncommitted ever
+becomes visible, and nothing is left behind. Spark runs a commit on a fresh writer instance, so
+everything the commit needs travels in the registry and the commit messages.
 
 A commit whose reply was lost reads back whether it landed (DESIGN rule 16): finding its batch id with
 its own ledgers in the stream, it is done (not a replay: its ledgers stay). It returns only once the
@@ -30,7 +33,8 @@ from connector.client import LedgerClient
 from connector.spark.commit import COMMITS_KEPT, TaskLedger, committed
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
-from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard, tagged_ledgers
+from connector.spark.jobs import TaskEntry, drop_entry, forget_entry, query_registry, start_query, task_entries
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
 from connector.spark.write import check_target, ensure_stream, write_task_ledger
@@ -77,40 +81,42 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite=False)
             ensure_stream(lc.store, options.stream)
-        return cls(options, arrow, stream_options.query_id())
+            query_id = stream_options.query_id()
+            start_query(lc.store, query_id)
+        return cls(options, arrow, query_id)
 
     # -- executors -----------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
         ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty(BATCH_PROPERTY))
         tags = {
-            STREAM_TAG: self.options.stream, QUERY_TAG: self.query_id, BATCH_TAG: ctx.getLocalProperty(BATCH_PROPERTY),
+            STREAM_TAG: self.options.stream, QUERY_TAG: self.query_id, BATCH_TAG: batch_id,
             PARTITION_TAG: ctx.partitionId(), ATTEMPT_TAG: ctx.attemptNumber(), TASK_TAG: ctx.taskAttemptId(),
         }
-        return write_task_ledger(self.options, self.schema, iterator, ctx, tags)
+        return write_task_ledger(self.options, self.schema, iterator, ctx, tags, query_registry(self.query_id, batch_id))
 
     # -- driver --------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
-        kept = sorted(t.ledger_id for t in tasks if t.ledger_id is not None)
+        kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
         with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
             try:
                 replayed = self._register(lc, tasks, batchId)
             except REFUSALS:
                 # Refused before anything was written to the stream: the batch's ledgers cannot stay.
-                self._discard(lc, kept)
+                self._sweep(lc, batchId, registered=set())
                 raise
             if replayed:
                 log.info("stream %r: batch %d of %s was committed before; discarding its replay",
                          self.options.stream, batchId, self.query_id)
-                self._discard(lc, kept)
-            self._sweep(lc, batchId)
+            self._sweep(lc, batchId, registered=set() if replayed else kept)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
             lc.store.sync(layout.stream_path(self.options.stream))
-            self._sweep(lc, batchId)
+            self._sweep(lc, batchId, registered=set())
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
         """One CAS: the task ledgers and the batch id; True if the batch was committed already (a replay)."""
@@ -128,16 +134,22 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.
         return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None])
 
-    def _sweep(self, lc: LedgerClient, batch_id: int) -> None:
-        """Discard this query's ledgers of batches <= batch_id that the stream does not hold."""
-        def orphan(tags: dict[str, str]) -> bool:
-            return tags.get(QUERY_TAG) == self.query_id and int(tags.get(BATCH_TAG, -1)) <= batch_id
+    def _sweep(self, lc: LedgerClient, batch_id: int, registered: set[int]) -> None:
+        """Go through the query's registry up to batch_id: forget the entries of ledgers the stream holds,
+        discard the others' ledgers. registered: ledgers this commit just put on the stream (not looked up)."""
+        entries = task_entries(lc.store, query_registry(self.query_id), through_batch=batch_id)
+        unknown = [e for e in entries if e.ledger_id not in registered]
+        held = registered | self._held(lc, unknown)
+        for entry in entries:
+            if entry.ledger_id in held:
+                forget_entry(lc.store, entry)
+            else:
+                drop_entry(lc, entry, self.options.password)
 
-        candidates = tagged_ledgers(lc, orphan)
+    def _held(self, lc: LedgerClient, entries: list[TaskEntry]) -> set[int]:
+        """Those of the entries' ledgers the stream holds (read only when there are any: a replay, a failed
+        attempt, an abort)."""
+        if not entries:
+            return set()
         found = find_stream(lc.store, self.options.stream)
-        held = held_ledgers(lc.store, found.value, candidates) if found else set()
-        self._discard(lc, [ledger_id for ledger_id in candidates if ledger_id not in held])
-
-    def _discard(self, lc: LedgerClient, ledger_ids: list[int]) -> None:
-        for ledger_id in ledger_ids:
-            discard(lc, ledger_id, self.options.password)
+        return held_ledgers(lc.store, found.value, [e.ledger_id for e in entries]) if found else set()

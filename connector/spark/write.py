@@ -2,11 +2,13 @@
 
 prepare() runs on the driver before any task: it checks the stream's format, schema and password,
 recovers a dangling tail, creates the stream if it is new, and starts the job (jobs.py). A task
-creates its own ledger, tagged with stream, job, partition and attempt, appends Arrow entries
-pipelined, closes it and reports it (TaskLedger). commit() ends the job, discards every ledger of the
-job that is not reported (failed, speculative or dead attempts), registers the reported ones with the
-job id in one CAS and, for overwrite, deletes the replaced ledgers. abort() ends the job, records it
-as aborted unless its commit landed, and discards every ledger of it that the stream does not hold.
+names its ledger in the job's registry, then creates it, tagged with stream, job, partition and
+attempt, appends Arrow entries pipelined, closes it and reports it (TaskLedger). commit() ends the
+job, discards every ledger in the job's registry that is not reported (failed, speculative or dead
+attempts), registers the reported ones with the job id in one CAS, removes the registry and, for
+overwrite, deletes the replaced ledgers. abort() ends the job, records it as aborted unless its commit
+landed, and discards every ledger in the registry that the stream does not hold. Neither looks at any
+ledger outside the job's registry (rule 15).
 
 A commit whose reply was lost has an unknown outcome, not a failed one (DESIGN rule 16): commit()
 reads back whether its job id landed and reports success if it did, so a retry cannot duplicate rows;
@@ -20,7 +22,7 @@ import collections
 import contextlib
 import logging
 import uuid
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -33,10 +35,13 @@ from connector.spark.commit import (
     new_stream,
 )
 from connector.spark.encoding import EntryBuilder, entries_of
-from connector.spark.jobs import check_job_running, end_job, start_job
+from connector.spark.jobs import (
+    TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
+    register_task_ledger, remove_job, start_job, task_entries, withdraw,
+)
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
-    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard, job_ledgers,
+    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard,
 )
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
@@ -75,10 +80,7 @@ class LedgerWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
         ctx = TaskContext.get()
-        return write_task_ledger(
-            self.options, self.schema, iterator, ctx, self._tags(ctx),
-            on_created=lambda lc: check_job_running(lc.store, self.job_id),
-        )
+        return write_task_ledger(self.options, self.schema, iterator, ctx, self._tags(ctx), job_registry(self.job_id))
 
     def _tags(self, ctx: TaskContext) -> dict[str, object]:
         return {
@@ -95,11 +97,15 @@ class LedgerWriter(DataSourceArrowWriter):
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
-            for ledger_id in job_ledgers(lc, self.job_id):
-                if ledger_id not in kept:
-                    discard(lc, ledger_id, opts.password)
+            for entry in task_entries(lc.store, job_registry(self.job_id)):
+                if entry.ledger_id not in kept:
+                    drop_entry(lc, entry, opts.password)
             replaced = self._register(lc.store, tasks)
             # The rows are committed: from here on nothing may raise (abort would run and must not follow).
+            try:
+                remove_job(lc.store, self.job_id)
+            except LedgerError as exc:
+                log.warning("write job %s: its registry was not removed: %s", self.job_id, exc)
             if replaced is not None:
                 try:
                     drop_below(lc.store, replaced, replaced.next_offset, lambda i: discard(lc, i, opts.password))
@@ -130,13 +136,14 @@ class LedgerWriter(DataSourceArrowWriter):
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             end_job(lc.store, self.job_id)
             record = self._decide_aborted(lc.store)
-            reported = {m.ledger_id for m in messages if isinstance(m, TaskLedger) and m.ledger_id is not None}
-            candidates = set(job_ledgers(lc, self.job_id)) | reported
+            entries = task_entries(lc.store, job_registry(self.job_id))
             registered = set()
             if record is not None and job_outcome(record, self.job_id) == COMMITTED:
-                registered = held_ledgers(lc.store, record, candidates)
-            for ledger_id in sorted(candidates - registered):
-                discard(lc, ledger_id, opts.password)
+                registered = held_ledgers(lc.store, record, [e.ledger_id for e in entries])
+            for entry in entries:
+                if entry.ledger_id not in registered:
+                    drop_entry(lc, entry, opts.password)
+            remove_job(lc.store, self.job_id)
 
     def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:
         """The stream once the job's outcome is decided: aborted by this CAS, unless its commit landed first.
@@ -175,26 +182,27 @@ def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, ove
 
 def write_task_ledger(
     opts: LedgerOptions, schema: pa.Schema, iterator: Iterator[pa.RecordBatch], ctx: TaskContext,
-    tags: dict[str, object], on_created: Callable[[LedgerClient], None] | None = None,
+    tags: dict[str, object], registry: TaskRegistry,
 ) -> TaskLedger:
     """An executor task's write: its own ledger of Arrow entries, appended pipelined, then closed.
 
-    on_created runs once the ledger exists (the batch write checks there that its job still runs). On
-    any failure the task deletes its own ledger; the driver's sweep covers it if that fails too.
+    The ledger is named in the job's or query's registry before it is created (jobs.py), so the driver's
+    sweep finds it whatever happens to this task. On any failure the task withdraws its entry and deletes
+    its own ledger; the driver's sweep covers them if that fails too.
     """
     builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
+    entry: TaskEntry | None = None
     ledger = None
     in_flight: collections.deque = collections.deque()
     with LedgerClient(opts.metadata, **opts.client_options()) as lc:
         try:
             for payload in entries_of(iterator, builder):
                 if ledger is None:
-                    ledger = lc.create_ledger(
-                        ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
+                    entry = register_task_ledger(lc.store, registry)
+                    ledger = create_task_ledger(
+                        lc, entry, ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
                         ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=tags,
                     )
-                    if on_created is not None:
-                        on_created(lc)
                 in_flight.append(ledger.append_async(payload))
                 if len(in_flight) >= MAX_IN_FLIGHT:
                     in_flight.popleft().result()
@@ -203,8 +211,8 @@ def write_task_ledger(
             if ledger is not None:
                 ledger.close()
         except BaseException:
-            if ledger is not None:
-                _delete_own(lc, ledger)
+            if entry is not None:
+                _delete_own(lc, entry, ledger)
             raise
     if ledger is None:
         return TaskLedger(ctx.partitionId(), None, 0, 0)
@@ -236,9 +244,13 @@ def _check_nodes(store: MetadataStore, ensemble_size: int) -> None:
         )
 
 
-def _delete_own(lc: LedgerClient, ledger) -> None:
-    """A failing task removes its own ledger at once; the driver's sweep covers it if this fails too."""
+def _delete_own(lc: LedgerClient, entry: TaskEntry, ledger) -> None:
+    """A failing task withdraws its entry and removes its own ledger at once (ledger is None if creating it
+    failed); the driver's sweep covers both if this fails too."""
     with contextlib.suppress(LedgerError):
-        ledger.close()
+        if ledger is not None:
+            ledger.close()
     with contextlib.suppress(LedgerError):
-        lc.delete_ledger(ledger.ledger_id)
+        if withdraw(lc.store, entry):
+            lc.store.delete_ledger(entry.ledger_id)
+            forget_entry(lc.store, entry)

@@ -16,7 +16,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from connector.client import LedgerClient
 from connector.soak.proxy import C2S, S2C, TcpProxy
 from connector.spark.encoding import decode_entry
-from connector.spark.jobs import WriteJobEndedError
+from connector.spark.jobs import WriteJobEndedError, job_registry, query_registry, start_query
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
@@ -67,7 +67,9 @@ def run_tasks(writer: LedgerWriter, uri: str, *ranges: range) -> list:
     for partition, ids in enumerate(ranges):
         batch = pa.record_batch([pa.array(list(ids), pa.int64())], schema=writer.schema)
         ctx = Task(partition)
-        messages.append(write_task_ledger(options(uri), writer.schema, iter([batch]), ctx, writer._tags(ctx)))
+        messages.append(write_task_ledger(
+            options(uri), writer.schema, iter([batch]), ctx, writer._tags(ctx), job_registry(writer.job_id),
+        ))
     return messages
 
 
@@ -166,7 +168,10 @@ def test_streaming_commit_whose_reply_is_lost_keeps_its_batch(
     sink = LedgerStreamWriter(options(driver_uri), pa.schema([("id", pa.int64())]), "query-1")
     batch = pa.record_batch([pa.array(range(100, 200), pa.int64())], schema=sink.schema)
     tags = {STREAM_TAG: STREAM, QUERY_TAG: "query-1", BATCH_TAG: 0, PARTITION_TAG: 0, ATTEMPT_TAG: 0, TASK_TAG: 0}
-    messages = [write_task_ledger(options(metadata_uri), sink.schema, iter([batch]), Task(0), tags)]
+    start_query(store, "query-1")
+    messages = [write_task_ledger(
+        options(metadata_uri), sink.schema, iter([batch]), Task(0), tags, query_registry("query-1", 0),
+    )]
 
     lost = LostReply(monkeypatch, zk_proxy, store)
     sink.commit(messages, 0)  # finds batch 0 with its own ledger: done, not a replay to discard
