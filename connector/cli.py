@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 
 from metadata.errors import LedgerError
@@ -19,6 +21,7 @@ COMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ledger", description="Replicated ledger store with a PySpark connector")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         try:
@@ -40,6 +43,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`ledger list | head`): stop quietly, as a shell tool does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ledger-store")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

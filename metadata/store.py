@@ -34,6 +34,18 @@ _URI = re.compile(
 _USERINFO = re.compile(r"(zk://[^:@/\s]*:)[^@\s]*@")
 
 
+def _check_host(uri: str, host: str) -> None:
+    """Each host:port of a metadata URI, checked here: kazoo would fail later with a bare ValueError."""
+    name, sep, port = host.rpartition(":")
+    if not sep:
+        name, port = host, "2181"
+    if not name or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidMetadataUriError(
+            f"metadata URI {redact_uri(str(uri))!r}: {host!r} is not host:port with a port in 1-65535, "
+            f"for example {DEFAULT_URI}"
+        )
+
+
 def redact_uri(text: str) -> str:
     """text with the secret of every zk://user:secret@ URI in it replaced by ***, for logs and errors."""
     return _USERINFO.sub(r"\1***@", text)
@@ -77,6 +89,8 @@ class MetadataUri:
                 f"metadata URI {redact_uri(str(uri))!r} is not of the form zk://host:port[,host:port...]/root, "
                 f"for example {DEFAULT_URI} (with ZooKeeper credentials: zk://user:secret@host:port/root)"
             )
+        for host in match["hosts"].split(","):
+            _check_host(uri, host)
         credentials = None
         if match["user"]:
             credentials = ZkCredentials(urllib.parse.unquote(match["user"]), urllib.parse.unquote(match["secret"]))

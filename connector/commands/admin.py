@@ -1,46 +1,79 @@
-"""`ledger list|show|read|recover|delete`: inspect and repair ledgers with the ledger client."""
+"""`ledger list|show|read|recover|delete|nodes`: inspect and repair ledgers with the ledger client.
+
+Like BookKeeper's shell: reading never fences a writer unless asked to (`--recover`), and deleting a
+ledger a stream still holds is refused (naming the stream) unless forced.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import sys
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
+from metadata import registry, streams
+from metadata.errors import LedgerError
 from metadata.model import LedgerMetadata
+
+STREAM_TAG = "stream"  # the custom metadata tag every stream ledger carries (stream writer, Spark tasks)
+
+
+class LedgerHeldError(LedgerError):
+    """The ledger belongs to a stream: deleting it would break every later read of the stream."""
 
 
 def register(subparsers) -> None:
-    def command(name: str, help: str, func) -> argparse.ArgumentParser:
+    def command(name: str, help: str, func, json_output: bool = False) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help)
         sub.add_argument("--metadata", default=default_metadata_uri(),
                          help="metadata URI, zk://[user:secret@]host:port/root "
                               "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
         node_security.add_arguments(sub)
+        if json_output:
+            sub.add_argument("--json", action="store_true", help="print JSON (one object per line for lists)")
         sub.set_defaults(func=func)
         return sub
 
-    command("list", "list ledgers with their state and last entry", run_list)
-    command("show", "show a ledger's metadata with its fragments", run_show).add_argument("ledger_id", type=int)
-    read = command("read", "print a ledger's entries", run_read)
+    command("list", "list ledgers with their state and last entry", run_list, json_output=True)
+    command("show", "show a ledger's metadata with its fragments", run_show,
+            json_output=True).add_argument("ledger_id", type=int)
+    read = command("read", "print a ledger's entries (an OPEN ledger up to its LAC, without fencing)", run_read)
     read.add_argument("ledger_id", type=int)
     read.add_argument("--from", dest="first", type=int, default=0, help="first entry (default 0)")
-    read.add_argument("--to", dest="last", type=int, default=None, help="last entry (default: the last one)")
+    read.add_argument("--to", dest="last", type=int, default=None,
+                      help="last entry (default and at most: the last readable one)")
     read.add_argument("--password", default="", help="the ledger's password")
-    read.add_argument("--no-recover", dest="recover", action="store_false",
-                      help="read an OPEN ledger up to its LAC without fencing its writer")
+    read.add_argument("--format", choices=("text", "hex", "rows"), default="text",
+                      help="text (UTF-8, else hex), hex, or rows (Arrow entries of Spark streams as JSON rows)")
+    read.add_argument("--recover", action="store_true",
+                      help="fence and close an OPEN ledger first (its writer can add no more), then read it all")
+    read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
     recover = command("recover", "fence and close an OPEN ledger (its writer is fenced)", run_recover)
     recover.add_argument("ledger_id", type=int)
     recover.add_argument("--password", default="", help="the ledger's password")
-    command("delete", "delete a ledger", run_delete).add_argument("ledger_id", type=int)
+    delete = command("delete", "delete a ledger (refused for a ledger a stream holds)", run_delete)
+    delete.add_argument("ledger_id", type=int)
+    delete.add_argument("--force", action="store_true",
+                        help="delete even a ledger a stream holds (its offsets become unreadable)")
+    command("nodes", "list the storage nodes registered in the metadata", run_nodes, json_output=True)
 
 
 def run_list(args) -> int:
     with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
-        print(f"{'ledger':>10}  {'state':<11}  {'last entry':>10}  {'E/WQ/AQ':<8}  {'length':>12}  writer")
+        if not args.json:
+            print(f"{'ledger':>10}  {'state':<11}  {'last entry':>10}  {'E/WQ/AQ':<8}  {'length':>12}  writer")
         for ledger_id in client.list_ledgers():
-            meta = client.ledger_metadata(ledger_id)
-            alive = "dangling" if client.is_dangling(meta) else ""
+            try:
+                meta = client.ledger_metadata(ledger_id)
+            except LedgerError:
+                continue  # deleted while listed
+            dangling = client.is_dangling(meta)
+            if args.json:
+                print(json.dumps(dict(as_json(meta), dangling=dangling)))
+                continue
+            alive = "dangling" if dangling else ""
             print(f"{meta.ledger_id:>10}  {meta.state.value:<11}  {meta.last_entry_id:>10}  "
                   f"{quorums(meta):<8}  {meta.length:>12}  {meta.writer_id} {alive}".rstrip())
     return 0
@@ -48,18 +81,36 @@ def run_list(args) -> int:
 
 def run_show(args) -> int:
     with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
-        print(describe(client.ledger_metadata(args.ledger_id)))
+        meta = client.ledger_metadata(args.ledger_id)
+        print(json.dumps(as_json(meta), indent=2) if args.json else describe(meta))
     return 0
 
 
 def run_read(args) -> int:
     with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
         reader = client.open_ledger(args.ledger_id, password=args.password.encode(), recover=args.recover)
-        last = reader.last_entry_id if args.last is None else args.last
+        first, last = readable_range(args.ledger_id, args.first, args.last, reader.last_entry_id, reader.is_closed)
+        if first > last:
+            return 0
+        show = _FORMATS[args.format]
         out = sys.stdout
-        for entry in reader.read(args.first, last):
-            out.write(f"{entry.entry_id}\t{printable(entry.payload)}\n")
+        for entry in reader.read(first, last):
+            for line in show(entry):
+                out.write(f"{entry.entry_id}\t{line}\n")
     return 0
+
+
+def readable_range(ledger_id: int, first: int, last: int | None, readable: int, closed: bool) -> tuple[int, int]:
+    """--from/--to checked against what can be read: --to is clamped to the last readable entry."""
+    end = "its last entry" if closed else "its LAC (it is OPEN; `--recover` closes it first)"
+    if first < 0 or (last is not None and last < first):
+        raise LedgerError(f"cannot read entries {first}..{last} of ledger {ledger_id}: give 0 <= --from <= --to")
+    if first > readable:
+        print(f"ledger {ledger_id}: nothing to read from entry {first}; {end} is {readable}", file=sys.stderr)
+        return first, first - 1
+    if last is not None and last > readable:
+        print(f"ledger {ledger_id}: reading up to entry {readable}, {end}", file=sys.stderr)
+    return first, readable if last is None else min(last, readable)
 
 
 def run_recover(args) -> int:
@@ -71,8 +122,46 @@ def run_recover(args) -> int:
 
 def run_delete(args) -> int:
     with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
+        meta = client.ledger_metadata(args.ledger_id)
+        holder = holding_stream(client, meta)
+        if holder is not None and not args.force:
+            raise LedgerHeldError(
+                f"ledger {meta.ledger_id} holds offsets of stream {holder!r}: deleting it would make every later "
+                f"read of the stream fail; truncate the stream instead (`ledger stream truncate {holder} "
+                "--before OFFSET`), or pass --force")
         client.delete_ledger(args.ledger_id)
-        print(f"ledger {args.ledger_id} deleted")
+        print(f"ledger {args.ledger_id} deleted" + (f" (it held offsets of stream {holder!r})" if holder else ""))
+    return 0
+
+
+def holding_stream(client: LedgerClient, meta: LedgerMetadata) -> str | None:
+    """The stream that holds the ledger, if any (its tag names the stream; the stream's pages say whether)."""
+    name = meta.custom.get(STREAM_TAG)
+    if not name:
+        return None
+    try:
+        head = streams.find_stream(client.store, name)
+    except LedgerError:
+        return None  # not a valid stream name: not a stream's ledger
+    if head is None or meta.ledger_id not in streams.held_ledgers(client.store, head.value, [meta.ledger_id]):
+        return None
+    return name
+
+
+def run_nodes(args) -> int:
+    with LedgerClient(args.metadata, **node_security.client_options(args)) as client:
+        nodes = registry.list_nodes(client.store)
+        retired = registry.decommissioned_nodes(client.store)
+        if not args.json:
+            print(f"{'node':<16}  {'address':<22}  {'state':<10}  {'metrics':<22}  notes")
+        for node_id, reg in sorted(nodes.items()):
+            notes = "decommissioned" if node_id in retired else ""
+            if args.json:
+                print(json.dumps(dict(dataclasses.asdict(reg), state=reg.state.value,
+                                      decommissioned=node_id in retired)))
+            else:
+                print(f"{node_id:<16}  {reg.address:<22}  {reg.state.value:<10}  {reg.metrics_address or '-':<22}  "
+                      f"{notes}".rstrip())
     return 0
 
 
@@ -100,6 +189,31 @@ def describe(meta: LedgerMetadata) -> str:
         lines.append("custom")
         lines.extend(f"  {key} = {value}" for key, value in meta.custom_metadata)
     return "\n".join(lines)
+
+
+def as_json(meta: LedgerMetadata) -> dict:
+    return {
+        "ledger_id": meta.ledger_id, "state": meta.state.value, "last_entry_id": meta.last_entry_id,
+        "length": meta.length, "ensemble_size": meta.ensemble_size, "write_quorum": meta.write_quorum,
+        "ack_quorum": meta.ack_quorum, "digest_type": meta.digest_type, "writer_id": meta.writer_id,
+        "created_at": meta.created_at, "custom": meta.custom,
+        "fragments": [{"first_entry_id": f.first_entry_id, "ensemble": list(f.ensemble)} for f in meta.fragments],
+    }
+
+
+def _rows(entry) -> list[str]:
+    from connector.spark.encoding import MAGIC, decode_entry  # pyarrow, only when asked for rows
+    if not entry.payload.startswith(MAGIC):
+        return [printable(entry.payload)]
+    rows = decode_entry(entry.payload)
+    return [json.dumps(row, default=str) for batch in rows.batches for row in batch.to_pylist()]
+
+
+_FORMATS = {
+    "text": lambda entry: [printable(entry.payload)],
+    "hex": lambda entry: [entry.payload.hex()],
+    "rows": _rows,
+}
 
 
 def printable(payload: bytes) -> str:

@@ -1,4 +1,10 @@
-"""`ledger list|show|read|recover|delete` against real nodes, through connector.cli.main."""
+"""`ledger list|show|read|recover|delete|nodes` against real nodes, through connector.cli.main."""
+import json
+import subprocess
+import sys
+
+import pytest
+
 from connector.cli import main
 from connector.client import LedgerClient
 from metadata.model import LedgerState
@@ -27,6 +33,8 @@ def test_admin_commands(cluster, metadata_uri, capsys, monkeypatch):
         assert main(["read", str(closed.ledger_id), "--from", "1", "--to", "2"]) == 0
         assert capsys.readouterr().out == "1\tevent-1\n2\tevent-2\n"
 
+        assert main(["read", str(dangling.ledger_id), "--recover"]) == 0
+        assert capsys.readouterr().out == "0\tleft open\n"
         assert main(["recover", str(dangling.ledger_id)]) == 0
         assert capsys.readouterr().out == f"ledger {dangling.ledger_id} is CLOSED at last entry 0\n"
         assert client.ledger_metadata(dangling.ledger_id).state is LedgerState.CLOSED
@@ -35,3 +43,70 @@ def test_admin_commands(cluster, metadata_uri, capsys, monkeypatch):
         assert closed.ledger_id not in client.list_ledgers()
         assert main(["show", str(closed.ledger_id)]) == 1
         assert "does not exist" in capsys.readouterr().err
+
+
+def test_read_never_fences_a_live_writer_unless_asked_and_clamps_its_range(cluster, metadata_uri, capsys):
+    """Issue 16: `ledger read` of a producer's ledger used to fence it (LedgerFencedError in the producer)."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        live = client.create_ledger(3, 3, 2)
+        for i in range(3):
+            live.append(b"event-%d" % i)
+        assert main(["read", str(live.ledger_id), "--metadata", metadata_uri]) == 0
+        seen = capsys.readouterr()
+        assert seen.out.splitlines()[:2] == ["0\tevent-0", "1\tevent-1"]  # up to the LAC the nodes know
+        assert live.append(b"event-3") == 3   # the producer was not fenced
+        assert main(["read", str(live.ledger_id), "--from", "1", "--to", "100", "--metadata", metadata_uri]) == 0
+        clamped = capsys.readouterr()
+        assert clamped.out.startswith("1\tevent-1\n") and "reading up to entry" in clamped.err
+        assert main(["read", str(live.ledger_id), "--from", "5", "--to", "2", "--metadata", metadata_uri]) == 1
+        refused = capsys.readouterr().err
+        assert "give 0 <= --from <= --to" in refused and "Traceback" not in refused
+        assert main(["read", str(live.ledger_id), "--recover", "--metadata", metadata_uri]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == "3\tevent-3"
+        assert client.ledger_metadata(live.ledger_id).state is LedgerState.CLOSED
+
+
+def test_delete_refuses_a_ledger_a_stream_holds_unless_forced(cluster, metadata_uri, capsys):
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        with client.open_stream_writer("events") as writer:
+            writer.append(b"kept")
+        held = client.ledger_metadata(max(client.list_ledgers())).ledger_id
+        assert main(["delete", str(held), "--metadata", metadata_uri]) == 1
+        assert f"ledger {held} holds offsets of stream 'events'" in capsys.readouterr().err
+        assert held in client.list_ledgers()
+        assert main(["delete", str(held), "--force", "--metadata", metadata_uri]) == 0
+        assert held not in client.list_ledgers()
+
+
+def test_json_listings_nodes_and_version(cluster, metadata_uri, capsys):
+    nodes = cluster(3)
+    with LedgerClient(metadata_uri) as client, client.create_ledger(3, 3, 2) as writer:
+        writer.append(b"x")
+    assert main(["list", "--json", "--metadata", metadata_uri]) == 0
+    (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (listed["ledger_id"], listed["state"], listed["last_entry_id"]) == (writer.ledger_id, "CLOSED", 0)
+    assert main(["show", str(writer.ledger_id), "--json", "--metadata", metadata_uri]) == 0
+    assert json.loads(capsys.readouterr().out)["fragments"][0]["ensemble"]
+    assert main(["nodes", "--json", "--metadata", metadata_uri]) == 0
+    registered = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["node_id"] for r in registered) == sorted(n.node_id for n in nodes)
+    assert {r["address"] for r in registered} == {n.address for n in nodes}
+    with pytest.raises(SystemExit) as version:
+        main(["--version"])
+    assert version.value.code == 0 and capsys.readouterr().out.startswith("ledger ")
+
+
+def test_bad_uri_and_closed_pipe_end_without_a_traceback(cluster, metadata_uri):
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        for _ in range(30):
+            client.create_ledger(3, 3, 2).close()
+    cli = [sys.executable, "-m", "connector.cli"]
+    bad = subprocess.run(cli + ["list", "--metadata", "zk://127.0.0.1:notaport/ledgers"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 1 and "port in 1-65535" in bad.stderr and "Traceback" not in bad.stderr
+    piped = subprocess.run(" ".join(cli) + f" list --metadata {metadata_uri} | head -3", shell=True,
+                           capture_output=True, text=True, timeout=60)
+    assert len(piped.stdout.splitlines()) == 3 and "Traceback" not in piped.stderr, piped.stderr
