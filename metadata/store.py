@@ -27,6 +27,7 @@ from metadata.errors import (
 from metadata.model import LedgerMetadata, Versioned
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
+METADATA_ENV = "LEDGER_METADATA"  # the metadata URI every command and node uses when not given one
 ZK_AUTH_ENV = "LEDGER_ZK_AUTH"   # user:secret, used when the metadata URI carries no credentials
 _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pathlib
 
-from metadata.store import MetadataUri
+from metadata.store import METADATA_ENV, MetadataUri
 from storage_node.errors import ConfigError
 
 MiB = 1 << 20
@@ -50,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="storage_node", description="Run one ledger storage node (a bookie).")
     p.add_argument("--data-dir", required=True, type=pathlib.Path, help="journal, snapshot and cookie live here")
     p.add_argument("--port", required=True, type=int, help="gRPC port; 0 picks a free one")
-    p.add_argument("--metadata", required=True, help="zk://host:port[,host:port...]/root")
+    from_env = os.environ.get(METADATA_ENV)
+    p.add_argument("--metadata", required=not from_env, default=from_env,
+                   help=f"zk://host:port[,host:port...]/root (default: ${METADATA_ENV})")
     p.add_argument("--node-id", required=True, help="identity used in ledger ensembles")
     p.add_argument("--host", default="127.0.0.1", help="address to bind and to register")
     p.add_argument("--max-entry-bytes", type=int, default=8 * MiB, help="larger entries get BAD_REQUEST")

@@ -34,7 +34,7 @@ from connector.client.runner import (
 from connector.client.transport import GrpcTransport
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
-from metadata.store import DEFAULT_URI, MetadataStore
+from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
 from metadata.update_loop import update_ledger
 from protos.digest import master_key, password_hash
 
@@ -42,7 +42,7 @@ READ_BUFFER_BYTES = 16 * 1024 * 1024
 
 
 def default_metadata_uri() -> str:
-    return os.environ.get("LEDGER_METADATA") or DEFAULT_URI
+    return os.environ.get(METADATA_ENV) or DEFAULT_URI
 
 
 class LedgerClient:

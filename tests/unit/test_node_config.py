@@ -27,3 +27,14 @@ def test_page_cache_bytes_accepts_keep_all_and_zero(tmp_path):
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "-1"]).journal_page_cache_bytes == -1
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "0"]).journal_page_cache_bytes == 0
     assert parse_config(base(tmp_path)).journal_page_cache_bytes == 64 * 1024 * 1024
+
+
+def test_the_metadata_uri_defaults_to_the_environment_as_for_every_command(tmp_path, monkeypatch):
+    """Issue 16: `ledger node` ignored $LEDGER_METADATA."""
+    rest = ["--data-dir", str(tmp_path / "d"), "--port", "0", "--node-id", "n"]
+    monkeypatch.setenv("LEDGER_METADATA", "zk://127.0.0.1:2999/from-env")
+    assert parse_config(rest).metadata == "zk://127.0.0.1:2999/from-env"
+    assert parse_config(rest + ["--metadata", "zk://127.0.0.1:2181/x"]).metadata == "zk://127.0.0.1:2181/x"
+    monkeypatch.delenv("LEDGER_METADATA")
+    with pytest.raises(SystemExit):
+        parse_config(rest)
