@@ -1,7 +1,8 @@
 """The public, synchronous ledger client: LedgerClient, WriteHandle, ReadHandle.
 
 Handles hold an immutable Versioned[LedgerMetadata] and pass it to the ops; every metadata change goes
-through update_ledger's compare-and-set loop. The I/O runs on the client's event loop (runner.Runtime).
+through update_ledger's compare-and-set loop. The I/O runs on the process's client event loop
+(runner.Runtime.shared()).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ class LedgerClient:
         except BaseException:
             self.store.close()
             raise
-        self._runtime = Runtime()
+        self._runtime = Runtime.shared()
         self._ctx = Context(self.store, transport, timeout, add_timeout)
         self._recoveries: dict[int, asyncio.Future] = {}
         self._pipelines: set[AddPipeline] = set()  # of open write handles, stopped when the client closes
@@ -93,14 +94,18 @@ class LedgerClient:
             return
         self._closed = True
         self._runtime.run(self._shutdown())
-        self._runtime.stop()
         self._writer_registration.close()
         self.store.close()
 
     async def _shutdown(self) -> None:
+        """Stop what this client started on the shared loop: its pipelines, recoveries and connections."""
         for pipeline in self._pipelines:
             pipeline.stop()
         self._pipelines.clear()
+        running = list(self._recoveries.values())
+        for recovery in running:
+            recovery.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await self._ctx.transport.close()
 
     # -- ledgers -----------------------------------------------------------------------------------------------

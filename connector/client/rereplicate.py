@@ -82,7 +82,7 @@ class Rereplicator:
         self.client = client
         self.store = client.store
         self._keys = {password_hash(p): p for p in passwords}
-        self._runtime = Runtime()
+        self._runtime = Runtime.shared()
         self._ctx = Context(self.store, client.transport(), timeout, add_timeout)
 
     def __enter__(self) -> "Rereplicator":
@@ -93,7 +93,6 @@ class Rereplicator:
 
     def close(self) -> None:
         self._runtime.run(self._ctx.transport.close())
-        self._runtime.stop()
 
     # -- audit ---------------------------------------------------------------------------------------------------
 

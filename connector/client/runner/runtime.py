@@ -1,36 +1,43 @@
-"""The client's event loop on a daemon thread; the public API is synchronous on top of it."""
+"""The client event loop, on a daemon thread; the public API is synchronous on top of it.
+
+One loop per process, shared by every LedgerClient: grpc.aio binds its completion-queue poller to the
+first event loop it serves, so a loop per client left grpc calling into closed loops once a client was
+closed ("RuntimeError: Event loop is closed" tracebacks in Spark's reused Python workers, services and
+scripts that open many clients). A client cleans up what it started (its pipelines, recoveries and
+connections) when it closes; the loop lives as long as the process. A forked child starts its own.
+"""
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from typing import Awaitable, TypeVar
 
 T = TypeVar("T")
 
+_lock = threading.Lock()
+_shared: "Runtime | None" = None
+
 
 class Runtime:
     def __init__(self) -> None:
+        self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ledger-client", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def shared(cls) -> "Runtime":
+        """The process's client loop, started on first use."""
+        global _shared
+        with _lock:
+            if _shared is None or _shared.pid != os.getpid():
+                _shared = cls()
+            return _shared
 
     def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Awaitable[T]) -> T:
         return self.submit(coro).result()
-
-    def stop(self) -> None:
-        self.run(self._cancel_tasks())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-    @staticmethod
-    async def _cancel_tasks() -> None:
-        """Let what is left (calls being cancelled, LAC writes) finish, so nothing dies pending with the loop."""
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
