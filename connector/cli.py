@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "connector.commands.admin",
     "connector.commands.bench",
     "connector.commands.replication",
+    "connector.commands.soak",
 )
 
 

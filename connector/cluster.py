@@ -84,7 +84,7 @@ class ClusterState:
         return f"zk://127.0.0.1:{self.zk_port}{ROOT}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
@@ -101,9 +101,9 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
+    while pid_alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -162,7 +162,7 @@ class LocalCluster:
         if self.state is None:
             self.state = ClusterState(zk_port=free_port())
         if self.tls and self.state.tls is None:
-            running = [s.node_id for s in self.state.nodes if _pid_alive(s.pid)]
+            running = [s.node_id for s in self.state.nodes if pid_alive(s.pid)]
             if running:
                 raise ClusterError(f"node(s) {', '.join(running)} of {self.directory} run without TLS: "
                                    f"`ledger cluster stop --dir {self.directory}` first, then start with --tls")
@@ -188,7 +188,7 @@ class LocalCluster:
     def start_node(self, node_id: str) -> int:
         """Start one recorded node unless its process is alive (it registers on its own); its pid."""
         spec = self.node(node_id)
-        if not _pid_alive(spec.pid):
+        if not pid_alive(spec.pid):
             spec.pid = self._start_node(spec)
             self._save()
         return spec.pid
@@ -231,7 +231,7 @@ class LocalCluster:
                 missing = [s.node_id for s in self.state.nodes if s.node_id not in registered]
                 if not missing:
                     return
-                dead = [s.node_id for s in self.state.nodes if s.node_id in missing and not _pid_alive(s.pid)]
+                dead = [s.node_id for s in self.state.nodes if s.node_id in missing and not pid_alive(s.pid)]
                 if dead or time.monotonic() >= deadline:
                     logs = ", ".join(str(self.directory / "nodes" / f"{n}.log") for n in dead or missing)
                     why = "exited" if dead else f"did not register within {timeout:.0f}s"
@@ -257,7 +257,7 @@ class LocalCluster:
             entry = {
                 "node_id": spec.node_id,
                 "pid": spec.pid,
-                "running": _pid_alive(spec.pid),
+                "running": pid_alive(spec.pid),
                 "registered": reg is not None,
                 "state": reg.state.value if reg else "-",
                 "address": reg.address if reg else spec.address,
@@ -274,16 +274,16 @@ class LocalCluster:
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}")
         for spec in self.state.nodes:
-            if _pid_alive(spec.pid):
+            if pid_alive(spec.pid):
                 os.kill(spec.pid, signal.SIGTERM)
         for spec in self.state.nodes:
-            if not _wait_gone(spec.pid, timeout):
+            if not wait_gone(spec.pid, timeout):
                 os.kill(spec.pid, signal.SIGKILL)
-                _wait_gone(spec.pid, 10)
+                wait_gone(spec.pid, 10)
             spec.pid = 0
-        if _pid_alive(self.state.zk_pid):
+        if pid_alive(self.state.zk_pid):
             os.kill(self.state.zk_pid, signal.SIGTERM)
-            if not _wait_gone(self.state.zk_pid, timeout):
+            if not wait_gone(self.state.zk_pid, timeout):
                 os.kill(self.state.zk_pid, signal.SIGKILL)
         self.state.zk_pid = 0
         self._save()

@@ -1,0 +1,299 @@
+"""The soak's checker: judges the merged history against what the cluster holds once every fault healed and
+every ledger was recovered. It trusts nothing the actors concluded, only what they were told (acks, reads)
+and what the store returns now.
+
+Violations, by kind:
+- lost: an acknowledged append that is not readable with its payload where it was acknowledged, by ledger
+  read and, for a stream append, at its offset by stream read; an ack for an entry beyond the last entry its
+  ledger was closed at (a writer acknowledged after it was fenced or closed, or a truncation) is one.
+- duplicated: a stream offset held twice, a ledger in a stream twice, a payload at two offsets.
+- divergent: an entry whose payload was sent as another ledger's or entry's, stream offsets that jump, a stream
+  whose record of a ledger's offsets disagrees with the ledger's close, a stream read that disagrees with
+  ledger reads, a reader that saw something the final ledger or stream does not hold there, and a close or
+  recovery that returned another last entry than the ledger holds now.
+- orphaned: a ledger that no stream and no writer owns (a stream writer's ledger the stream never got).
+- unrecovered: a ledger still OPEN after the final recovery (reported, not judged further).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Iterable
+
+from connector.client import LedgerClient, LedgerError
+from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
+from metadata import streams
+from metadata.model import LedgerMetadata, StreamLedger
+
+KINDS = ("lost", "duplicated", "divergent", "orphaned", "unrecovered")
+APPENDS = ("append", "stream-append")
+REFUSED = ("LedgerFencedError", "LedgerClosedError")  # a store that refuses a fenced writer is working
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+
+@dataclasses.dataclass
+class FinalState:
+    """What the store holds at the end: every ledger's metadata and entry digests, and each stream's offsets."""
+
+    ledgers: dict[int, LedgerMetadata]
+    digests: dict[int, list[str]]
+    stream_ledgers: dict[str, list[StreamLedger]]
+    stream_offsets: dict[str, dict[int, tuple[int, int, str]]]  # offset -> (ledger, entry, digest)
+    violations: list[Violation]
+
+    @classmethod
+    def read(cls, client: LedgerClient, stream_names: Iterable[str]) -> "FinalState":
+        """Every ledger read by ledger reads (an OPEN one up to its LAC), every stream by stream reads."""
+        state = cls({}, {}, {}, {}, [])
+        for ledger_id in sorted(client.list_ledgers()):
+            handle = client.open_ledger(ledger_id, recover=False)
+            entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
+            state.add_ledger(handle.metadata, (entry.payload for entry in entries))
+        for name in stream_names:
+            found = streams.find_stream(client.store, name)
+            if found is None:
+                state.add_stream(name, [], [])
+                continue
+            read = ((e.offset, e.ledger_id, e.entry_id, digest(e.payload)) for e in client.read_stream(name))
+            state.add_stream(name, stream_ledgers(client.store, found.value), read)
+        return state
+
+    def add_ledger(self, meta: LedgerMetadata, payloads: Iterable[bytes]) -> None:
+        """A ledger and its entries from 0 on: each must hold the payload sent as that entry of that ledger."""
+        ledger_id = meta.ledger_id
+        self.ledgers[ledger_id] = meta
+        if not meta.is_closed:
+            self.violations.append(Violation("unrecovered", f"ledger {ledger_id} is still {meta.state.name} after "
+                                                            "the final recovery; judged up to its LAC"))
+        digests = []
+        for entry_id, data in enumerate(payloads):
+            digests.append(digest(data))
+            sent_as = parse_payload(data)
+            if sent_as is None or sent_as[1:] != (ledger_id, entry_id):
+                self.violations.append(Violation("divergent", f"ledger {ledger_id} entry {entry_id} holds "
+                                                              f"{_sent_as(sent_as)}"))
+        self.digests[ledger_id] = digests
+
+    def add_stream(self, name: str, held: list[StreamLedger], read: Iterable[tuple[int, int, int, str]]) -> None:
+        """A stream's ledgers as its metadata lists them (after add_ledger of each), and what a stream read
+        returned: (offset, ledger, entry, digest) in the order it came."""
+        self.stream_ledgers[name] = held
+        expected: dict[int, tuple[int, int, str]] = {}
+        seen: set[int] = set()
+        next_offset = held[0].first_offset if held else 0
+        for sl in held:
+            where = f"stream {name!r} holds ledger {sl.ledger_id}"
+            if sl.ledger_id in seen:
+                self.violations.append(Violation("duplicated", f"{where} twice"))
+                continue
+            seen.add(sl.ledger_id)
+            if sl.first_offset != next_offset:
+                kind = "duplicated" if sl.first_offset < next_offset else "divergent"
+                self.violations.append(Violation(kind, f"{where} from offset {sl.first_offset}, the ledger before "
+                                                       f"it ends at offset {next_offset - 1}"))
+            meta = self.ledgers.get(sl.ledger_id)
+            if meta is None:
+                self.violations.append(Violation("lost", f"{where}, which is gone"))
+                continue
+            last = meta.last_entry_id if meta.is_closed else len(self.digests[sl.ledger_id]) - 1
+            if sl.last_offset is not None and sl.last_offset - sl.first_offset != last:
+                self.violations.append(Violation("divergent", f"{where} as offsets {sl.first_offset}.."
+                                                              f"{sl.last_offset}, the ledger closed at entry {last}"))
+            for entry_id, entry_digest in enumerate(self.digests[sl.ledger_id][:last + 1]):
+                expected[sl.first_offset + entry_id] = (sl.ledger_id, entry_id, entry_digest)
+            next_offset = sl.first_offset + last + 1
+        self.stream_offsets[name] = expected
+        by_offset: dict[int, tuple[int, int, str]] = {}
+        for offset, ledger_id, entry_id, entry_digest in read:
+            if offset in by_offset:
+                self.violations.append(Violation("duplicated", f"stream {name!r}: a stream read returned offset "
+                                                               f"{offset} twice"))
+            by_offset[offset] = (ledger_id, entry_id, entry_digest)
+        for offset in sorted(set(by_offset) | set(expected)):
+            if by_offset.get(offset) != expected.get(offset):
+                self.violations.append(Violation("divergent", f"stream {name!r} offset {offset}: a stream read "
+                                                              f"gives {by_offset.get(offset)}, the ledgers "
+                                                              f"{expected.get(offset)}"))
+
+
+def stream_ledgers(store, record) -> list[StreamLedger]:
+    """Every ledger of the stream in offset order (sealed pages and the tail)."""
+    return list(streams.iter_ledgers(store, record))
+
+
+def _sent_as(sent_as: tuple[str, int, int] | None) -> str:
+    if sent_as is None:
+        return "a payload the soak never sent (damaged?)"
+    return f"the payload {sent_as[0]} sent as ledger {sent_as[1]} entry {sent_as[2]}"
+
+
+@dataclasses.dataclass
+class Report:
+    ops: int = 0
+    outcomes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    violations: list[Violation] = dataclasses.field(default_factory=list)
+    attempted_available: int = 0   # appends invoked while at most one node was faulty
+    acked_available: int = 0
+    p99_append_ms: float = 0.0
+    unknown_landed: int = 0
+    unknown_appends: int = 0
+
+    def count(self, kind: str) -> int:
+        return sum(1 for v in self.violations if v.kind == kind)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def line(self, minutes: float, seed: int) -> str:
+        faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items()))
+        availability = self.acked_available / self.attempted_available if self.attempted_available else 1.0
+        unrecovered = self.count("unrecovered")
+        return (f"soak: {minutes:g} minutes, seed {seed}, ops {self.ops} (acked {self.outcomes[OK]}, failed "
+                f"{self.outcomes[FAILED]}, unknown {self.outcomes[UNKNOWN]}), faults {sum(self.faults.values())} "
+                f"by kind ({faults}), lost {self.count('lost')}, duplicated {self.count('duplicated')}, divergent "
+                f"{self.count('divergent')}, orphaned {self.count('orphaned')}"
+                + (f", unrecovered {unrecovered}" if unrecovered else "")
+                + f"; append availability {availability:.2%} ({self.acked_available}/{self.attempted_available} "
+                f"acked while at most one node was faulty), p99 append latency {self.p99_append_ms:.0f} ms")
+
+
+def check(final: FinalState, history: list[dict], faults: list[dict]) -> Report:
+    """faults: the nemesis's end records ({"fault", "t", "t_end", "nodes"})."""
+    report = Report(violations=list(final.violations))
+    report.ops = len(history)
+    report.outcomes.update(r["outcome"] for r in history)
+    report.faults.update(f["fault"] for f in faults)
+    for record in history:
+        if record["op"] in APPENDS:
+            _check_append(final, record, report)
+        elif record["op"] == "read" and record["outcome"] == OK:
+            _check_ledger_read(final, record, report)
+        elif record["op"] == "stream-read" and record["outcome"] == OK:
+            _check_stream_read(final, record, report)
+        elif record["op"] in ("close", "recover") and record["outcome"] == OK:
+            _check_close(final, record, report)
+    _check_owners(final, report)
+    _availability(history, faults, report)
+    return report
+
+
+def _check_append(final: FinalState, r: dict, report: Report) -> None:
+    ledger_id, entry_id = r["ledger"], r["entry"]
+    digests = final.digests.get(ledger_id)
+    meta = final.ledgers.get(ledger_id)
+    held = digests is not None and entry_id < len(digests) and digests[entry_id] == r["digest"]
+    if r["outcome"] == UNKNOWN:
+        report.unknown_appends += 1
+        report.unknown_landed += held
+        return
+    if r["outcome"] != OK:
+        return
+    where = f"{r['actor']}'s {r['op']} of ledger {ledger_id} entry {entry_id} (acked at {r['t_end']:.3f})"
+    if r["op"] == "append" and r.get("acked_entry") != entry_id:
+        report.violations.append(Violation("divergent", f"{where} was acknowledged as entry {r.get('acked_entry')}"))
+    if meta is None:
+        report.violations.append(Violation("lost", f"{where}: the ledger is gone"))
+    elif meta.is_closed and entry_id > meta.last_entry_id:
+        report.violations.append(Violation("lost", f"{where}: the ledger was closed at entry {meta.last_entry_id}: "
+                                                   "acknowledged after its ledger was fenced or closed, or truncated"))
+    elif not held:
+        report.violations.append(Violation("lost", f"{where}: the ledger holds another payload there"))
+    if r["op"] == "stream-append":
+        at = final.stream_offsets.get(r["stream"], {}).get(r["offset"])
+        if at != (ledger_id, entry_id, r["digest"]):
+            report.violations.append(Violation("lost", f"{where} at stream offset {r['offset']}: the stream holds "
+                                                       f"{at} there"))
+
+
+def _check_close(final: FinalState, r: dict, report: Report) -> None:
+    """Every close and recovery that returned agrees with the ledger's final close."""
+    meta = final.ledgers.get(r["ledger"])
+    if meta is None or meta.last_entry_id != r["last_entry"]:
+        now = "is gone" if meta is None else f"closed at entry {meta.last_entry_id}"
+        report.violations.append(Violation("divergent", f"{r['actor']}'s {r['op']} of ledger {r['ledger']} returned "
+                                                        f"last entry {r['last_entry']}, the ledger {now}"))
+
+
+def _check_ledger_read(final: FinalState, r: dict, report: Report) -> None:
+    ledger_id = r["ledger"]
+    digests = final.digests.get(ledger_id, [])
+    for i, seen in enumerate(r["digests"]):
+        entry_id = r["first"] + i
+        now = digests[entry_id] if entry_id < len(digests) else None
+        if now != seen:
+            report.violations.append(Violation("divergent", f"{r['actor']} read ledger {ledger_id} entry {entry_id} "
+                                                            f"at {r['t']:.3f} as {seen}, it now holds {now}"))
+            return
+
+
+def _check_stream_read(final: FinalState, r: dict, report: Report) -> None:
+    offsets = final.stream_offsets.get(r["stream"], {})
+    expected = r["first"]
+    for offset, ledger_id, entry_id, seen in r["entries"]:
+        if offset != expected:
+            report.violations.append(Violation("divergent", f"{r['actor']}'s stream read at {r['t']:.3f} went from "
+                                                            f"offset {expected - 1} to {offset}"))
+        if offsets.get(offset) != (ledger_id, entry_id, seen):
+            report.violations.append(Violation("divergent", f"{r['actor']} read stream offset {offset} at "
+                                                            f"{r['t']:.3f} as {(ledger_id, entry_id, seen)}, it now "
+                                                            f"holds {offsets.get(offset)}"))
+            return
+        expected = offset + 1
+
+
+def _check_owners(final: FinalState, report: Report) -> None:
+    in_streams = {sl.ledger_id: name for name, held in final.stream_ledgers.items() for sl in held}
+    for ledger_id, meta in final.ledgers.items():
+        tags = dict(meta.custom_metadata)
+        if ledger_id in in_streams or tags.get("soak_role") == "ledger":
+            continue
+        owner = f"stream {tags['stream']!r} (owner {tags.get('stream_owner')})" if "stream" in tags else "nobody"
+        report.violations.append(Violation("orphaned", f"ledger {ledger_id} ({meta.state.name}, last entry "
+                                                       f"{meta.last_entry_id}) was made for {owner} and is in no "
+                                                       "stream"))
+
+
+def _availability(history: list[dict], faults: list[dict], report: Report) -> None:
+    """Appends invoked while at most one node was faulty (kills, pauses, full disks, proxy faults), without
+    those a fenced or closed ledger refused; and the p99 latency of every acknowledged append."""
+    spans = sorted((f["t"], f["t_end"], tuple(f.get("nodes", ()))) for f in faults if f.get("nodes"))
+    latencies = []
+    active: list[tuple[float, float, tuple]] = []
+    next_span = 0
+    for r in history:  # in invocation order
+        if r["op"] not in APPENDS:
+            continue
+        if r["outcome"] == OK:
+            latencies.append(r["t_end"] - r["t"])
+        if r["outcome"] != OK and r.get("error", "").startswith(REFUSED):
+            continue
+        while next_span < len(spans) and spans[next_span][0] <= r["t"]:
+            active.append(spans[next_span])
+            next_span += 1
+        active = [s for s in active if s[1] >= r["t"]]
+        if len({node for s in active for node in s[2]}) <= 1:
+            report.attempted_available += 1
+            report.acked_available += r["outcome"] == OK
+    if latencies:
+        latencies.sort()
+        report.p99_append_ms = 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
+def recover_all(client: LedgerClient, retry) -> list[str]:
+    """Close every ledger still OPEN (rules 10-12); why those that would not close did not (FinalState
+    reports them as unrecovered)."""
+    errors = []
+    for ledger_id in sorted(client.list_ledgers()):
+        try:
+            if not client.ledger_metadata(ledger_id).is_closed:
+                client.recover_ledger_with_retry(ledger_id, retry=retry)
+        except LedgerError as exc:
+            errors.append(f"ledger {ledger_id}: {type(exc).__name__}: {exc}")
+    return errors

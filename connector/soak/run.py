@@ -1,0 +1,362 @@
+"""`ledger soak`: a local cluster of five storage nodes and ZooKeeper, the workload's actors (workload.py) as
+separate processes, a loopback proxy between every writer and every node, the nemesis (nemesis.py) for
+--minutes, then: heal every fault, stop the actors, recover every OPEN ledger, and judge the merged history
+with the checker (checker.py). Prints one line; exit status 1 on any violation.
+
+    DIR/cluster/            the local cluster (connector/cluster.py)
+    DIR/actors/NAME.jsonl   each actor's history; NAME.log its output; NAME.status.json its pid and session
+    DIR/history.jsonl       the merged history, in invocation order
+    DIR/nemesis.jsonl       every fault (start and end) and stream handover: the trace to read with the history
+    DIR/violations.txt      what the checker found
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from connector.client import LedgerClient
+from connector.client.retry import Retry
+from connector.cluster import LocalCluster, pid_alive, wait_gone
+from connector.soak import checker
+from connector.soak.history import merge
+from connector.soak.nemesis import FILLER, Nemesis
+from connector.soak.proxy import TcpProxy
+
+NODES = 5
+STREAM = "soak"
+DISK_QUOTA_BYTES = 2 << 30
+HANDOVER_EVERY = (15.0, 25.0)
+ACTOR_STOP_SECONDS = 90.0
+MAX_RESTARTS = 20
+WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
+    "sw-1": ("stream-writer", ["--own", "--rate", "40", "--window", "16"]),
+    "sw-2": ("stream-writer", ["--rate", "40", "--window", "16"]),
+    "sw-3": ("stream-writer", ["--rate", "40", "--window", "16"]),
+    "lw-1": ("ledger-writer", ["--quorum", "3,2,2", "--rate", "30", "--window", "8"]),
+    "lw-2": ("ledger-writer", ["--quorum", "3,3,2", "--rate", "30", "--window", "8"]),
+}
+OTHER_SLOTS = {
+    "reader": ("ledger-reader", []),
+    "stream-reader": ("stream-reader", []),
+    "janitor": ("janitor", []),
+}
+
+
+@dataclasses.dataclass
+class ActorProcess:
+    """One slot of the workload: its current process (a generation) and how to start the next one."""
+
+    slot: str
+    role: str
+    args: list[str]
+    directory: pathlib.Path
+    generation: int = 0
+    process: subprocess.Popen | None = None
+    expected_exit: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.slot}.{self.generation}"
+
+    def start(self, command: list[str]) -> None:
+        self.generation += 1
+        self.expected_exit = False
+        with open(self.directory / f"{self.name}.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [*command, self.role, "--actor", self.name, *self.args], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,  # Ctrl-C reaches the soak, which stops them
+            )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.directory / f"{self.name}.status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def ready(self) -> bool:
+        """Running and connected (its signal handlers are in place by then)."""
+        return self.alive() and bool(self.status())
+
+    def signal(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGKILL:
+            self.expected_exit = True
+        if self.alive():
+            os.kill(self.process.pid, sig)
+
+
+class Soak:
+    def __init__(self, minutes: float, seed: int, directory: pathlib.Path, history: pathlib.Path | None = None,
+                 echo: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)):
+        self.minutes = minutes
+        self.seed = seed
+        self.directory = directory.resolve()
+        self.history_path = (history or self.directory / "history.jsonl").resolve()
+        self.echo = echo
+        self.rng = random.Random(seed)
+        self.disk_quota_bytes = DISK_QUOTA_BYTES
+        self.cluster = LocalCluster(self.directory / "cluster", nodes=NODES,
+                                    node_args=("--disk-quota-bytes", str(DISK_QUOTA_BYTES)))
+        self.actors_dir = self.directory / "actors"
+        self.proxies: dict[str, dict[str, TcpProxy]] = {}
+        self.actors: dict[str, ActorProcess] = {}
+        self.owner: str | None = None
+        self.crashes: list[str] = []
+        self.nemesis: Nemesis | None = None
+        self.metadata_uri = ""
+        self._until = 0.0
+
+    # -- what the nemesis acts on ----------------------------------------------------------------------
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [spec.node_id for spec in self.cluster.state.nodes]
+
+    @property
+    def zookeeper_address(self) -> str:
+        return f"127.0.0.1:{self.cluster.state.zk_port}"
+
+    def node_pid(self, node_id: str) -> int:
+        return self.cluster.node(node_id).pid
+
+    def node_dir(self, node_id: str) -> pathlib.Path:
+        return self.cluster.node_dir(node_id)
+
+    def writers(self) -> list[ActorProcess]:
+        """The writers that are writing: the ledger writers and the stream's current owner."""
+        return [a for a in self.actors.values()
+                if a.role == "ledger-writer" or (a.role == "stream-writer" and a.slot == self.owner)]
+
+    def all_writers(self) -> list[ActorProcess]:
+        return [a for a in self.actors.values() if a.slot in WRITER_SLOTS]
+
+    def node_restarted(self, node_id: str) -> dict | None:
+        """Whether a node started again serves (it says so once it registered): None while not; a node that
+        gave up (started while ZooKeeper was away) is started once more."""
+        if _serving(self.cluster.node(node_id).address):
+            return {}
+        self.cluster.start_node(node_id)
+        return None
+
+    def stop_zookeeper(self, how: signal.Signals) -> None:
+        pid = self.cluster.state.zk_pid
+        os.kill(pid, how)
+        if not wait_gone(pid, 20):
+            os.kill(pid, signal.SIGKILL)
+
+    def start_zookeeper(self) -> None:
+        for _ in range(5):
+            try:
+                self.cluster.start_zookeeper(timeout=60)
+                return
+            except Exception as exc:  # e.g. the port not free yet: try again
+                self.echo(f"soak: ZooKeeper did not start ({exc}); trying again")
+                time.sleep(1)
+
+    def take_over_from(self, writer: ActorProcess) -> str | None:
+        """Another actor takes over what `writer` writes: another stream writer the stream, the janitor a
+        ledger writer's ledgers. Returns who."""
+        if writer.role == "ledger-writer":
+            writer_id = writer.status().get("writer_id")
+            if not writer_id:
+                return None
+            requests = self.actors_dir / "requests"
+            (requests / f"{time.time_ns()}.json").write_text(json.dumps({"writer_id": writer_id}))
+            return self.actors["janitor"].name
+        if writer.slot != self.owner:
+            return None
+        return self._hand_stream_over(exclude=writer.slot)
+
+    def _hand_stream_over(self, exclude: str | None = None) -> str | None:
+        busy = {f.target for f in self.nemesis.active} if self.nemesis else set()
+        candidates = [a for a in self.actors.values() if a.role == "stream-writer" and a.ready()
+                      and a.slot not in (exclude, self.owner) and a.slot not in busy]
+        if not candidates:
+            return None
+        new_owner = self.rng.choice(candidates)
+        new_owner.signal(signal.SIGUSR1)
+        self.owner = new_owner.slot
+        self.nemesis.note("handover", stream=STREAM, to=new_owner.name)
+        return new_owner.name
+
+    def replace(self, actor: ActorProcess) -> ActorProcess:
+        actor.signal(signal.SIGKILL)
+        if actor.process is not None:
+            actor.process.wait(10)
+        if "--own" in actor.args:
+            actor.args = [a for a in actor.args if a != "--own"]
+        actor.start(self._actor_command(actor.slot))
+        return actor
+
+    # -- the run ---------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, _interrupt)  # stop everything as on Ctrl-C
+        try:
+            self._start()
+            self._drive()
+            return self._finish()
+        except KeyboardInterrupt:
+            self.echo(f"soak: interrupted; stopping everything (the trace so far is in {self.directory})")
+            raise
+        finally:
+            self._cleanup()
+
+    def _start(self) -> None:
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise SystemExit(f"ledger soak: --dir {self.directory} is not empty; give a new or empty directory")
+        (self.actors_dir / "requests").mkdir(parents=True)
+        logging.getLogger("kazoo").setLevel(logging.ERROR)  # a reconnect loop per ZooKeeper restart
+        self.metadata_uri = self.cluster.start(timeout=120)
+        self.nemesis = Nemesis(self, self.rng, self.directory / "nemesis.jsonl")
+        for slot in WRITER_SLOTS:
+            self.proxies[slot] = {spec.node_id: TcpProxy("127.0.0.1", spec.port).start()
+                                  for spec in self.cluster.state.nodes}
+        self._until = time.time() + self.minutes * 60 + ACTOR_STOP_SECONDS + 60
+        for slot, (role, args) in {**WRITER_SLOTS, **OTHER_SLOTS}.items():
+            self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir)
+            self.actors[slot].start(self._actor_command(slot))
+        self.owner = "sw-1"
+        self.echo(f"soak: {NODES} storage nodes and ZooKeeper at {self.metadata_uri}, {len(self.actors)} actors, "
+                  f"seed {self.seed}, {self.minutes:g} minutes; trace in {self.directory}")
+
+    def _actor_command(self, slot: str) -> list[str]:
+        command = [sys.executable, "-m", "connector.soak.workload"]
+        options = ["--metadata", self.metadata_uri, "--dir", str(self.actors_dir), "--seed", str(self.seed),
+                   "--until", str(self._until), "--stream", STREAM]
+        if slot in self.proxies:
+            addresses = {node: proxy.address for node, proxy in self.proxies[slot].items()}
+            options += ["--node-addresses", json.dumps(addresses)]
+        return command + options
+
+    def _drive(self) -> None:
+        started = time.monotonic()
+        end = started + self.minutes * 60
+        next_handover = started + self.rng.uniform(*HANDOVER_EVERY)
+        next_progress = started + 60
+        while time.monotonic() < end:
+            self.nemesis.step()
+            if time.monotonic() >= next_handover:
+                self._hand_stream_over()
+                next_handover = time.monotonic() + self.rng.uniform(*HANDOVER_EVERY)
+            self._supervise()
+            if time.monotonic() >= next_progress:
+                next_progress += 60
+                self.echo(f"soak: {(time.monotonic() - started) / 60:.0f}/{self.minutes:g} minutes, "
+                          f"{len(self.nemesis.ended) + len(self.nemesis.active)} faults")
+            time.sleep(0.2)
+
+    def _supervise(self) -> None:
+        """An actor that exited without being killed crashed: note it and start its slot again."""
+        for actor in self.actors.values():
+            if actor.process is not None and not actor.alive() and not actor.expected_exit:
+                self.crashes.append(f"actor {actor.name} exited with status {actor.process.returncode}; see "
+                                    f"{self.actors_dir / (actor.name + '.log')}")
+                self.echo(f"soak: {self.crashes[-1]}")
+                actor.expected_exit = True
+                if len(self.crashes) <= MAX_RESTARTS:
+                    self.replace(actor)
+
+    def _finish(self) -> int:
+        self.echo("soak: healing every fault, stopping the actors, recovering every open ledger")
+        self.nemesis.heal_all()
+        self._supervise()
+        for actor in self.actors.values():
+            actor.signal(signal.SIGCONT)
+        self.cluster.start(timeout=120)
+        self._stop_actors()
+        records = merge(sorted(self.actors_dir.glob("*.jsonl")), self.history_path)
+        with LedgerClient(self.metadata_uri, timeout=5.0) as client:
+            for error in checker.recover_all(client, Retry(deadline=120.0)):
+                self.echo(f"soak: final recovery failed: {error}")
+            final = checker.FinalState.read(client, [STREAM])
+        report = checker.check(final, records, self.nemesis.ended)
+        report.violations += [checker.Violation("crashed", c) for c in self.crashes]
+        line = report.line(self.minutes, self.seed)
+        if report.ok:
+            print(line, flush=True)
+            return 0
+        violations = self.directory / "violations.txt"
+        violations.write_text("".join(f"{v.kind}: {v.detail}\n" for v in report.violations))
+        for v in report.violations[:20]:
+            self.echo(f"soak: {v.kind}: {v.detail}")
+        print(line, flush=True)
+        print(f"soak: FAILED with seed {self.seed}: {len(report.violations)} violations in {violations}; history "
+              f"{self.history_path}, faults and handovers {self.directory / 'nemesis.jsonl'}; run again with "
+              f"`ledger soak --seed {self.seed} --minutes {self.minutes:g}`", flush=True)
+        return 1
+
+    def _stop_actors(self) -> None:
+        for actor in self.actors.values():
+            actor.expected_exit = True
+            actor.signal(signal.SIGTERM)
+        deadline = time.monotonic() + ACTOR_STOP_SECONDS
+        for actor in self.actors.values():
+            if actor.process is None:
+                continue
+            try:
+                actor.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.crashes.append(f"actor {actor.name} did not stop within {ACTOR_STOP_SECONDS:.0f}s of SIGTERM; "
+                                    f"see {self.actors_dir / (actor.name + '.log')}")
+                actor.signal(signal.SIGKILL)
+                actor.process.wait(10)
+
+    def _cleanup(self) -> None:
+        """Whatever happened (also Ctrl-C): every process and proxy started is stopped, every filler removed."""
+        for actor in self.actors.values():
+            actor.signal(signal.SIGCONT)
+            actor.signal(signal.SIGKILL)
+            if actor.process is not None:
+                actor.process.wait(10)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:  # each close may wait for its connections
+            list(pool.map(TcpProxy.close, [p for proxies in self.proxies.values() for p in proxies.values()]))
+        if self.nemesis is not None:
+            self.nemesis.close()
+        if self.cluster.state is not None:
+            for spec in self.cluster.state.nodes:
+                (self.node_dir(spec.node_id) / FILLER).unlink(missing_ok=True)
+                if pid_alive(spec.pid):
+                    os.kill(spec.pid, signal.SIGCONT)
+            self.cluster.stop()
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _serving(address: str) -> bool:
+    """The node's health service says SERVING (it does once registered), asked without ZooKeeper: the soak
+    never blocks on ZooKeeper, which may be the thing that is down."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+    except grpc.RpcError:
+        return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def default_directory() -> pathlib.Path:
+    import tempfile
+
+    return pathlib.Path(tempfile.mkdtemp(prefix="ledger-soak-"))
+
+
+def remove_cluster_data(directory: pathlib.Path) -> None:
+    shutil.rmtree(directory / "cluster", ignore_errors=True)
