@@ -1,5 +1,7 @@
 # Sourced by the other scripts: create .venv and install the project with its pinned dependencies.
-# Re-installs only when setup.cfg or pyproject.toml changed since the last install.
+# Re-installs only when setup.cfg, pyproject.toml or constraints.txt changed since the last install. The
+# editable install is in compat mode (a path entry, like a real install), so Spark's lookup of pyspark_*
+# modules finds pyspark_ledger.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -10,10 +12,10 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 STAMP=.venv/.installed
-WANT="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+WANT="$(cat setup.cfg pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip==24.3.1
-    .venv/bin/python -m pip install --quiet -e ".[test]"
+    .venv/bin/python -m pip install --quiet -c constraints.txt --config-settings editable_mode=compat -e ".[test]"
     echo "$WANT" > "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
