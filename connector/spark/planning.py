@@ -3,6 +3,11 @@
 The driver turns the stream (or the ledgers named by the ledgers option) into LedgerSpans, narrows
 ReadBounds with startingOffsets/endingOffsets and pushed-down filters on the metadata columns, and
 plans one partition per ledger, or per splitEntries entries of a large ledger.
+
+A read that starts at offset k inside a ledger reads only the entries holding offsets >= k (rule 15): a
+raw ledger has one offset per entry; an arrow ledger's row index (row_index.py) gives the entries of
+its rows, and a ledger without one is planned whole with the row to seek to, which the executor finds
+by a binary search (read.py).
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+
+from connector.spark.row_index import RowIndex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +122,7 @@ class LedgerSpan:
 
     Offsets are None for a ledger read by id (not in a stream); last_offset is None while unknown
     (the OPEN tail of a live stream writer). length is the ledger's size in bytes, -1 while unknown.
+    row_index: where the entries' rows start, for an arrow ledger closed with one.
     """
 
     ledger_id: int
@@ -122,33 +130,38 @@ class LedgerSpan:
     first_offset: int | None = None
     last_offset: int | None = None
     length: int = -1
+    row_index: RowIndex | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class LedgerPartition(InputPartition):
-    """Entries first_entry..last_entry of one ledger; first_offset is the ledger's first offset."""
+    """Entries first_entry..last_entry of one ledger; first_offset is the ledger's first offset.
+    seek_row: the first row (within the ledger) the read needs, for an arrow ledger without a row index:
+    the executor skips the entries below it by a binary search."""
 
     ledger_id: int
     first_entry: int
     last_entry: int
     first_offset: int | None = None
+    seek_row: int | None = None
 
 
 def plan_partitions(
     spans: Iterable[LedgerSpan], bounds: ReadBounds, split_entries: int, offset_per_entry: bool
 ) -> list[LedgerPartition]:
     """Partitions in stream order. offset_per_entry: raw streams (offset = first_offset + entry id);
-    otherwise offsets count rows and only whole ledgers can be pruned by offset."""
+    otherwise offsets count rows, and the row index of an arrow ledger narrows its entries."""
     partitions = []
     for span in spans:
         entries = _entries_to_read(span, bounds, offset_per_entry)
         if entries is None:
             continue
         first, last = entries
+        seek_row = None if offset_per_entry else _row_to_seek(span, bounds)
         step = split_entries or (last - first + 1)
         for start in range(first, last + 1, step):
             end = min(last, start + step - 1)
-            partitions.append(LedgerPartition(span.ledger_id, start, end, span.first_offset))
+            partitions.append(LedgerPartition(span.ledger_id, start, end, span.first_offset, seek_row))
     return partitions
 
 
@@ -165,6 +178,23 @@ def _entries_to_read(span: LedgerSpan, bounds: ReadBounds, offset_per_entry: boo
         if offsets is None:
             return None
         return offsets[0] - span.first_offset, offsets[1] - span.first_offset
-    if bounds.offsets.clip(span.first_offset, span.last_offset) is None:
+    offsets = bounds.offsets.clip(span.first_offset, span.last_offset)
+    if offsets is None:
         return None
-    return entries
+    if span.row_index is None:
+        return entries
+    first, last = entries
+    first = max(first, span.row_index.first_entry(offsets[0] - span.first_offset))
+    if offsets[1] is not None:
+        last = min(last, span.row_index.last_entry(offsets[1] - span.first_offset))
+    return (first, last) if first <= last else None
+
+
+def _row_to_seek(span: LedgerSpan, bounds: ReadBounds) -> int | None:
+    """The row an executor seeks to in an arrow ledger without a row index: the read's first row in it."""
+    if span.row_index is not None or span.first_offset is None:
+        return None
+    offsets = bounds.offsets.clip(span.first_offset, span.last_offset)
+    if offsets is None or offsets[0] == span.first_offset:
+        return None
+    return offsets[0] - span.first_offset

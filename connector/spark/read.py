@@ -3,6 +3,10 @@
 Offsets: an arrow stream has one offset per row, a raw stream one per entry (see commit.py). With
 includeMetadata, pushed filters on the metadata columns narrow ReadBounds, which prune partitions;
 Spark still evaluates every filter, so pruning only has to be conservative.
+
+A read starting inside an arrow ledger is planned from the entry its row index names (planning.py); in
+a ledger closed without an index, the executor finds the first entry it needs by a binary search over
+single-entry reads (seek_entry), a few entries instead of every one below the start.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, Filter
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.encoding import decode_entry
+from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
@@ -25,6 +29,7 @@ from metadata.streams import iter_ledgers, read_stream
 ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
 RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets"}
 RAW_BATCH_BYTES = 4 * 1024 * 1024
+SEARCH_MIN_ENTRIES = 16  # fewer entries are read in one go sooner than searched one at a time
 
 
 class LedgerReader(DataSourceReader):
@@ -60,11 +65,31 @@ def read_partition(
         handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
         # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
         # executor reaches know a lower LAC.
-        entries = handle.read(partition.first_entry, partition.last_entry, confirmed=partition.last_entry)
+        first = partition.first_entry if raw else seek_entry(handle, partition)
+        entries = handle.read(first, partition.last_entry, confirmed=partition.last_entry)
         if raw:
             yield from raw_batches(entries, partition, target)
         else:
             yield from arrow_batches(entries, partition, target, bounds)
+
+
+def seek_entry(handle, partition: LedgerPartition) -> int:
+    """The partition's first entry holding a row >= partition.seek_row (last_entry + 1 if none does), found
+    by a binary search over single-entry reads: an entry's header tells the rows it holds. For arrow
+    ledgers without a row index; partition.first_entry when there is nothing to seek."""
+    lo, hi = partition.first_entry, partition.last_entry + 1
+    row = partition.seek_row
+    if row is None or hi - lo < SEARCH_MIN_ENTRIES:
+        return lo
+    while lo < hi:
+        middle = (lo + hi) // 2
+        entry = next(iter(handle.read(middle, middle, confirmed=partition.last_entry)))
+        first_row, rows = entry_header(entry.payload)
+        if first_row + rows > row:
+            hi = middle
+        else:
+            lo = middle + 1
+    return lo
 
 
 class PruningLedgerReader(LedgerReader):

@@ -8,10 +8,12 @@ A streaming micro-batch is planned from the offsets its latestOffset promised in
 no second LAC read, which could answer less than the first (DESIGN rule 17).
 
 Callers pass the ledgers they need (streams.iter_ledgers for an offset range, or the head's tail), so a
-read that starts at offset k reads no page and no ledger metadata below k (rule 15).
+read that starts at offset k reads no page and no ledger metadata below k (rule 15); a span carries the
+row index of a closed arrow ledger, so that the read skips its entries below k too (planning.py).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 from connector.client import LedgerClient
@@ -19,27 +21,36 @@ from connector.spark.commit import ARROW, sealed
 from connector.spark.encoding import entry_header
 from connector.spark.planning import LedgerSpan
 from connector.spark.recovery import check_password, recover
+from connector.spark.row_index import RowIndex
 from metadata.errors import LedgerError
-from metadata.model import StreamLedger, StreamRecord
+from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import iter_ledgers, update_stream
 
 
-def readable_end(
-    lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool
-) -> tuple[int, bool, int]:
-    """(last entry to read, whether the ledger is closed at it, its length in bytes or -1 if unknown)."""
+@dataclasses.dataclass(frozen=True)
+class ReadableEnd:
+    """How far a ledger can be read: its last entry, whether it is closed there, its length in bytes (-1 if
+    unknown) and its row index (None if it has none)."""
+
+    last_entry: int
+    closed: bool
+    length: int = -1
+    row_index: RowIndex | None = None
+
+
+def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> ReadableEnd:
     meta = lc.ledger_metadata(ledger_id)
     check_password(meta, password, f"ledger {ledger_id}")
     if meta.is_closed:
-        return meta.last_entry_id, True, meta.length
+        return ReadableEnd(meta.last_entry_id, True, meta.length, RowIndex.of(meta))
     if recover_dangling and lc.is_dangling(meta):
-        return recover(lc, ledger_id, password), True, -1
-    return lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False, -1
+        return ReadableEnd(recover(lc, ledger_id, password), True)
+    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False)
 
 
 def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling: bool) -> list[LedgerSpan]:
-    return [LedgerSpan(i, readable_end(lc, i, password, recover_dangling)[0]) for i in ledger_ids]
+    return [LedgerSpan(i, readable_end(lc, i, password, recover_dangling).last_entry) for i in ledger_ids]
 
 
 def stream_spans(
@@ -49,12 +60,13 @@ def stream_spans(
     stream, and the head returned is the stream's after that."""
     spans = []
     for ledger in ledgers:
-        last_entry, closed, length = readable_end(lc, ledger.ledger_id, password, recover_dangling)
+        end = readable_end(lc, ledger.ledger_id, password, recover_dangling)
         last_offset = ledger.last_offset
-        if last_offset is None and closed:
-            last_offset = _closed_last_offset(lc, record.format, ledger, last_entry, password)
+        if last_offset is None and end.closed:
+            last_offset = _closed_last_offset(lc, record.format, ledger, end.last_entry, password)
             record = update_stream(lc.store, record.name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
-        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset, length))
+        spans.append(LedgerSpan(ledger.ledger_id, end.last_entry, ledger.first_offset, last_offset, end.length,
+                                end.row_index))
     return record, spans
 
 
@@ -79,9 +91,11 @@ def batch_spans(store: MetadataStore, record: StreamRecord, lo: int, hi: int) ->
             break
         if raw:
             last_entry = (hi if last_offset is None else last_offset) - ledger.first_offset
+            spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
         else:
-            last_entry = _sealed_last_entry(store, ledger.ledger_id)
-        spans.append(LedgerSpan(ledger.ledger_id, last_entry, ledger.first_offset, last_offset))
+            meta = _sealed_metadata(store, ledger.ledger_id)
+            spans.append(LedgerSpan(ledger.ledger_id, meta.last_entry_id, ledger.first_offset, last_offset,
+                                    row_index=RowIndex.of(meta)))
     return spans, _reach(record)
 
 
@@ -95,14 +109,14 @@ def _reach(record: StreamRecord) -> int | None:
     return None if record.format != ARROW else last.first_offset - 1
 
 
-def _sealed_last_entry(store: MetadataStore, ledger_id: int) -> int:
+def _sealed_metadata(store: MetadataStore, ledger_id: int) -> LedgerMetadata:
     meta = store.read_ledger(ledger_id).value
     if not meta.is_closed:
         raise LedgerError(
             f"ledger {ledger_id}: its stream gives it row offsets, but its metadata says it is not closed; the "
             "stream record and the ledger disagree, so the rows a micro-batch promised cannot be planned"
         )
-    return meta.last_entry_id
+    return meta
 
 
 def _closed_last_offset(lc: LedgerClient, fmt: str, ledger: StreamLedger, last_entry: int, password: bytes) -> int:

@@ -152,7 +152,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         hi = self._checked_end(lo, hi, reach)
         bounds = ReadBounds.from_offsets(lo, hi + 1)
         planned = plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)
-        return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, lo, hi) for p in planned]
+        return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, p.seek_row, lo=lo, hi=hi)
+                for p in planned]
 
     def _checked_start(self, offset: int, first: int) -> int:
         """Offsets below the stream's first one belong to deleted ledgers (rule: failOnDataLoss)."""

@@ -34,7 +34,7 @@ from connector.spark.commit import (
     COMMITTED, TaskLedger, aborted_job, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
 )
-from connector.spark.encoding import EntryBuilder, entries_of
+from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
     register_task_ledger, remove_job, start_job, task_entries, withdraw,
@@ -43,6 +43,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
     ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard,
 )
+from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
 from metadata import layout, registry
@@ -188,9 +189,11 @@ def write_task_ledger(
 
     The ledger is named in the job's or query's registry before it is created (jobs.py), so the driver's
     sweep finds it whatever happens to this task. On any failure the task withdraws its entry and deletes
-    its own ledger; the driver's sweep covers them if that fails too.
+    its own ledger; the driver's sweep covers them if that fails too. The close stores the ledger's row
+    index (row_index.py), so that a read starting inside the ledger skips the entries below its start.
     """
     builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
+    row_index = RowIndexBuilder()
     entry: TaskEntry | None = None
     ledger = None
     in_flight: collections.deque = collections.deque()
@@ -203,13 +206,14 @@ def write_task_ledger(
                         lc, entry, ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
                         ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=tags,
                     )
+                row_index.add(entry_header(payload)[0])
                 in_flight.append(ledger.append_async(payload))
                 if len(in_flight) >= MAX_IN_FLIGHT:
                     in_flight.popleft().result()
             for future in in_flight:
                 future.result()
             if ledger is not None:
-                ledger.close()
+                ledger.close(custom_metadata={ROW_INDEX_KEY: row_index.index().encode()})
         except BaseException:
             if entry is not None:
                 _delete_own(lc, entry, ledger)
