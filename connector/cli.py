@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import logging
 import os
 import sys
 
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # kazoo logs every failed connection attempt; a command reports what failed in one line of its own.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
         return args.func(args) or 0
     except LedgerError as exc:

@@ -60,12 +60,12 @@ class LedgerClient:
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
                  tls: TlsConfig | None = None, auth_token: str | None = None,
-                 node_addresses: Mapping[str, str] | None = None):
+                 node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0):
         self.uri = uri or default_metadata_uri()
         self.node_addresses = dict(node_addresses or {})
         self.tls = tls if tls is not None else TlsConfig.from_env()
         self.auth_token = auth_token if auth_token is not None else token_from_env()
-        self.store = MetadataStore(self.uri)
+        self.store = MetadataStore(self.uri, connect_timeout=connect_timeout)
         try:
             transport = self.transport()
             self.writer_id = f"writer-{uuid.uuid4().hex}"
@@ -234,14 +234,13 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed; open it for reading or create a new ledger")
         return self._pipeline.append_async(payload)
 
-    def close(self, custom_metadata: Mapping[str, object] | None = None) -> LedgerMetadata:
-        """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe.
-        custom_metadata is added to the ledger's in that CAS (a ledger closed already keeps its own)."""
+    def close(self) -> LedgerMetadata:
+        """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe."""
         if self._closed is None:
             self._runtime.run(self._stop_pipeline())
             seq = self._pipeline.seq
             stored = update_ledger(self._client.store, self.ledger_id,
-                                   close_own(self.ledger_id, seq.last_add_confirmed, seq.length, custom_metadata),
+                                   close_own(self.ledger_id, seq.last_add_confirmed, seq.length),
                                    current=self._pipeline.current)
             self._closed = stored.value
         return self._closed

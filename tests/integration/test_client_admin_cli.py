@@ -1,5 +1,6 @@
 """`ledger list|show|read|recover|delete|nodes` against real nodes, through connector.cli.main."""
 import json
+import socket
 import subprocess
 import sys
 
@@ -110,3 +111,15 @@ def test_bad_uri_and_closed_pipe_end_without_a_traceback(cluster, metadata_uri):
     piped = subprocess.run(" ".join(cli) + f" list --metadata {metadata_uri} | head -3", shell=True,
                            capture_output=True, text=True, timeout=60)
     assert len(piped.stdout.splitlines()) == 3 and "Traceback" not in piped.stderr, piped.stderr
+
+
+def test_an_unreachable_zookeeper_is_one_line_in_seconds(tmp_path):
+    """Issue 16: `ledger list` against no ZooKeeper waited 15 s and printed 7 `Connection dropped` lines."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    run = subprocess.run([sys.executable, "-m", "connector.cli", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert f"cannot reach ZooKeeper at 127.0.0.1:{port} within 2s" in run.stderr
+    assert "Connection dropped" not in run.stderr
