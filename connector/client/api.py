@@ -234,13 +234,14 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed; open it for reading or create a new ledger")
         return self._pipeline.append_async(payload)
 
-    def close(self) -> LedgerMetadata:
-        """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe."""
+    def close(self, custom_metadata: Mapping[str, object] | None = None) -> LedgerMetadata:
+        """Wait for pending adds, then CAS CLOSED with last_entry_id = LAC (rule 4). Closing twice is safe.
+        custom_metadata is added to the ledger's in that CAS (a ledger closed already keeps its own)."""
         if self._closed is None:
             self._runtime.run(self._stop_pipeline())
             seq = self._pipeline.seq
             stored = update_ledger(self._client.store, self.ledger_id,
-                                   close_own(self.ledger_id, seq.last_add_confirmed, seq.length),
+                                   close_own(self.ledger_id, seq.last_add_confirmed, seq.length, custom_metadata),
                                    current=self._pipeline.current)
             self._closed = stored.value
         return self._closed
