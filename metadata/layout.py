@@ -6,6 +6,9 @@
                                 tail (the most recent ledgers); see metadata/streams.py
     /streams/<name>/pages/F-L-M a stream's sealed page: closed ledgers covering offsets F..L, M the highest
                                 ledger id in it; immutable, created in the multi that takes them off the tail
+    /streams/<name>/pages/F-L-M-G
+                                a page of generation G, rewritten by a compaction (the page it replaces stays
+                                for the compaction's grace period)
     /nodes/<node id>            storage node registration (ephemeral)
     /cookies/<node id>          storage node cookies (persistent)
     /writers/<writer id>        writer liveness (ephemeral)
@@ -17,6 +20,8 @@
     /spark-queries/<query id>/L0000000042-B7
                                 a task ledger of micro-batch 7 of a streaming query, registered the same way
                                 (task registries: see connector/spark/jobs.py)
+    /compactions/<stream>@<id>  a compaction of a stream in progress: the ledgers it replaces, its state; the
+                                ledgers it creates are registered under it as a task's are (L0000000042)
 """
 from __future__ import annotations
 
@@ -32,7 +37,10 @@ DECOMMISSIONED = "/decommissioned"
 READONLY = "/readonly"
 SPARK_JOBS = "/spark-jobs"
 SPARK_QUERIES = "/spark-queries"
-ALL_DIRS = (LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES)
+COMPACTIONS = "/compactions"
+ALL_DIRS = (
+    LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES, COMPACTIONS,
+)
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -52,12 +60,21 @@ def stream_pages_path(name: str) -> str:
 
 
 def stream_page_path(name: str, page: StreamPage) -> str:
-    return f"{stream_pages_path(name)}/{page.first_offset}-{page.last_offset}-{page.max_ledger_id}"
+    return f"{stream_pages_path(name)}/{page_name(page)}"
+
+
+def page_name(page: StreamPage) -> str:
+    """F-L-M for a page sealed off the tail, F-L-M-G for a page of generation G (rewritten by a compaction)."""
+    generation = f"-{page.generation}" if page.generation else ""
+    return f"{page.first_offset}-{page.last_offset}-{page.max_ledger_id}{generation}"
 
 
 def page_from_name(page_name: str) -> StreamPage:
-    first, last, max_id = page_name.split("-")
-    return StreamPage(int(first), int(last), int(max_id))
+    return StreamPage(*(int(part) for part in page_name.split("-")))
+
+
+def compaction_path(compaction_id: str) -> str:
+    return f"{COMPACTIONS}/{compaction_id}"
 
 
 def node_path(node_id: str) -> str:

@@ -141,11 +141,16 @@ class StreamLedger:
 @dataclasses.dataclass(frozen=True)
 class StreamPage:
     """A sealed page of a stream, as its znode name tells it: closed ledgers covering offsets first_offset..
-    last_offset, the highest of their ids max_ledger_id (a ledger with a higher id cannot be in it)."""
+    last_offset, the highest of their ids max_ledger_id (a ledger with a higher id cannot be in it).
+
+    generation is 0 for a page sealed off the tail; a compaction's rewritten pages carry the head's new
+    page_generation, and the pages they replace stay until its grace period has passed (metadata/streams.py).
+    """
 
     first_offset: int
     last_offset: int
     max_ledger_id: int
+    generation: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +167,9 @@ class StreamRecord:
     committed batch id per streaming query id (one entry per query, least recently committed first), `jobs`
     the outcome ("committed" or "aborted") of the most recent batch write jobs, oldest first; the connector
     bounds both (see connector/spark/commit.py).
+
+    page_generation counts the compactions that rewrote pages: a reader of this head reads, for each offset,
+    the page of the highest generation up to it (see metadata/streams.py).
     """
 
     name: str
@@ -173,6 +181,7 @@ class StreamRecord:
     created_at: float = 0.0
     jobs: tuple[tuple[str, str], ...] = ()
     first_offset: int = 0
+    page_generation: int = 0
 
     @property
     def next_offset(self) -> int:

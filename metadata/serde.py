@@ -137,6 +137,7 @@ def encode_stream(stream: StreamRecord) -> bytes:
             "commits": [[query_id, batch_id] for query_id, batch_id in stream.commits],
             "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
             "first_offset": stream.first_offset,
+            "page_generation": stream.page_generation,
             "owner": stream.owner,
             "created_at": stream.created_at,
         },
@@ -164,6 +165,7 @@ def decode_stream(data: bytes) -> StreamRecord:
         created_at=r["created_at"],
         jobs=tuple((job_id, outcome) for job_id, outcome in r.get("jobs", ())),
         first_offset=first_offset,
+        page_generation=r.get("page_generation", 0),
     )
 
 

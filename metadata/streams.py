@@ -13,12 +13,22 @@ PAGES_PER_UPDATE pages whatever the stream's history (DESIGN rule 15). A head wr
 Offsets only grow (rule 17), so a page's name never comes back: pages below first_offset (after an
 overwrite or a truncation) are skipped by readers and deleted by drop_below once their ledgers are.
 
+A compaction replaces a contiguous run of closed ledgers by fewer, larger ones at the same offsets
+(replace_run): in its one multi it sets the head (the run taken off the tail, page_generation up by one)
+and creates the rewritten pages, named F-L-M-G with G that generation, covering exactly the offsets of the
+pages they replace. The replaced pages are not deleted then: a reader that read the head before the swap
+may still list and read them, so a reader whose head has page_generation g reads, for every offset, the
+page of the highest generation up to g (live_pages), and sees the stream exactly as its head described
+it, with the replaced ledgers, which also stay for the grace. The compaction deletes both after it.
+
 Reads take the head (one znode), then iter_ledgers reads only the pages that overlap the offsets asked
 for (none when the tail covers them), and held_ledgers only the pages that can hold the ledger ids asked
 for (a page's name carries its highest ledger id; ledger ids grow, so these are the recent pages).
 """
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import logging
 import re
 import time
@@ -61,6 +71,24 @@ class UpdateOutcomeUnknownError(MetadataError):
     """A stream update got no reply and ZooKeeper stayed out of reach, so whether it landed is not known."""
 
 
+class RunChangedError(LedgerError):
+    """The ledgers a compaction rewrote are no longer all in the stream at the same offsets (truncated,
+    overwritten or compacted meanwhile): its new ledgers must not replace them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """A transform's result that rewrites sealed pages as well as the head (replace_run builds it): the multi
+    sets head, creates pages (of generation head.page_generation), and compare-and-sets also (path, data,
+    expected version: a znode that changes in the same step, the compaction's record), if given. replaced
+    are the pages the new ones hide: still readable by older heads, deleted after the caller's grace."""
+
+    head: StreamRecord
+    pages: tuple[tuple[StreamPage, tuple[StreamLedger, ...]], ...] = ()
+    replaced: tuple[StreamPage, ...] = ()
+    also: tuple[str, bytes, int] | None = None
+
+
 def check_stream_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidStreamNameError(
@@ -95,29 +123,39 @@ def find_stream(store: MetadataStore, name: str) -> Versioned[StreamRecord] | No
     return store.read(layout.stream_path(check_stream_name(name)), serde.decode_stream)
 
 
-def write_stream(store: MetadataStore, record: StreamRecord, expected_version: int) -> Versioned[StreamRecord]:
+def write_stream(
+    store: MetadataStore, record: StreamRecord | Rewrite, expected_version: int
+) -> Versioned[StreamRecord]:
     """Compare-and-set the head at expected_version; in the same multi, the oldest ledgers of a tail longer
-    than PAGE_LEDGERS are sealed into new pages. Returns the head as stored (its tail shortened so)."""
-    head, pages = _sealed(record)
+    than PAGE_LEDGERS are sealed into new pages (and a Rewrite's pages are created and its `also` set).
+    Returns the head as stored (its tail shortened so)."""
+    rewrite = record if isinstance(record, Rewrite) else Rewrite(record)
+    head, pages = _sealed(rewrite.head)
+    pages = list(rewrite.pages) + pages
     try:
-        version = _commit(store, head, expected_version, pages)
+        version = _commit(store, head, expected_version, pages, rewrite.also)
     except NoNodeError as exc:
-        if not store.exists(layout.stream_path(record.name)):
-            raise NoSuchStreamError(f"stream {record.name!r} was deleted while being updated") from exc
+        if not store.exists(layout.stream_path(head.name)):
+            raise NoSuchStreamError(f"stream {head.name!r} was deleted while being updated") from exc
+        if rewrite.also is not None and not store.exists(rewrite.also[0]):
+            raise MetadataConflictError(f"{rewrite.also[0]} is gone; re-read and retry") from exc
         # A stream created before pages existed: its pages directory comes with its first page.
-        store.ensure_path(layout.stream_pages_path(record.name))
-        version = _commit(store, head, expected_version, pages)
+        store.ensure_path(layout.stream_pages_path(head.name))
+        version = _commit(store, head, expected_version, pages, rewrite.also)
     return Versioned(head, version)
 
 
 def _commit(
-    store: MetadataStore, head: StreamRecord, expected_version: int, pages: list[tuple[StreamPage, tuple]]
+    store: MetadataStore, head: StreamRecord, expected_version: int, pages: list[tuple[StreamPage, tuple]],
+    also: tuple[str, bytes, int] | None,
 ) -> int:
-    """One multi: the head's CAS and the pages' creation; returns the head's new version."""
+    """One multi: the head's CAS, the pages' creation and `also`; returns the head's new version."""
     transaction = store.transaction()
     transaction.set_data(layout.stream_path(head.name), serde.encode_stream(head), expected_version)
     for page, ledgers in pages:
         transaction.create(layout.stream_page_path(head.name, page), serde.encode_page(ledgers))
+    if also is not None:
+        transaction.set_data(*also)
     try:
         return transaction.commit()[0].version
     except BadVersionError as exc:
@@ -140,8 +178,7 @@ def _sealed(record: StreamRecord) -> tuple[StreamRecord, list[tuple[StreamPage, 
         run = tail[:PAGE_LEDGERS]
         if any(ledger.last_offset is None for ledger in run):
             break
-        page = StreamPage(run[0].first_offset, run[-1].last_offset, max(ledger.ledger_id for ledger in run))
-        pages.append((page, run))
+        pages.append((_page(run), run))
         tail = tail[PAGE_LEDGERS:]
     return record.replace(tail=tail), pages
 
@@ -149,7 +186,7 @@ def _sealed(record: StreamRecord) -> tuple[StreamRecord, list[tuple[StreamPage, 
 def update_stream(
     store: MetadataStore,
     name: str,
-    transform: Callable[[StreamRecord], StreamRecord | None],
+    transform: Callable[[StreamRecord], StreamRecord | Rewrite | None],
     max_attempts: int = 100,
     *,
     read_back: bool = False,
@@ -160,7 +197,9 @@ def update_stream(
     of update_loop.update_ledger. Returns the head as stored, changed or not.
 
     A transform sees the head and returns a new head, or None for no change. It changes the tail (the last
-    ledger is always there) and the head's fields; older ledgers are in pages it never sees.
+    ledger is always there) and the head's fields; older ledgers are in pages it never sees, except for a
+    compaction's, which returns a Rewrite (replace_run) with the pages it rewrote. A conflict on the Rewrite's
+    `also` znode is retried like one on the head: the transform reads that znode again and decides.
 
     read_back=True is for a transform that recognizes its own update in a record (a commit finds its job or
     batch id there) and returns None for it. A write whose reply was lost (connection lost, session expired,
@@ -274,12 +313,14 @@ def held_ledgers(store: MetadataStore, record: StreamRecord, ledger_ids: Iterabl
 
 
 def live_pages(store: MetadataStore, record: StreamRecord) -> list[StreamPage]:
-    """The pages holding the stream's ledgers below its tail, in offset order (listed once). They must cover
+    """The pages holding the stream's ledgers below its tail, in offset order (listed once): of the pages up to
+    the head's page_generation, those no page of a higher such generation replaced. They must cover
     first_offset up to the tail without a gap: pages deleted after this head was read (an overwrite or a
-    truncation landed meanwhile) raise OffsetsGoneError rather than read as fewer ledgers."""
+    truncation landed meanwhile, or a compaction's grace passed) raise OffsetsGoneError rather than read as
+    fewer ledgers."""
     if record.first_offset >= record.tail_offset:
         return []
-    pages = [page for page in list_pages(store, record.name)
+    pages = [page for page in _current(list_pages(store, record.name), record.page_generation)
              if page.last_offset >= record.first_offset and page.first_offset < record.tail_offset]
     ends = [record.first_offset] + [page.last_offset + 1 for page in pages]
     starts = [page.first_offset for page in pages] + [record.tail_offset]
@@ -291,13 +332,101 @@ def live_pages(store: MetadataStore, record: StreamRecord) -> list[StreamPage]:
     return pages
 
 
+def _current(pages: list[StreamPage], generation: int) -> list[StreamPage]:
+    """Of pages (in offset order), those a head of page_generation `generation` reads: the pages up to that
+    generation that no page of a higher one overlaps. A rewrite covers exactly the offsets of the pages it
+    replaces, so a page is either hidden whole or not at all."""
+    if all(page.generation == 0 for page in pages):
+        return pages
+    starts: list[int] = []
+    chosen: list[StreamPage] = []
+    for page in sorted((p for p in pages if p.generation <= generation), key=lambda p: -p.generation):
+        at = bisect.bisect_left(starts, page.first_offset)
+        if (at > 0 and chosen[at - 1].last_offset >= page.first_offset) or (
+                at < len(chosen) and chosen[at].first_offset <= page.last_offset):
+            continue  # replaced by a newer generation
+        starts.insert(at, page.first_offset)
+        chosen.insert(at, page)
+    return chosen
+
+
 def list_pages(store: MetadataStore, name: str) -> list[StreamPage]:
-    """Every page znode of the stream in offset order, including those below first_offset not yet deleted."""
+    """Every page znode of the stream in offset order, including those below first_offset not yet deleted and
+    those a compaction replaced, until its grace period has passed."""
     try:
         names = store.children(layout.stream_pages_path(name))
     except NoNodeError:
         return []  # a stream created before pages existed, never sealed since
-    return sorted((layout.page_from_name(page_name) for page_name in names), key=lambda page: page.first_offset)
+    pages = (layout.page_from_name(page_name) for page_name in names)
+    return sorted(pages, key=lambda page: (page.first_offset, page.generation))
+
+
+def replace_run(
+    store: MetadataStore, record: StreamRecord, run: tuple[StreamLedger, ...], by: tuple[StreamLedger, ...]
+) -> Rewrite:
+    """A compaction's update of the stream whose head is record: the run of closed ledgers (contiguous, as the
+    stream holds them) replaced by the ledgers `by`, which cover exactly the run's offsets. Raises
+    RunChangedError unless the run is still in the stream as given.
+
+    A run within the tail changes the head only. One that starts in the pages rewrites the pages holding it
+    (and takes the tail's ledgers up to its end, if it reaches into the tail) into pages of the next
+    generation that cover the same offsets; the pages they replace are in the result's `replaced`. The
+    stream's last ledger is never in a run: the head keeps it in its tail.
+    """
+    _check_replacement(record.name, run, by)
+    first, last = run[0].first_offset, run[-1].last_offset
+    if first < record.first_offset or not record.tail or last >= record.tail[-1].first_offset:
+        raise RunChangedError(
+            f"stream {record.name!r}: offsets {first}..{last} are no longer a run of closed ledgers before its "
+            f"last one (it now holds offsets from {record.first_offset}, its last ledger from "
+            f"{record.tail[-1].first_offset if record.tail else record.first_offset})"
+        )
+    if first >= record.tail_offset:
+        at = _position(record, record.tail, run)
+        return Rewrite(record.replace(tail=record.tail[:at] + by + record.tail[at + len(run):]))
+    pages = [page for page in live_pages(store, record) if page.last_offset >= first and page.first_offset <= last]
+    reached = tuple(ledger for ledger in record.tail if ledger.first_offset <= last)
+    ledgers = tuple(ledger for page in pages for ledger in read_page(store, record.name, page)) + reached
+    at = _position(record, ledgers, run)
+    rewritten = ledgers[:at] + by + ledgers[at + len(run):]
+    generation = record.page_generation + 1
+    created = tuple((_page(chunk, generation), chunk)
+                    for chunk in (rewritten[i:i + PAGE_LEDGERS] for i in range(0, len(rewritten), PAGE_LEDGERS)))
+    head = record.replace(tail=record.tail[len(reached):], page_generation=generation)
+    return Rewrite(head, created, tuple(pages))
+
+
+def _check_replacement(name: str, run: tuple[StreamLedger, ...], by: tuple[StreamLedger, ...]) -> None:
+    """by must hold the run's offsets exactly, contiguous; the run starts and ends with ledgers holding offsets
+    (so that the pages holding it are those overlapping its offsets)."""
+    if not run or not by or any(ledger.last_offset is None for ledger in run + by):
+        raise ValueError(f"stream {name!r}: a run and its replacement are closed ledgers, at least one each")
+    if run[0].last_offset < run[0].first_offset or run[-1].last_offset < run[-1].first_offset:
+        raise ValueError(f"stream {name!r}: a run starts and ends with a ledger that holds offsets")
+    for ledgers in (run, by):
+        if any(b.first_offset != a.last_offset + 1 for a, b in zip(ledgers, ledgers[1:])):
+            raise ValueError(f"stream {name!r}: ledgers {[s.ledger_id for s in ledgers]} are not contiguous")
+    if (by[0].first_offset, by[-1].last_offset) != (run[0].first_offset, run[-1].last_offset):
+        raise ValueError(
+            f"stream {name!r}: the replacement holds offsets {by[0].first_offset}..{by[-1].last_offset}, the run "
+            f"{run[0].first_offset}..{run[-1].last_offset}"
+        )
+
+
+def _position(record: StreamRecord, ledgers: tuple[StreamLedger, ...], run: tuple[StreamLedger, ...]) -> int:
+    """Where run starts in ledgers; RunChangedError if it is not there, all of it, as given."""
+    at = ledgers.index(run[0]) if run[0] in ledgers else -1
+    if at < 0 or ledgers[at:at + len(run)] != run:
+        raise RunChangedError(
+            f"stream {record.name!r}: ledgers {run[0].ledger_id}..{run[-1].ledger_id} (offsets "
+            f"{run[0].first_offset}..{run[-1].last_offset}) are no longer all in it as they were"
+        )
+    return at
+
+
+def _page(ledgers: tuple[StreamLedger, ...], generation: int = 0) -> StreamPage:
+    return StreamPage(ledgers[0].first_offset, ledgers[-1].last_offset, max(ledger.ledger_id for ledger in ledgers),
+                      generation)
 
 
 def read_page(store: MetadataStore, name: str, page: StreamPage) -> tuple[StreamLedger, ...]:
