@@ -8,6 +8,9 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
 - Throughput: the same rows written by the exactly-once streaming sink (one Trigger.AvailableNow
   micro-batch over a parquet directory) and by the batch writer (df.write.format("ledger")), side by
   side in the same run, as rows/s and their ratio.
+- Sink commit vs. cluster size: the median addBatch of a rate -> ledger query on the fresh cluster, and
+  again once the cluster holds --unrelated ledgers of other jobs and queries (metadata only, which is
+  all a commit's orphan sweep could look at). Rule 15: the ratio stays near 1.
 """
 from __future__ import annotations
 
@@ -18,12 +21,19 @@ import time
 
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
+from metadata import registry
+from metadata.model import Fragment, LedgerMetadata, LedgerState
+from metadata.store import MetadataStore
+
+WARM_UP_BATCHES = 3  # micro-batches left out of the commit medians (Spark compiles and caches on the first ones)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--entries", type=int, default=300, help="entries appended for the latency run")
     parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency run")
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
+    parser.add_argument("--unrelated", type=int, default=2_000, help="other ledgers in the cluster for the commit run")
+    parser.add_argument("--commit-batches", type=int, default=15, help="micro-batches measured per commit run")
 
 
 def run(args) -> int:
@@ -46,6 +56,14 @@ def run(args) -> int:
                            .option("metadata", uri).mode("append").save("batch-bench"))
             print(f"stream sink: {args.rows / sink:,.0f} rows/s; batch writer: {args.rows / batch:,.0f} rows/s; "
                   f"sink/batch ratio {batch / sink:.2f} (same rows, E=3 WQ=3 AQ=2, fsync on)")
+
+            # Last, with Spark warm: the cluster holds only the few ledgers of the runs above, then many more.
+            empty = _median_add_batch(spark, uri, f"{tmp}/commit-empty-ck", "commit-empty", args.commit_batches)
+            with MetadataStore(uri) as store:
+                _unrelated_ledgers(store, args.unrelated)
+            busy = _median_add_batch(spark, uri, f"{tmp}/commit-busy-ck", "commit-busy", args.commit_batches)
+            print(f"sink commit: median addBatch of a rate -> ledger micro-batch {empty:.0f} ms on a fresh cluster, "
+                  f"{busy:.0f} ms with {args.unrelated:,} unrelated ledgers; ratio {busy / empty:.2f} (target <= 1.3)")
         finally:
             spark.stop()
     return 0
@@ -97,6 +115,35 @@ def _sink_write(spark, uri: str, source: str, checkpoint: str, stream: str) -> N
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"streaming sink run failed: {query.exception()}")
+
+
+def _median_add_batch(spark, uri: str, checkpoint: str, stream: str, batches: int) -> float:
+    """Median addBatch (ms) of a rate -> ledger query's micro-batches, warm-up batches left out."""
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", 200).load().selectExpr("value AS id")
+        .writeStream.format("ledger").option("metadata", uri).option("checkpointLocation", checkpoint)
+        .trigger(processingTime="200 milliseconds").start(stream)
+    )
+
+    def add_batch_ms() -> list[float]:
+        return [p["durationMs"]["addBatch"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
+
+    try:
+        _wait(lambda: len(add_batch_ms()) >= WARM_UP_BATCHES + batches, 600)
+    finally:
+        query.stop()
+    return statistics.median(add_batch_ms()[WARM_UP_BATCHES:])
+
+
+def _unrelated_ledgers(store: MetadataStore, count: int) -> None:
+    """count closed ledgers of other jobs and queries, as a cluster's history leaves them."""
+    ensemble = tuple(sorted(registry.placeable_nodes(store)))[:3]
+    for i in range(count):
+        tags = (("spark.job", f"other-job-{i}"), ("stream", "other")) if i % 2 else (("spark.query", "other"),)
+        store.create_ledger(LedgerMetadata(
+            ledger_id=0, ensemble_size=len(ensemble), write_quorum=len(ensemble), ack_quorum=2,
+            fragments=(Fragment(0, ensemble),), state=LedgerState.CLOSED, custom_metadata=tags,
+        ))
 
 
 def _timed(fn) -> float:

@@ -118,7 +118,7 @@ def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: in
 
 
 def drop_entry(lc: LedgerClient, entry: TaskEntry, password: bytes) -> None:
-    """Fence the entry, discard its ledger (fence, recover, delete) if it exists, then delete the entry."""
+    """Withdraw the entry, discard its ledger (fence, recover, delete) if it exists, then delete the entry."""
     if withdraw(lc.store, entry):
         discard(lc, entry.ledger_id, password)
         forget_entry(lc.store, entry)

@@ -14,7 +14,8 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
                      rf"group-by {NUMBER}s = {NUMBER}x parquet", out), out
 
 
-def test_stream_bench_prints_latency_and_throughput():
-    out = bench("stream", "--entries", "20", "--rate", "20", "--rows", "5000")
+def test_stream_bench_prints_latency_throughput_and_commit_figures():
+    out = bench("stream", "--entries", "20", "--rate", "20", "--rows", "5000", "--unrelated", "50", "--commit-batches", "2")
     assert re.search(r"p50", out) and re.search(r"p99", out), out
     assert re.search(rf"{NUMBER} rows/s", out), out
+    assert re.search(rf"sink commit: .* {NUMBER} ms on a fresh cluster, {NUMBER} ms with 50 unrelated ledgers; ratio {NUMBER}", out), out
