@@ -1,0 +1,533 @@
+"""Compaction of a stream's small ledgers (issue 14 item 4): runs of small closed ledgers rewritten into large
+ones with the same rows at the same offsets, swapped into the stream in one compare-and-set.
+
+A streaming sink makes one ledger per task per micro-batch, and every later read pays per ledger it opens.
+A compaction run goes through these steps; a process that dies after any of them leaves the stream whole,
+and the next run of the same stream (clean_compactions, which every compaction calls first) finishes or
+undoes what it left:
+
+1. plan: the stream's runs of closed ledgers under small_bytes, packed into groups of at most target_bytes,
+   one new ledger each (E/WQ/AQ of the ledgers replaced). Never the stream's last ledger, and never a ledger
+   still in a Spark task registry: its commit is in progress and may still read back whether the stream
+   holds it (rule 16).
+2. record: /compactions/<stream>@<id> names the run (ledger ids and offsets), the process's writer id (an
+   ephemeral znode while it lives) and its grace period; state running, at version 0.
+3. rewrite: every new ledger is registered under the record before it is created, as a Spark task registers
+   its ledger (connector/spark/jobs.py): an allocated id, an entry created while the record is at version
+   0, the ledger created while the entry is at version 0. It is tagged with the stream and the compaction.
+   Arrow rows are re-batched into entries of entry_bytes, with a row index; raw entries are copied one for
+   one, so a raw ledger's entries still map 1:1 to offsets. The copy must hold exactly the run's offsets.
+4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers and sets the
+   record to swapped (the swap time, the pages it replaced) at version 0. Refused if the run changed
+   (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
+   in the same step as the stream, so its state says whether the swap landed: a lost reply is read back.
+5. after the grace: the replaced ledgers and pages are deleted, then the record.
+
+Undoing a running compaction (its own failure, or its process gone: no writer znode) bumps its record's
+version (state abandoned) first. That fences it for good: its swap and its registrations check version 0.
+Then its registered ledgers are withdrawn and discarded (jobs.drop_entry) and the record is deleted.
+
+The grace (DEFAULT_GRACE, one hour): readers plan on ledger ids and read them later. A Spark batch read plans
+in the driver and its tasks open the ledgers as they run; a streaming micro-batch plans, then reads; a
+reader holding a head from before the swap still lists the replaced pages (streams.live_pages). So the
+replaced ledgers and pages stay readable for the grace after the swap; a read planned longer ago than that
+fails with "ledger does not exist" (never with wrong rows) and reads the compacted ledgers when run again.
+An hour covers the batch jobs of a stream of this size with room; raise it for longer ones. The cost is the
+run's bytes stored twice for that long.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from typing import Callable, Iterator
+
+from kazoo.exceptions import NoNodeError
+
+from connector.client import LedgerClient, NoSuchLedgerError
+from connector.spark.commit import ARROW
+from connector.spark.encoding import EntryBuilder, decode_entry, entry_header
+from connector.spark.jobs import (
+    TaskEntry, TaskRegistry, WriteJobEndedError, create_task_ledger, drop_entry, job_registry, query_registry,
+    register_task_ledger, task_entries,
+)
+from connector.spark.recovery import JOB_TAG, STREAM_TAG, check_password, discard
+from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
+from connector.spark.schema import decode_schema
+from metadata import layout, registry, streams
+from metadata.errors import LedgerError, MetadataConflictError
+from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
+from metadata.streams import RunChangedError, replace_run, update_stream
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+DEFAULT_TARGET_BYTES = 128 * MiB
+DEFAULT_GRACE = 3600.0
+DEFAULT_ENTRY_BYTES = 1 * MiB   # the Spark writer's default entryBytes
+MAX_RUN_LEDGERS = 4096          # ledgers one swap replaces: keeps the record (~25 bytes a ledger) far below 1 MB
+MAX_IN_FLIGHT = 32              # entries appended and not yet acknowledged
+READ_AHEAD_BYTES = 32 * MiB     # of run ledgers read ahead of the copy
+PLAN_THREADS = 8                # metadata reads in flight while planning
+COMPACTION_TAG = "compaction"
+QUERY_TAG, BATCH_TAG = "spark.query", "spark.batch"   # as stream_write tags a sink's task ledgers
+RUNNING, SWAPPED, ABANDONED = "running", "swapped", "abandoned"
+
+
+class CompactionAbandonedError(LedgerError):
+    """The compaction's record was abandoned (by a cleanup that took its process for dead) or deleted: its new
+    ledgers may not enter the stream."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPolicy:
+    """Which ledgers are rewritten and into what. small_bytes defaults to half of target_bytes (two small
+    ledgers always fit in one new one); a run of fewer than min_ledgers small ledgers is left as it is."""
+
+    target_bytes: int = DEFAULT_TARGET_BYTES
+    small_bytes: int | None = None
+    min_ledgers: int = 2
+    grace: float = DEFAULT_GRACE
+    entry_bytes: int = DEFAULT_ENTRY_BYTES
+    compression: str | None = None
+
+    @property
+    def small(self) -> int:
+        return self.small_bytes if self.small_bytes is not None else self.target_bytes // 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Compaction:
+    """A compaction's durable record, /compactions/<stream>@<id> (see the module docstring)."""
+
+    compaction_id: str
+    stream: str
+    writer: str
+    grace: float
+    run: tuple[StreamLedger, ...]
+    created_at: float
+    state: str = RUNNING
+    swapped_at: float | None = None
+    ledgers: tuple[StreamLedger, ...] = ()   # the run's replacement, once swapped
+    replaced_pages: tuple[str, ...] = ()     # page names the swap replaced
+
+    @property
+    def path(self) -> str:
+        return layout.compaction_path(self.compaction_id)
+
+    @property
+    def registry(self) -> TaskRegistry:
+        return TaskRegistry(self.path)
+
+    @property
+    def due(self) -> float | None:
+        """When the replaced ledgers may be deleted (None until swapped)."""
+        return None if self.swapped_at is None else self.swapped_at + self.grace
+
+    def encode(self) -> bytes:
+        body = dataclasses.asdict(self)
+        body["run"] = [[s.ledger_id, s.first_offset, s.last_offset] for s in self.run]
+        body["ledgers"] = [[s.ledger_id, s.first_offset, s.last_offset] for s in self.ledgers]
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Compaction":
+        body = json.loads(data)
+        body["run"] = tuple(StreamLedger(*row) for row in body["run"])
+        body["ledgers"] = tuple(StreamLedger(*row) for row in body["ledgers"])
+        body["replaced_pages"] = tuple(body["replaced_pages"])
+        return cls(**body)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A ledger of the stream that may be rewritten: its offsets, size and quorums."""
+
+    ledger: StreamLedger
+    length: int
+    quorum: tuple[int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    compaction_id: str
+    replaced: int                   # ledgers of the run
+    ledgers: tuple[int, ...]        # their replacement
+    first_offset: int
+    last_offset: int
+    bytes: int
+    state: str                      # swapped, or abandoned (the run changed meanwhile)
+
+
+@dataclasses.dataclass
+class CompactionResult:
+    stream: str
+    runs: list[RunResult] = dataclasses.field(default_factory=list)
+    finished: list[str] = dataclasses.field(default_factory=list)    # records whose old ledgers were deleted
+    abandoned: list[str] = dataclasses.field(default_factory=list)   # records undone (their process was gone)
+    pending: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (record, due) still in grace
+
+
+# on_step(step, record) after each step: recorded, created (a new ledger, OPEN), written (all of them, closed),
+# swapped, deleted (the replaced ledgers, after the grace), abandoned (undone)
+Step = Callable[[str, Compaction], None]
+
+
+def compact_stream(
+    lc: LedgerClient, name: str, policy: CompactionPolicy = CompactionPolicy(), *, password: bytes = b"",
+    wait: bool = False, on_step: Step | None = None,
+) -> CompactionResult:
+    """Clean up earlier compactions of the stream, then rewrite its runs of small ledgers, one swap each. With
+    wait, also wait for the grace and delete the replaced ledgers; otherwise a later run deletes them."""
+    on_step = on_step or (lambda step, record: None)
+    result = clean_compactions(lc, name, password=password, on_step=on_step)
+    record = streams.read_stream(lc.store, name).value
+    for run in plan_runs(lc, record, policy, password):
+        result.runs.append(_compact_run(lc, record, run, policy, password, on_step))
+    if wait:
+        _wait_for_grace(lc, name, password, on_step, result)
+    else:
+        result.pending = [(c.compaction_id, c.due) for c in _records(lc, name) if c.state == SWAPPED]
+    return result
+
+
+# -- plan ----------------------------------------------------------------------------------------------
+
+
+def plan_runs(
+    lc: LedgerClient, record: StreamRecord, policy: CompactionPolicy, password: bytes
+) -> list[list[list[Candidate]]]:
+    """The stream's runs to rewrite, each a list of groups (one new ledger per group), in offset order."""
+    ledgers = list(streams.iter_ledgers(lc.store, record))[:-1]   # the last ledger stays (replace_run)
+    with concurrent.futures.ThreadPoolExecutor(PLAN_THREADS) as pool:
+        candidates = list(pool.map(lambda ledger: _candidate(lc, ledger, policy, password), ledgers))
+    return runs_of(candidates, policy)
+
+
+def runs_of(candidates: list[Candidate | None], policy: CompactionPolicy) -> list[list[list[Candidate]]]:
+    """Pure: candidates in stream order (None: a ledger that stays) cut into runs of contiguous candidates with
+    the same quorums and at most MAX_RUN_LEDGERS ledgers, each packed into groups of at most target_bytes.
+    A run neither starts nor ends with a ledger without rows, nor with a group of one ledger (nothing to
+    merge), and one of fewer than min_ledgers ledgers is dropped."""
+    runs, current = [], []
+    for candidate in candidates + [None]:
+        if current and (candidate is None or candidate.quorum != current[0].quorum or len(current) == MAX_RUN_LEDGERS):
+            runs.append(_groups(current, policy.target_bytes))
+            current = []
+        if candidate is not None:
+            current.append(candidate)
+    return [run for run in map(_trimmed, runs) if sum(map(len, run)) >= max(2, policy.min_ledgers)]
+
+
+def _groups(run: list[Candidate], target_bytes: int) -> list[list[Candidate]]:
+    groups, size = [[]], 0
+    for candidate in run:
+        if groups[-1] and size + candidate.length > target_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(candidate)
+        size += candidate.length
+    return groups
+
+
+def _trimmed(groups: list[list[Candidate]]) -> list[list[Candidate]]:
+    """groups without a group of one ledger at either end, nor a ledger without rows (streams.replace_run)."""
+    while groups and (len(groups[0]) < 2 or not _holds_rows(groups[0][0])):
+        groups = ([groups[0][1:]] if len(groups[0]) > 1 else []) + groups[1:]
+    while groups and (len(groups[-1]) < 2 or not _holds_rows(groups[-1][-1])):
+        groups = groups[:-1] + ([groups[-1][:-1]] if len(groups[-1]) > 1 else [])
+    return groups
+
+
+def _holds_rows(candidate: Candidate) -> bool:
+    return candidate.ledger.last_offset >= candidate.ledger.first_offset
+
+
+def _candidate(lc: LedgerClient, ledger: StreamLedger, policy: CompactionPolicy, password: bytes) -> Candidate | None:
+    if ledger.last_offset is None:
+        return None
+    try:
+        meta = lc.ledger_metadata(ledger.ledger_id)
+    except NoSuchLedgerError:
+        return None  # left the stream meanwhile (truncated): the swap would be refused anyway
+    if not meta.is_closed or meta.length >= policy.small or _committing(lc, meta):
+        return None
+    check_password(meta, password, f"stream ledger {ledger.ledger_id}")
+    return Candidate(ledger, meta.length, (meta.ensemble_size, meta.write_quorum, meta.ack_quorum))
+
+
+def _committing(lc: LedgerClient, meta: LedgerMetadata) -> bool:
+    """Whether a Spark commit still has the ledger in its task registry (the sweep forgets it once done)."""
+    tags = meta.custom
+    if QUERY_TAG in tags and BATCH_TAG in tags:
+        task_registry = query_registry(tags[QUERY_TAG], int(tags[BATCH_TAG]))
+    elif JOB_TAG in tags:
+        task_registry = job_registry(tags[JOB_TAG])
+    else:
+        return False
+    return lc.store.exists(TaskEntry(task_registry.path, meta.ledger_id, task_registry.batch).path)
+
+
+# -- one run -------------------------------------------------------------------------------------------
+
+
+def _compact_run(
+    lc: LedgerClient, stream: StreamRecord, groups: list[list[Candidate]], policy: CompactionPolicy,
+    password: bytes, on_step: Step,
+) -> RunResult:
+    run = tuple(candidate.ledger for group in groups for candidate in group)
+    compaction = Compaction(f"{stream.name}@{uuid.uuid4().hex[:12]}", stream.name, lc.writer_id, policy.grace, run,
+                            time.time())
+    lc.store.create(compaction.path, compaction.encode())
+    on_step("recorded", compaction)
+    try:
+        replacement = tuple(_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups)
+        on_step("written", compaction)
+        swapped = _swap(lc, compaction, replacement)
+    except (RunChangedError, CompactionAbandonedError) as exc:
+        log.info("compaction %s of stream %r left offsets %d..%d as they were: %s", compaction.compaction_id,
+                 stream.name, run[0].first_offset, run[-1].last_offset, exc)
+        swapped = _undo(lc, compaction, password, on_step)
+        if swapped is None:
+            return _result(compaction, (), ABANDONED, groups)
+    except BaseException:
+        with contextlib.suppress(LedgerError):
+            _undo(lc, compaction, password, on_step)   # or left to the next run's cleanup
+        raise
+    on_step("swapped", swapped)
+    return _result(swapped, swapped.ledgers, SWAPPED, groups)
+
+
+def _result(compaction: Compaction, ledgers, state: str, groups: list[list[Candidate]]) -> RunResult:
+    run = compaction.run
+    return RunResult(compaction.compaction_id, len(run), tuple(s.ledger_id for s in ledgers), run[0].first_offset,
+                     run[-1].last_offset, sum(c.length for group in groups for c in group), state)
+
+
+def _rewrite(
+    lc: LedgerClient, stream: StreamRecord, compaction: Compaction, group: list[Candidate],
+    policy: CompactionPolicy, password: bytes, on_step: Step,
+) -> StreamLedger:
+    """One new ledger holding the group's rows (registered under the compaction's record before it exists)."""
+    first, last = group[0].ledger.first_offset, group[-1].ledger.last_offset
+    ensemble_size, write_quorum, ack_quorum = group[0].quorum
+    try:
+        entry = register_task_ledger(lc.store, compaction.registry)
+        handle = create_task_ledger(
+            lc, entry, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            password=password, custom_metadata={STREAM_TAG: stream.name, COMPACTION_TAG: compaction.compaction_id},
+        )
+    except WriteJobEndedError as exc:
+        raise CompactionAbandonedError(f"compaction {compaction.compaction_id} was abandoned by a cleanup") from exc
+    on_step("created", compaction)
+    with handle:
+        copy = _ArrowCopy(stream, policy) if stream.format == ARROW else _RawCopy()
+        in_flight: collections.deque = collections.deque()
+        for ledger, payloads in _read_ahead(lc, group, password):
+            for payload in copy.entries(ledger, payloads):
+                in_flight.append(handle.append_async(payload))
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    in_flight.popleft().result()
+        for payload in copy.finish():
+            in_flight.append(handle.append_async(payload))
+        for future in in_flight:
+            future.result()
+        if copy.offsets != last - first + 1:
+            raise LedgerError(
+                f"compaction {compaction.compaction_id}: ledgers {group[0].ledger.ledger_id}.."
+                f"{group[-1].ledger.ledger_id} hold {copy.offsets} offsets, the stream gives them {last - first + 1}"
+            )
+        handle.close(custom_metadata=copy.custom_metadata())
+    return StreamLedger(handle.ledger_id, first, last)
+
+
+def _read_ahead(lc: LedgerClient, group: list[Candidate], password: bytes) -> Iterator[tuple[StreamLedger, list]]:
+    """Each ledger of the group with its entries' payloads, read a few ledgers (READ_AHEAD_BYTES) ahead."""
+    def read(candidate: Candidate) -> list[bytes]:
+        handle = lc.open_ledger(candidate.ledger.ledger_id, password=password, recover=False)
+        if handle.last_entry_id < 0:
+            return []
+        return [entry.payload for entry in handle.read(0, handle.last_entry_id)]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        pending: collections.deque = collections.deque()
+        queued = 0
+        for candidate in group:
+            while pending and queued + candidate.length > READ_AHEAD_BYTES:
+                done, future = pending.popleft()
+                queued -= done.length
+                yield done.ledger, future.result()
+            pending.append((candidate, pool.submit(read, candidate)))
+            queued += candidate.length
+        for done, future in pending:
+            yield done.ledger, future.result()
+
+
+class _RawCopy:
+    """Raw entries one for one: entry e of the new ledger is offset first + e, as in the ledgers it replaces."""
+
+    def __init__(self) -> None:
+        self.offsets = 0
+
+    def entries(self, ledger: StreamLedger, payloads: list[bytes]) -> list[bytes]:
+        _check_count(ledger, len(payloads))
+        self.offsets += len(payloads)
+        return payloads
+
+    def finish(self) -> list[bytes]:
+        return []
+
+    def custom_metadata(self) -> dict:
+        return {}
+
+
+class _ArrowCopy:
+    """Arrow rows re-batched into entries of entry_bytes (the recorded schema), indexed as a Spark task does."""
+
+    def __init__(self, stream: StreamRecord, policy: CompactionPolicy):
+        self.builder = EntryBuilder(decode_schema(stream.schema), policy.entry_bytes, policy.compression)
+        self.row_index = RowIndexBuilder()
+
+    @property
+    def offsets(self) -> int:
+        return self.builder.rows_written
+
+    def entries(self, ledger: StreamLedger, payloads: list[bytes]) -> Iterator[bytes]:
+        rows = 0
+        for payload in payloads:
+            decoded = decode_entry(payload)
+            if decoded.first_row != rows:
+                raise LedgerError(f"ledger {ledger.ledger_id}: an entry starts at row {decoded.first_row}, "
+                                  f"expected {rows}; the ledger is not a Spark arrow ledger")
+            rows += decoded.row_count
+            for batch in decoded.batches:
+                yield from self._indexed(self.builder.add(batch))
+        _check_count(ledger, rows)
+
+    def finish(self) -> Iterator[bytes]:
+        return self._indexed(self.builder.finish())
+
+    def _indexed(self, payloads: Iterator[bytes]) -> Iterator[bytes]:
+        for payload in payloads:
+            self.row_index.add(entry_header(payload)[0])
+            yield payload
+
+    def custom_metadata(self) -> dict:
+        return {ROW_INDEX_KEY: self.row_index.index().encode()}
+
+
+def _check_count(ledger: StreamLedger, offsets: int) -> None:
+    if offsets != ledger.last_offset - ledger.first_offset + 1:
+        raise LedgerError(
+            f"ledger {ledger.ledger_id} holds {offsets} offsets, its stream gives it "
+            f"{ledger.first_offset}..{ledger.last_offset}; leaving it uncompacted"
+        )
+
+
+def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLedger, ...]) -> Compaction:
+    """The one CAS: the run replaced in the stream and the record set to swapped, in one multi. A lost reply is
+    read back: the record's state says whether it landed."""
+    swapped: list[Compaction] = []
+
+    def transform(head: StreamRecord):
+        found = _read_record(lc, compaction.compaction_id)
+        if found is None or found.value.state == ABANDONED:
+            raise CompactionAbandonedError(f"compaction {compaction.compaction_id} was abandoned by a cleanup")
+        if found.value.state == SWAPPED:
+            swapped[:] = [found.value]
+            return None
+        rewrite = replace_run(lc.store, head, compaction.run, replacement)
+        done = dataclasses.replace(compaction, state=SWAPPED, swapped_at=time.time(), ledgers=replacement,
+                                   replaced_pages=tuple(layout.page_name(page) for page in rewrite.replaced))
+        return dataclasses.replace(rewrite, also=(compaction.path, done.encode(), 0))
+
+    update_stream(lc.store, compaction.stream, transform, read_back=True)
+    return swapped[0] if swapped else _read_record(lc, compaction.compaction_id).value
+
+
+# -- cleanup -------------------------------------------------------------------------------------------
+
+
+def clean_compactions(
+    lc: LedgerClient, name: str, *, password: bytes = b"", on_step: Step | None = None, now: float | None = None,
+) -> CompactionResult:
+    """Finish the stream's swapped compactions whose grace has passed and undo those whose process is gone.
+    Reads only the records of compactions in progress (rule 15); for a retention loop or janitor too."""
+    on_step = on_step or (lambda step, record: None)
+    result = CompactionResult(name)
+    for compaction in _records(lc, name):
+        if compaction.state == SWAPPED and compaction.due <= (now or time.time()):
+            _finish(lc, compaction, password)
+            on_step("deleted", compaction)
+            result.finished.append(compaction.compaction_id)
+        elif compaction.state == ABANDONED or (
+                compaction.state == RUNNING and not registry.writer_alive(lc.store, compaction.writer)):
+            if _undo(lc, compaction, password, on_step) is None:
+                result.abandoned.append(compaction.compaction_id)
+    return result
+
+
+def _records(lc: LedgerClient, name: str) -> list[Compaction]:
+    prefix = f"{streams.check_stream_name(name)}@"
+    found = (_read_record(lc, child) for child in sorted(lc.store.children(layout.COMPACTIONS))
+             if child.startswith(prefix))
+    return [record.value for record in found if record is not None]
+
+
+def _read_record(lc: LedgerClient, compaction_id: str):
+    return lc.store.read(layout.compaction_path(compaction_id), Compaction.decode)
+
+
+def _finish(lc: LedgerClient, compaction: Compaction, password: bytes) -> None:
+    """After the grace: the replaced ledgers, then the pages they were in, then the record (with the entries of
+    the new ledgers, which the stream holds)."""
+    for ledger in compaction.run:
+        discard(lc, ledger.ledger_id, password)
+    for page_name in compaction.replaced_pages:
+        lc.store.delete(f"{layout.stream_pages_path(compaction.stream)}/{page_name}")
+    lc.store.delete(compaction.path, recursive=True)
+
+
+def _undo(lc: LedgerClient, compaction: Compaction, password: bytes, on_step: Step) -> Compaction | None:
+    """Abandon a compaction that has not swapped (fencing it), discard the ledgers it registered, delete its
+    record. Returns the swapped record instead if its swap had landed after all."""
+    abandoned = dataclasses.replace(compaction, state=ABANDONED)
+    try:
+        lc.store.compare_and_set(compaction.path, abandoned.encode(), 0, f"compaction record {compaction.path}")
+    except MetadataConflictError:
+        found = _read_record(lc, compaction.compaction_id)
+        if found is None:
+            return None  # undone by another cleanup meanwhile
+        if found.value.state == SWAPPED:
+            return found.value
+        # abandoned already, by a cleanup that may have died halfway: finish its work
+    except NoNodeError:
+        return None  # undone already
+    for entry in task_entries(lc.store, compaction.registry):
+        drop_entry(lc, entry, password)
+    lc.store.delete(compaction.path, recursive=True)
+    on_step("abandoned", abandoned)
+    return None
+
+
+def _wait_for_grace(lc: LedgerClient, name: str, password: bytes, on_step: Step, result: CompactionResult) -> None:
+    """Sleep until the grace of every swapped compaction of the stream has passed, deleting as they come due."""
+    while True:
+        due = [c.due for c in _records(lc, name) if c.state == SWAPPED]
+        if not due:
+            return
+        time.sleep(max(0.0, min(due) - time.time()))
+        cleaned = clean_compactions(lc, name, password=password, on_step=on_step)
+        result.finished += cleaned.finished
+        result.abandoned += cleaned.abandoned
+
+
+__all__ = [
+    "CompactionPolicy", "Compaction", "CompactionResult", "RunResult", "compact_stream", "clean_compactions",
+    "plan_runs", "runs_of", "DEFAULT_GRACE", "DEFAULT_TARGET_BYTES",
+]

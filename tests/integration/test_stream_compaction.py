@@ -1,0 +1,232 @@
+"""Compaction of small ledgers (connector/compaction.py, issue 14 item 4) against a real ZooKeeper and real nodes:
+the same rows at the same offsets in fewer ledgers, reads planned before the swap still read after it, the
+replaced ledgers deleted only after the grace, and a compaction killed at each step leaves the stream whole and
+the next run cleans up. Arrow streams are written by the Spark write path (write_task_ledger and the driver's
+commit) without a SparkSession, and read the way Spark's executors read them.
+"""
+import concurrent.futures
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StructField, StructType
+
+from connector.client import LedgerClient, NoSuchLedgerError
+from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
+from connector.spark import LedgerDataSource
+from connector.spark.options import LedgerOptions
+from connector.spark.row_index import RowIndex
+from connector.spark.schema import OFFSET
+from connector.spark.write import LedgerWriter, write_task_ledger
+from connector.spark.jobs import job_registry
+from metadata import layout, streams
+from tests.harness.poll import poll_until
+
+SCHEMA = StructType([StructField("id", LongType())])
+GRACE = 2.0
+
+
+class Task:
+    """The TaskContext calls a write task makes."""
+
+    def __init__(self, partition: int):
+        self.partition = partition
+
+    def partitionId(self) -> int:
+        return self.partition
+
+    def attemptNumber(self) -> int:
+        return 0
+
+    def taskAttemptId(self) -> int:
+        return self.partition
+
+
+def write_arrow_ledgers(uri: str, stream: str, ledgers: int, per_job: int = 50) -> None:
+    """`ledgers` sink-sized task ledgers (1-5 rows each; ids count up from 0), committed per_job at a time."""
+    opts = LedgerOptions.parse({"metadata": uri, "path": stream, "ensembleSize": "2", "writeQuorum": "2",
+                                "ackQuorum": "2"})
+    next_id = 0
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for start in range(0, ledgers, per_job):
+            writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
+            batches = []
+            for n in range(start, min(ledgers, start + per_job)):
+                rows = 1 + n % 5
+                batches.append(pa.record_batch([pa.array(range(next_id, next_id + rows), pa.int64())], names=["id"]))
+                next_id += rows
+
+            def task(partition: int, writer=writer, batches=batches):
+                ctx = Task(partition)
+                return write_task_ledger(opts, writer.schema, iter([batches[partition]]), ctx, writer._tags(ctx),
+                                         job_registry(writer.job_id))
+
+            writer.commit(list(pool.map(task, range(len(batches)))))
+
+
+def arrow_reader(uri: str, stream: str, **options):
+    source = LedgerDataSource({"metadata": uri, "path": stream, "includeMetadata": "true", **options})
+    return source.reader(source.schema())
+
+
+def rows_of(reader, partitions) -> list[tuple[int, int]]:
+    """(offset, id) of every row the partitions hold, read as executors read them."""
+    rows = []
+    for partition in partitions:
+        for batch in reader.read(partition):
+            rows += zip(batch.column(OFFSET).to_pylist(), batch.column("id").to_pylist())
+    return rows
+
+
+def stream_ledgers(store, stream: str) -> list:
+    return list(streams.iter_ledgers(store, streams.read_stream(store, stream).value))
+
+
+def compaction_ledgers(lc: LedgerClient) -> set[int]:
+    """Ledgers a compaction created, wherever they are."""
+    return {i for i in lc.list_ledgers() if COMPACTION_TAG in lc.ledger_metadata(i).custom}
+
+
+def cleaned_up(lc: LedgerClient, stream: str) -> bool:
+    clean_compactions(lc, stream)
+    return not lc.store.children(layout.COMPACTIONS)
+
+
+def exists(lc: LedgerClient, ledger_id: int) -> bool:
+    try:
+        lc.ledger_metadata(ledger_id)
+    except NoSuchLedgerError:
+        return False
+    return True
+
+
+def test_an_arrow_stream_of_200_small_ledgers_is_compacted_with_the_same_rows_at_the_same_offsets(
+        metadata_uri, cluster):
+    cluster(3)
+    write_arrow_ledgers(metadata_uri, "events", 200)
+    with LedgerClient(metadata_uri) as lc:
+        before = stream_ledgers(lc.store, "events")
+        planned = arrow_reader(metadata_uri, "events")
+        planned_partitions = planned.partitions()   # a batch read planned before the swap
+        rows = rows_of(planned, planned_partitions)
+        assert [offset for offset, _ in rows] == list(range(600)) and [i for _, i in rows] == list(range(600))
+        sizes = {lc.ledger_metadata(s.ledger_id).length for s in before}
+        policy = CompactionPolicy(target_bytes=40 * max(sizes), grace=GRACE)
+
+        result = compact_stream(lc, "events", policy)
+
+        after = stream_ledgers(lc.store, "events")
+        assert [r.state for r in result.runs] == ["swapped"] and result.runs[0].replaced == 199
+        assert 5 <= len(after) <= 10 and after[-1] == before[-1]   # 40 ledgers a new one; the last one stays
+        assert rows_of(planned, planned_partitions) == rows          # planned before, executed after the swap
+        reader = arrow_reader(metadata_uri, "events")
+        assert rows_of(reader, reader.partitions()) == rows
+        seek = arrow_reader(metadata_uri, "events", startingOffsets="333", endingOffsets="345")
+        assert rows_of(seek, seek.partitions()) == rows[333:345]
+        new = lc.ledger_metadata(after[0].ledger_id)
+        assert (new.ensemble_size, new.write_quorum, new.ack_quorum) == (2, 2, 2)
+        assert RowIndex.of(new) is not None and new.custom[COMPACTION_TAG] == result.runs[0].compaction_id
+
+        replaced = [s.ledger_id for s in before[:-1]]
+        assert all(exists(lc, i) for i in replaced)                  # until the grace has passed
+        poll_until(lambda: cleaned_up(lc, "events"), timeout=30, what="the grace to pass")
+        assert not any(exists(lc, i) for i in replaced)
+        assert rows_of(reader, reader.partitions()) == rows
+        assert plan_runs(lc, streams.read_stream(lc.store, "events").value, policy, b"") == []   # nothing left
+
+
+def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer_goes_on(metadata_uri, cluster):
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        writer = lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2)
+        for n in range(1400):
+            writer.append(f"p-{n}".encode())
+        before = stream_ledgers(lc.store, "raw")
+        assert len(before) == 700 and streams.list_pages(lc.store, "raw")
+        old_head = streams.read_stream(lc.store, "raw").value
+        reading = lc.read_stream("raw")
+        first_half = [next(reading) for _ in range(500)]             # a read going on during the compaction
+
+        result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=200, grace=GRACE))
+
+        for n in range(1400, 1500):                                  # the owner keeps appending and rolling
+            writer.append(f"p-{n}".encode())
+        writer.close()
+        after = stream_ledgers(lc.store, "raw")
+        assert all(r.state == "swapped" for r in result.runs) and len(after) < 250
+        entries = [(e.offset, e.payload) for e in lc.read_stream("raw")]
+        assert entries == [(n, f"p-{n}".encode()) for n in range(1500)]
+        assert [(e.offset, e.payload) for e in first_half + list(reading)] == entries[:1400]
+        new = lc.ledger_metadata(after[0].ledger_id)
+        assert after[0].last_offset - after[0].first_offset == new.last_entry_id   # one entry per offset
+        assert list(streams.iter_ledgers(lc.store, old_head)) == before   # a head read before the swap, still whole
+
+        poll_until(lambda: cleaned_up(lc, "raw"), timeout=30, what="the grace to pass")
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])
+        head = streams.read_stream(lc.store, "raw").value
+        assert streams.list_pages(lc.store, "raw") == streams.live_pages(lc.store, head)   # replaced pages gone
+        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries
+
+
+def test_a_truncation_during_the_compaction_refuses_the_swap_and_the_new_ledgers_go(metadata_uri, cluster):
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+            for n in range(40):
+                w.append(f"p-{n}".encode())
+        before = stream_ledgers(lc.store, "raw")
+
+        def truncate_once(step, compaction):
+            if step == "written":
+                streams.update_stream(lc.store, "raw", lambda r: r.replace(
+                    first_offset=before[3].first_offset, tail=r.tail[3:]))
+
+        result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=GRACE), on_step=truncate_once)
+
+        assert [r.state for r in result.runs] == ["abandoned"]
+        assert stream_ledgers(lc.store, "raw") == before[3:] and compaction_ledgers(lc) == set()
+        assert lc.store.children(layout.COMPACTIONS) == []
+        assert [e.payload for e in lc.read_stream("raw", before[3].first_offset)] == [
+            f"p-{n}".encode() for n in range(6, 40)]
+
+
+@pytest.mark.parametrize("crash_at", ["recorded", "created", "written", "swapped"])
+def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_run_cleans_up(
+        metadata_uri, cluster, crash_at):
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+            for n in range(100):
+                w.append(f"p-{n}".encode())
+        entries = [(e.offset, e.payload) for e in lc.read_stream("raw")]
+        before = stream_ledgers(lc.store, "raw")
+
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.harness.compaction_process", metadata_uri, "raw", "60", "2", crash_at],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            lines = iter(process.stdout.readline, "")
+            assert f"stopped {crash_at}" in (line.strip() for line in lines)
+        finally:
+            process.kill()
+            process.wait()
+
+        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries   # readable and complete
+        swapped = crash_at == "swapped"
+        assert (stream_ledgers(lc.store, "raw") != before) == swapped
+        left = compaction_ledgers(lc)
+        assert bool(left) == (crash_at != "recorded")
+
+        # The next run undoes the dead compaction once its ZooKeeper session is gone (or, swapped, deletes the
+        # replaced ledgers after the grace), then compacts what is left.
+        poll_until(lambda: cleaned_up(lc, "raw"), timeout=60, interval=0.5, what="the cleanup")
+        if swapped:
+            assert not any(exists(lc, s.ledger_id) for s in before[:-1]) and left <= {
+                s.ledger_id for s in stream_ledgers(lc.store, "raw")}
+        else:
+            assert compaction_ledgers(lc) == set() and stream_ledgers(lc.store, "raw") == before
+        compact_stream(lc, "raw", CompactionPolicy(target_bytes=60, grace=GRACE), wait=True)
+        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries
+        assert len(stream_ledgers(lc.store, "raw")) < len(before) and lc.store.children(layout.COMPACTIONS) == []
+        assert all(exists(lc, s.ledger_id) for s in stream_ledgers(lc.store, "raw"))
