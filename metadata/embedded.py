@@ -1,7 +1,9 @@
 """A real ZooKeeper server launched from the jars inside the installed pyspark wheel.
 
 No extra install: pyspark ships zookeeper-3.9 and its logging jars. Used by `ledger cluster start`,
-the demo and the tests.
+the demo and the tests. Its heap is 256 MiB, or $ZK_SERVER_HEAP MiB (the variable ZooKeeper's own
+scripts read): ZooKeeper keeps every znode in memory, and a cluster of 200,000 ledgers took 690 MiB
+(`ledger bench history`), so one of more than about 70,000 ledgers needs more.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import time
 from metadata.errors import EmbeddedZooKeeperError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+HEAP_ENV = "ZK_SERVER_HEAP"
+DEFAULT_HEAP_MB = 256
 
 
 def pyspark_jars_dir() -> pathlib.Path:
@@ -89,7 +93,7 @@ class EmbeddedZooKeeper:
         jars = pyspark_jars_dir()
         return [
             java,
-            "-Xmx256m",
+            f"-Xmx{int(os.environ.get(HEAP_ENV) or DEFAULT_HEAP_MB)}m",
             "-XX:+UseSerialGC",
             "-Dzookeeper.admin.enableServer=false",
             f"-Dzookeeper.log.dir={self.data_dir}",

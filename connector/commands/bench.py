@@ -1,4 +1,4 @@
-"""`ledger bench {node,client,spark,stream}`: benchmarks that print ratios against a baseline
+"""`ledger bench {node,client,spark,stream,history}`: benchmarks that print ratios against a baseline
 measured in the same run. Each benchmark module defines add_arguments(parser) and run(args)."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ BENCHMARKS = {
     "client": ("connector.bench.client", "replicated writer (E=3, WQ=3, AQ=2) vs. a single node"),
     "spark": ("connector.bench.spark", "Spark ledger write/read vs. parquet"),
     "stream": ("connector.bench.stream", "streaming end-to-end latency and sink throughput"),
+    "history": ("connector.bench.history", "commit, seek and read costs against a stream's history (rule 15)"),
 }
 
 

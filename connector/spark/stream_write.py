@@ -90,11 +90,14 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskLedger:
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty(BATCH_PROPERTY))
-        tags = {
+        return write_task_ledger(self.options, self.schema, iterator, ctx, self._tags(ctx, batch_id),
+                                 query_registry(self.query_id, batch_id))
+
+    def _tags(self, ctx: TaskContext, batch_id: int) -> dict[str, object]:
+        return {
             STREAM_TAG: self.options.stream, QUERY_TAG: self.query_id, BATCH_TAG: batch_id,
             PARTITION_TAG: ctx.partitionId(), ATTEMPT_TAG: ctx.attemptNumber(), TASK_TAG: ctx.taskAttemptId(),
         }
-        return write_task_ledger(self.options, self.schema, iterator, ctx, tags, query_registry(self.query_id, batch_id))
 
     # -- driver --------------------------------------------------------------------------------
 

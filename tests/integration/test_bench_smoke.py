@@ -15,6 +15,13 @@ from tests.harness.bench import NUMBER, bench
      [rf"client 1KiB: replicated .* ratio {NUMBER}", rf"client 1MiB: replicated .* ratio {NUMBER}",
       rf"cpu replicated: nodes {NUMBER} \+ client {NUMBER} of \d+ cores; {NUMBER} ms per acknowledged MB",
       rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms"]),
+    (("history", "--quick"),
+     [rf"sink commit: .* {NUMBER} ms on an empty stream .* {NUMBER} ms on a stream of 2,000 ledgers .* ratio {NUMBER}",
+      rf"batch write commit: .* ratio {NUMBER}",
+      rf"seek: a streaming micro-batch of one row, .* at the first row .* at its last row; ratio {NUMBER}",
+      rf"without its row index \(binary search\): {NUMBER} ms; planned from the first entry .*: {NUMBER} ms",
+      rf"compaction: a batch read of 100 sink-sized ledgers .*: {NUMBER}s, {NUMBER} rows/s",
+      rf"compact: not available|compaction: the same rows after compact .*: {NUMBER}s, {NUMBER} rows/s"]),
 ])
 def test_bench_prints_its_figures(args, lines):
     out = bench(*args)

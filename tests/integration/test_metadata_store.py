@@ -30,6 +30,14 @@ def test_ledger_ids_are_unique_and_records_versioned(store):
     assert store.list_ledgers() == sorted([first.value.ledger_id, second.value.ledger_id])
 
 
+def test_ids_allocated_in_bulk_are_new_and_come_before_later_ones(store):
+    before = store.allocate_ledger_id()
+    bulk = store.allocate_ledger_ids(25, per_request=10)
+    assert bulk == sorted(set(bulk)) and len(bulk) == 25 and bulk[0] > before
+    assert store.allocate_ledger_id() > bulk[-1]
+    assert store.children(layout.IDGEN) == []
+
+
 def test_compare_and_set_with_a_stale_version_is_a_conflict(store):
     created = new_ledger(store)
     ledger_id = created.value.ledger_id
