@@ -12,7 +12,9 @@ Violations, by kind:
   ledger reads, a reader that saw something the final ledger or stream does not hold there, and a close or
   recovery that returned another last entry than the ledger holds now.
 - orphaned: a ledger that no stream and no writer owns (a stream writer's ledger the stream never got).
-- unrecovered: a ledger still OPEN after the final recovery (reported, not judged further).
+- unrecovered: a ledger still OPEN after the final recovery (judged up to its LAC).
+- crashed: an actor died of an exception (the client raised something outside its LedgerError hierarchy);
+  the soak adds these.
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
 from metadata import streams
 from metadata.model import LedgerMetadata, StreamLedger
 
-KINDS = ("lost", "duplicated", "divergent", "orphaned", "unrecovered")
 APPENDS = ("append", "stream-append")
 REFUSED = ("LedgerFencedError", "LedgerClosedError")  # a store that refuses a fenced writer is working
 
@@ -154,12 +155,11 @@ class Report:
     def line(self, minutes: float, seed: int) -> str:
         faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items()))
         availability = self.acked_available / self.attempted_available if self.attempted_available else 1.0
-        unrecovered = self.count("unrecovered")
+        others = "".join(f", {kind} {self.count(kind)}" for kind in ("unrecovered", "crashed") if self.count(kind))
         return (f"soak: {minutes:g} minutes, seed {seed}, ops {self.ops} (acked {self.outcomes[OK]}, failed "
                 f"{self.outcomes[FAILED]}, unknown {self.outcomes[UNKNOWN]}), faults {sum(self.faults.values())} "
                 f"by kind ({faults}), lost {self.count('lost')}, duplicated {self.count('duplicated')}, divergent "
-                f"{self.count('divergent')}, orphaned {self.count('orphaned')}"
-                + (f", unrecovered {unrecovered}" if unrecovered else "")
+                f"{self.count('divergent')}, orphaned {self.count('orphaned')}{others}"
                 + f"; append availability {availability:.2%} ({self.acked_available}/{self.attempted_available} "
                 f"acked while at most one node was faulty), p99 append latency {self.p99_append_ms:.0f} ms")
 
