@@ -183,7 +183,8 @@ def compact_stream(
     wait: bool = False, on_step: Step | None = None,
 ) -> CompactionResult:
     """Clean up earlier compactions of the stream, then rewrite its runs of small ledgers, one swap each. With
-    wait, also wait for the grace and delete the replaced ledgers; otherwise a later run deletes them."""
+    wait, also wait for the grace of these swaps and delete the ledgers they replaced; otherwise a later run
+    (or clean_compactions) deletes them."""
     on_step = on_step or (lambda step, record: None)
     result = clean_compactions(lc, name, password=password, on_step=on_step)
     record = streams.read_stream(lc.store, name).value
@@ -516,9 +517,10 @@ def _undo(lc: LedgerClient, compaction: Compaction, password: bytes, on_step: St
 
 
 def _wait_for_grace(lc: LedgerClient, name: str, password: bytes, on_step: Step, result: CompactionResult) -> None:
-    """Sleep until the grace of every swapped compaction of the stream has passed, deleting as they come due."""
+    """Sleep until the grace of this call's swaps has passed, deleting the replaced ledgers as they come due."""
+    mine = {run.compaction_id for run in result.runs if run.state == SWAPPED}
     while True:
-        due = [c.due for c in _records(lc, name) if c.state == SWAPPED]
+        due = [c.due for c in _records(lc, name) if c.state == SWAPPED and c.compaction_id in mine]
         if not due:
             return
         time.sleep(max(0.0, min(due) - time.time()))

@@ -4,7 +4,9 @@ replaced ledgers deleted only after the grace, and a compaction killed at each s
 the next run cleans up. Arrow streams are written by the Spark write path (write_task_ledger and the driver's
 commit) without a SparkSession, and read the way Spark's executors read them.
 """
+import argparse
 import concurrent.futures
+import json
 import subprocess
 import sys
 
@@ -13,6 +15,7 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from connector.client import LedgerClient, NoSuchLedgerError
+from connector.commands.stream_compact import register_compact
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
 from connector.spark.options import LedgerOptions
@@ -230,3 +233,34 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
         assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries
         assert len(stream_ledgers(lc.store, "raw")) < len(before) and lc.store.children(layout.COMPACTIONS) == []
         assert all(exists(lc, s.ledger_id) for s in stream_ledgers(lc.store, "raw"))
+
+
+def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_grace(metadata_uri, cluster, capsys):
+    cluster(3)
+    parser = argparse.ArgumentParser()
+    register_compact(parser.add_subparsers())
+
+    def compact(*extra: str) -> str:
+        args = parser.parse_args(["compact", "raw", "--metadata", metadata_uri, "--target-bytes", "100", *extra])
+        assert args.func(args) == 0
+        return capsys.readouterr().out
+
+    def append(lc: LedgerClient, entries: range) -> None:
+        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+            for n in entries:
+                w.append(f"p-{n}".encode())
+
+    with LedgerClient(metadata_uri) as lc:
+        append(lc, range(40))
+        before = stream_ledgers(lc.store, "raw")
+        assert "0 ledgers rewritten into 0" in compact("--min-ledgers", "100")   # fewer small ledgers than that
+
+        outcome = json.loads(compact("--grace", "1", "--wait", "--json"))
+        (run,) = outcome["runs"]
+        assert run["replaced"] == 19 and outcome["finished"] == [run["compaction_id"]] and outcome["pending"] == []
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])
+
+        append(lc, range(40, 80))
+        printed = compact()
+        assert "ledgers rewritten into" in printed and "kept until" in printed
+        assert [e.payload for e in lc.read_stream("raw")] == [f"p-{n}".encode() for n in range(80)]
