@@ -9,6 +9,9 @@
     /streams/<name>/pages/F-L-M-G
                                 a page of generation G, rewritten by a compaction (the page it replaces stays
                                 for the compaction's grace period)
+    /streams/<name>/cuts/<id>   a truncation or retention run's cut: planned, then (in the multi that moves the
+                                stream's first offset) the ledgers it took off the tail; deleted once they are
+                                (connector/retention.py)
     /nodes/<node id>            storage node registration (ephemeral)
     /cookies/<node id>          storage node cookies (persistent)
     /writers/<writer id>        writer liveness (ephemeral)
@@ -61,6 +64,14 @@ def stream_pages_path(name: str) -> str:
 
 def stream_page_path(name: str, page: StreamPage) -> str:
     return f"{stream_pages_path(name)}/{page_name(page)}"
+
+
+def stream_cuts_path(name: str) -> str:
+    return f"{STREAMS}/{name}/cuts"
+
+
+def stream_cut_path(name: str, cut_id: str) -> str:
+    return f"{stream_cuts_path(name)}/{cut_id}"
 
 
 def page_name(page: StreamPage) -> str:

@@ -154,6 +154,38 @@ class StreamPage:
 
 
 @dataclasses.dataclass(frozen=True)
+class Retention:
+    """A stream's retention: its closed ledgers older than max_age seconds go, and its oldest ones while the
+    closed ledgers hold more than max_bytes (None: no such limit). Only whole ledgers leave, from the front
+    (connector/retention.py)."""
+
+    max_age: float | None = None
+    max_bytes: int | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self.max_age is not None or self.max_bytes is not None
+
+    def updated(self, max_age: float | None = None, max_bytes: int | None = None) -> "Retention":
+        """This retention with the limits given changed: a limit replaces the one set, a negative one removes it
+        (as Kafka's retention.ms=-1), None keeps it."""
+        def pick(new, old):
+            return old if new is None else (None if new < 0 else new)
+        return Retention(pick(max_age, self.max_age), pick(max_bytes, self.max_bytes))
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteCount:
+    """What retention by size counted: the closed ledgers holding offsets first_offset..end_offset - 1 hold
+    `bytes` (their lengths). Valid while the stream still starts at first_offset; a rewrite of counted
+    offsets (a compaction) drops it, and retention counts again."""
+
+    first_offset: int
+    end_offset: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamRecord:
     """The head of a stream (a segmented log): its format, schema, owner, Spark commit records, where its
     offsets start, and its tail, the most recent ledgers. The stream's older ledgers are in sealed pages
@@ -170,6 +202,9 @@ class StreamRecord:
 
     page_generation counts the compactions that rewrote pages: a reader of this head reads, for each offset,
     the page of the highest generation up to it (see metadata/streams.py).
+
+    retention is the stream's retention setting, byte_count what retention by size counted so far (so that a
+    run reads only the ledgers added since, and those it removes).
     """
 
     name: str
@@ -182,6 +217,8 @@ class StreamRecord:
     jobs: tuple[tuple[str, str], ...] = ()
     first_offset: int = 0
     page_generation: int = 0
+    retention: Retention = Retention()
+    byte_count: ByteCount | None = None
 
     @property
     def next_offset(self) -> int:

@@ -6,12 +6,14 @@ from typing import Any
 
 from metadata.errors import MetadataFormatError
 from metadata.model import (
+    ByteCount,
     Cookie,
     Fragment,
     LedgerMetadata,
     LedgerState,
     NodeRegistration,
     NodeState,
+    Retention,
     StreamLedger,
     StreamRecord,
 )
@@ -127,22 +129,25 @@ def decode_cookie(data: bytes) -> Cookie:
 
 
 def encode_stream(stream: StreamRecord) -> bytes:
-    return _dump(
-        "stream",
-        {
-            "name": stream.name,
-            "format": stream.format,
-            "schema": stream.schema,
-            "tail": _ledger_rows(stream.tail),
-            "commits": [[query_id, batch_id] for query_id, batch_id in stream.commits],
-            "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
-            "first_offset": stream.first_offset,
-            "page_generation": stream.page_generation,
-            "owner": stream.owner,
-            "created_at": stream.created_at,
-        },
-        STREAM_FORMAT_VERSION,
-    )
+    body = {
+        "name": stream.name,
+        "format": stream.format,
+        "schema": stream.schema,
+        "tail": _ledger_rows(stream.tail),
+        "commits": [[query_id, batch_id] for query_id, batch_id in stream.commits],
+        "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
+        "first_offset": stream.first_offset,
+        "page_generation": stream.page_generation,
+        "owner": stream.owner,
+        "created_at": stream.created_at,
+    }
+    # Optional fields, written only when set: a head without them reads as no retention, nothing counted.
+    if stream.retention.is_set:
+        body["retention"] = {"max_age": stream.retention.max_age, "max_bytes": stream.retention.max_bytes}
+    if stream.byte_count is not None:
+        count = stream.byte_count
+        body["byte_count"] = [count.first_offset, count.end_offset, count.bytes]
+    return _dump("stream", body, STREAM_FORMAT_VERSION)
 
 
 def decode_stream(data: bytes) -> StreamRecord:
@@ -166,6 +171,8 @@ def decode_stream(data: bytes) -> StreamRecord:
         jobs=tuple((job_id, outcome) for job_id, outcome in r.get("jobs", ())),
         first_offset=first_offset,
         page_generation=r.get("page_generation", 0),
+        retention=Retention(**r["retention"]) if "retention" in r else Retention(),
+        byte_count=ByteCount(*r["byte_count"]) if "byte_count" in r else None,
     )
 
 

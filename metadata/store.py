@@ -236,6 +236,11 @@ class MetadataStore:
     def exists(self, path: str) -> bool:
         return self._call(self.zk.exists, path) is not None
 
+    def modified_at(self, path: str) -> float | None:
+        """When the znode was last written (ZooKeeper's mtime, by the server's clock), None if it is not there."""
+        stat = self._call(self.zk.exists, path)
+        return None if stat is None else stat.mtime / 1000.0
+
     def children(self, path: str) -> list[str]:
         return self._call(self.zk.get_children, path)
 

@@ -381,6 +381,8 @@ def replace_run(
             f"last one (it now holds offsets from {record.first_offset}, its last ledger from "
             f"{record.tail[-1].first_offset if record.tail else record.first_offset})"
         )
+    if record.byte_count is not None and first < record.byte_count.end_offset:
+        record = record.replace(byte_count=None)  # the rewrite changes the bytes retention counted: it counts again
     if first >= record.tail_offset:
         at = _position(record, record.tail, run)
         return Rewrite(record.replace(tail=record.tail[:at] + by + record.tail[at + len(run):]))

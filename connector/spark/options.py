@@ -12,6 +12,7 @@ from typing import Mapping
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
+from metadata.model import Retention
 from metadata.store import DEFAULT_URI, MetadataUri
 from metadata.streams import check_stream_name
 
@@ -26,7 +27,7 @@ SPELLING = {
     for name in (
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
         "entryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
-        "tlsCa", "tlsCert", "tlsKey", "authTokenFile",
+        "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
     )
 }
 
@@ -58,6 +59,11 @@ class LedgerOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     auth_token_file: str | None = None
+    # reads: fail (true) or skip with a warning (false) when offsets asked for are gone (data_loss.py)
+    fail_on_data_loss: bool = True
+    # writes: the stream's retention, stored by the commit (None: keep the stream's; -1: remove that limit)
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "LedgerOptions":
@@ -88,6 +94,9 @@ class LedgerOptions:
             tls_cert=_file(given, "tlscert"),
             tls_key=_file(given, "tlskey"),
             auth_token_file=_file(given, "authtokenfile"),
+            fail_on_data_loss=_boolean(given, "failondataloss", True),
+            retention_ms=_limit(given, "retentionms", "milliseconds"),
+            retention_bytes=_limit(given, "retentionbytes", "bytes"),
         )
         parsed.client_options()  # refuses half a TLS setting or an unusable token file now, on the driver
         parsed._check_quorums()
@@ -135,6 +144,16 @@ class LedgerOptions:
             raise InvalidOptionError(
                 "nothing to read: give a stream name (load(\"events\")) or the ledgers option (\"12,13\")"
             )
+        if self.retention_ms is not None or self.retention_bytes is not None:
+            raise InvalidOptionError(
+                "retentionMs/retentionBytes set a stream's retention when writing; remove them from the read "
+                "(or set it with `ledger stream retention NAME`)"
+            )
+
+    def retention(self, current: Retention) -> Retention:
+        """The stream's retention once this write's retentionMs / retentionBytes are applied to current."""
+        max_age = None if self.retention_ms is None else self.retention_ms / 1000.0
+        return current.updated(max_age, self.retention_bytes)
 
     def check_writable(self) -> None:
         if not self.stream:
@@ -208,6 +227,24 @@ def _integer(given: Mapping[str, str], key: str, default: int | None, minimum: i
     if value is None or value < minimum or (maximum is not None and value > maximum):
         bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are integers {bound}")
+    return value
+
+
+def _limit(given: Mapping[str, str], key: str, unit: str) -> int | None:
+    """A retention limit: a positive integer, or -1 for none (as Kafka's retention.ms / retention.bytes)."""
+    text = given.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value < 1 and value != -1:
+        raise InvalidOptionError(
+            f"option {SPELLING[key]}={text!r}: allowed values are integers >= 1 ({unit}), or -1 to remove the "
+            f"stream's limit; for example {SPELLING[key]}=" + ("604800000 (7 days)" if unit == "milliseconds"
+                                                              else "107374182400 (100 GiB)")
+        )
     return value
 
 

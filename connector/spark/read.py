@@ -17,14 +17,16 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter
 from pyspark.sql.types import StructType
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, NoSuchLedgerError
+from connector.spark.data_loss import planned, read_or_lost
 from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
-from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
+from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
-from metadata.streams import iter_ledgers, read_stream
+from metadata.model import StreamRecord
+from metadata.streams import iter_ledgers
 
 ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
 RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets"}
@@ -47,10 +49,14 @@ class LedgerReader(DataSourceReader):
             if opts.ledgers:
                 spans = ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
             else:
-                record = read_stream(lc.store, opts.stream).value
-                ledgers = iter_ledgers(lc.store, record, self.bounds.offsets.lo, self.bounds.offsets.hi)
-                _, spans = stream_spans(lc, record, ledgers, opts.password, opts.recover)
+                # startingOffsets below the stream's first offset, or a plan a truncation overtakes: failOnDataLoss
+                spans = planned(lc.store, opts.stream, opts.starting_offset, opts.fail_on_data_loss,
+                                lambda record, _: self._stream_spans(lc, record))
         return plan_partitions(spans, self.bounds, opts.split_entries, offset_per_entry=self.raw)
+
+    def _stream_spans(self, lc: LedgerClient, record: StreamRecord) -> list[LedgerSpan]:
+        ledgers = iter_ledgers(lc.store, record, self.bounds.offsets.lo, self.bounds.offsets.hi)
+        return stream_spans(lc, record, ledgers, self.options.password, self.options.recover)[1]
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, self.schema, self.raw, partition, self.bounds)
@@ -62,7 +68,12 @@ def read_partition(
     """An executor's read of one partition: its entries as Arrow batches of exactly the schema."""
     target = arrow_schema_of(schema)
     with LedgerClient(options.metadata, **options.client_options()) as lc:
-        handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
+        try:
+            handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
+        except NoSuchLedgerError as exc:
+            # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
+            read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
+            return
         # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
         # executor reaches know a lower LAC.
         first = partition.first_entry if raw else seek_entry(handle, partition)

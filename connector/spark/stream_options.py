@@ -21,13 +21,13 @@ import os
 from typing import Mapping
 
 from connector.spark.errors import InvalidOptionError
-from connector.spark.options import LedgerOptions, _boolean, _integer
+from connector.spark.options import LedgerOptions, _integer
 
 LATEST = "latest"
 EARLIEST = "earliest"
 SPELLING = {
     name.lower(): name
-    for name in ("checkpointLocation", "maxRecordsPerTrigger", "maxBytesPerTrigger", "failOnDataLoss", "startingOffsets")
+    for name in ("checkpointLocation", "maxRecordsPerTrigger", "maxBytesPerTrigger", "startingOffsets")
 }
 
 
@@ -36,7 +36,6 @@ class StreamOptions:
     starting: str | int = EARLIEST            # earliest, latest or a stream offset
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
-    fail_on_data_loss: bool = True
     checkpoint_location: str | None = None
 
     @classmethod
@@ -51,7 +50,6 @@ class StreamOptions:
             starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
             max_records_per_trigger=_integer(ours, "maxrecordspertrigger", None, minimum=1, spelling=SPELLING),
             max_bytes_per_trigger=_integer(ours, "maxbytespertrigger", None, minimum=1, spelling=SPELLING),
-            fail_on_data_loss=_boolean(ours, "failondataloss", True, spelling=SPELLING),
             checkpoint_location=ours.get("checkpointlocation"),
         )
 

@@ -14,13 +14,12 @@ up to the planned entry whatever LAC the nodes they ask know.
 
 Rate limits (maxRecordsPerTrigger, maxBytesPerTrigger) go through the ReadLimit API; with both
 options set, both caps apply whenever Spark passes the source's default limit. Deleted ledgers
-(offsets below the stream's first one), and promised offsets the stream no longer holds, fail the
-query unless failOnDataLoss is false.
+(offsets below the stream's first one, a plan or a read that a truncation overtakes: data_loss.py), and
+promised offsets the stream no longer holds, fail the query unless failOnDataLoss is false.
 """
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Iterator
 
 import pyarrow as pa
@@ -35,16 +34,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.errors import DataLossError
+from connector.spark.data_loss import checked_start, data_lost, planned
 from connector.spark.options import LedgerOptions
-from connector.spark.planning import LedgerPartition, ReadBounds, plan_partitions
+from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.read import read_partition
 from connector.spark.spans import batch_spans, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
+from metadata.model import StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import read_stream
-
-log = logging.getLogger(__name__)
 
 DEFAULT_BYTES_PER_OFFSET = 1024
 EXTENT_LEDGERS = 16  # the most recent ledgers whose sizes estimate the bytes per offset (maxBytesPerTrigger)
@@ -83,9 +80,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """From the head and its most recent ledgers only: the cost does not grow with the stream (rule 15)."""
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
-            record = read_stream(lc.store, opts.stream).value
-            recent = record.tail[-EXTENT_LEDGERS:]
-            record, spans = stream_spans(lc, record, recent, opts.password, recover_dangling=True)
+            record, spans = planned(lc.store, opts.stream, None, opts.fail_on_data_loss, lambda head, _: stream_spans(
+                lc, head, head.tail[-EXTENT_LEDGERS:], opts.password, recover_dangling=True))
         known = [s for s in spans if s.length > 0 and s.last_offset is not None]
         known_bytes = sum(s.length for s in known)
         known_offsets = sum(s.last_offset - s.first_offset + 1 for s in known)
@@ -142,28 +138,23 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[StreamPartition]:
         """Offsets [start, end): exactly what latestOffset promised (rule 17), planned without a LAC read."""
         opts = self.options
+        hi = end["offset"] - 1
+
+        def plan(record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
+            return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
+
         with MetadataStore(opts.metadata) as store:
-            record = read_stream(store, opts.stream).value
-            lo = self._checked_start(start["offset"], record.first_offset)
-            hi = end["offset"] - 1
-            if hi < lo:
-                return []
-            spans, reach = batch_spans(store, record, lo, hi)
+            lo, spans, reach = planned(store, opts.stream, start["offset"], opts.fail_on_data_loss, plan)
+        if hi < lo:
+            return []
         hi = self._checked_end(lo, hi, reach)
         bounds = ReadBounds.from_offsets(lo, hi + 1)
-        planned = plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)
         return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, p.seek_row, lo=lo, hi=hi)
-                for p in planned]
+                for p in plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)]
 
     def _checked_start(self, offset: int, first: int) -> int:
-        """Offsets below the stream's first one belong to deleted ledgers (rule: failOnDataLoss)."""
-        if offset >= first:
-            return offset
-        self._data_lost(
-            f"stream {self.options.stream!r}: offsets {offset}..{first - 1} are gone (their ledgers were "
-            f"deleted); the stream now starts at offset {first}"
-        )
-        return first
+        """Offsets below the stream's first one belong to deleted ledgers (failOnDataLoss)."""
+        return checked_start(self.options.stream, offset, first, self.options.fail_on_data_loss)
 
     def _checked_extent(self, begin: int, end: int) -> int:
         """Offsets only grow (rule 17): a stream that now ends below where this query stands had offsets
@@ -187,10 +178,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return reach
 
     def _data_lost(self, message: str) -> None:
-        """failOnDataLoss: fail the query, or skip the lost offsets with a warning."""
-        if self.stream_options.fail_on_data_loss:
-            raise DataLossError(message + "; set failOnDataLoss=false to skip them")
-        log.warning("%s; skipping them (failOnDataLoss=false)", message)
+        data_lost(message, self.options.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: a stream keeps its ledgers until they are deleted."""

@@ -129,7 +129,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             found_committed[0] = batch_committed(record, self.query_id, batch_id)
             if found_committed[0]:
                 return None
-            return with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
+            updated = with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
+            return updated.replace(retention=self.options.retention(updated.retention))  # retentionMs/Bytes
 
         head = update_stream(lc.store, self.options.stream, transform, read_back=True).value
         if not found_committed[0]:

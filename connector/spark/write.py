@@ -124,9 +124,10 @@ class LedgerWriter(DataSourceArrowWriter):
 
         def transform(record: StreamRecord) -> StreamRecord | None:
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
-            if updated is not None:
-                replaced[:] = [record] if self.overwrite else []
-            return updated
+            if updated is None:
+                return None
+            replaced[:] = [record] if self.overwrite else []
+            return updated.replace(retention=self.options.retention(updated.retention))  # retentionMs/Bytes
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None

@@ -5,12 +5,14 @@ import pytest
 from metadata import serde
 from metadata.errors import MetadataFormatError
 from metadata.model import (
+    ByteCount,
     Cookie,
     Fragment,
     LedgerMetadata,
     LedgerState,
     NodeRegistration,
     NodeState,
+    Retention,
     StreamLedger,
     StreamRecord,
     make_custom_metadata,
@@ -97,3 +99,21 @@ def test_an_old_stream_record_reads_as_a_head_whose_tail_holds_every_ledger():
 def test_pages_round_trip():
     ledgers = (StreamLedger(1, 0, 9), StreamLedger(3, 10, 10))
     assert serde.decode_page(serde.encode_page(ledgers)) == ledgers
+
+
+def test_a_head_keeps_its_retention_and_byte_count_and_one_without_them_reads_as_none_set():
+    head = StreamRecord("events", "arrow", retention=Retention(max_age=604800.0, max_bytes=10 ** 11),
+                        byte_count=ByteCount(100, 5000, 123456))
+    assert serde.decode_stream(serde.encode_stream(head)) == head
+    plain = json.loads(serde.encode_stream(StreamRecord("events")))
+    assert "retention" not in plain and "byte_count" not in plain   # heads without them stay as they were
+    decoded = serde.decode_stream(serde.encode_stream(StreamRecord("events")))
+    assert decoded.retention == Retention() and not decoded.retention.is_set and decoded.byte_count is None
+
+
+def test_a_retention_update_sets_keeps_or_removes_each_limit():
+    week = Retention(max_age=604800.0)
+    assert week.updated(max_bytes=100) == Retention(604800.0, 100)
+    assert week.updated(max_age=60) == Retention(max_age=60)
+    assert Retention(60, 100).updated(max_age=-1) == Retention(max_bytes=100)
+    assert Retention(60, 100).updated() == Retention(60, 100)

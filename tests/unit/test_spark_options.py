@@ -3,6 +3,7 @@ import pytest
 
 from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
+from metadata.model import Retention
 
 URI = "zk://127.0.0.1:2181/ledgers"
 
@@ -78,3 +79,25 @@ def test_read_and_write_requirements():
     with pytest.raises(InvalidOptionError, match="startingOffsets/endingOffsets are for reading"):
         parse(path="e", startingOffsets="1").check_writable()
     parse(path="e").check_writable()
+
+
+def test_fail_on_data_loss_is_a_read_option_of_batch_reads_too():
+    assert parse(path="e").fail_on_data_loss is True
+    assert parse(path="e", failOnDataLoss="FALSE").fail_on_data_loss is False
+    with pytest.raises(InvalidOptionError, match="option failOnDataLoss='no': allowed values are true, false"):
+        parse(path="e", failOnDataLoss="no")
+
+
+def test_retention_options_are_stored_by_a_write_and_refused_by_a_read():
+    opts = parse(path="e", retentionMs="604800000", retentionBytes="1000")
+    opts.check_writable()
+    assert opts.retention(Retention()) == Retention(max_age=604800.0, max_bytes=1000)
+    assert parse(path="e", retentionMs="-1").retention(Retention(60, 100)) == Retention(max_bytes=100)
+    assert parse(path="e").retention(Retention(60, 100)) == Retention(60, 100)
+    with pytest.raises(InvalidOptionError, match=r"option retentionMs='7d': allowed values are integers >= 1 "
+                                                 r"\(milliseconds\), or -1 to remove the stream's limit"):
+        parse(path="e", retentionMs="7d")
+    with pytest.raises(InvalidOptionError, match=r"option retentionBytes='0'.*retentionBytes=107374182400"):
+        parse(path="e", retentionBytes="0")
+    with pytest.raises(InvalidOptionError, match="retentionMs/retentionBytes set a stream's retention when writing"):
+        parse(path="e", retentionMs="1000").check_readable()

@@ -1,0 +1,262 @@
+"""Truncation and retention (connector/retention.py, issue 14 item 3) against a real ZooKeeper: whole ledgers leave
+the stream's front in one CAS and are deleted after it, first_offset lands on a ledger boundary and never passes
+the stream's end, an OPEN tail is never cut, retention by age and by size removes exactly the whole ledgers past
+the limit at a cost of what it removes and what was added since, and a run that dies after its CAS is finished by
+the next one.
+
+Ledgers are metadata only (closed, with a length): a cut never reads a ledger's entries. The runs killed between
+the CAS and the deletions write real ledgers on real nodes, and the stream is read back from its first offset.
+"""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from connector.client import LedgerClient
+from connector.retention import (
+    CHUNK_LEDGERS, CUT, PLANNED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
+    truncate_stream,
+)
+from metadata import layout, serde, streams
+from metadata.model import ByteCount, Fragment, LedgerMetadata, LedgerState, Retention, StreamLedger, StreamRecord
+from metadata.store import MetadataStore
+from metadata.streams import PAGE_LEDGERS
+from tests.harness.poll import poll_until
+
+OFFSETS = 10   # offsets per fixture ledger
+
+
+def closed_ledgers(store: MetadataStore, count: int, length: int = 100) -> list[int]:
+    """count closed ledgers (metadata only) of OFFSETS entries and `length` bytes each, created in multis."""
+    ids = store.allocate_ledger_ids(count)
+    for start in range(0, count, 500):
+        request = store.transaction()
+        for ledger_id in ids[start:start + 500]:
+            meta = LedgerMetadata(ledger_id, 3, 3, 2, (Fragment(0, ("a", "b", "c")),), state=LedgerState.CLOSED,
+                                  last_entry_id=OFFSETS - 1, length=length, created_at=time.time())
+            request.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+        request.commit()
+    return ids
+
+
+def appended(store: MetadataStore, name: str, ids: list[int]) -> StreamRecord:
+    """The ledgers committed onto the stream (created raw if new), PAGE_LEDGERS at a time, as commits add them."""
+    for start in range(0, len(ids), PAGE_LEDGERS):
+        def add(record: StreamRecord, chunk=ids[start:start + PAGE_LEDGERS]) -> StreamRecord:
+            offset = record.next_offset
+            return record.replace(tail=record.tail + tuple(
+                StreamLedger(i, offset + n * OFFSETS, offset + (n + 1) * OFFSETS - 1) for n, i in enumerate(chunk)))
+        streams.update_stream(store, name, add, create=StreamRecord(name, "raw"))
+    return streams.read_stream(store, name).value
+
+
+def ledger_ids(store: MetadataStore, name: str) -> list[int]:
+    return [s.ledger_id for s in streams.iter_ledgers(store, streams.read_stream(store, name).value)]
+
+
+def exists(store: MetadataStore, ledger_id: int) -> bool:
+    return store.exists(layout.ledger_path(ledger_id))
+
+
+@pytest.fixture
+def lc(metadata_uri):
+    with LedgerClient(metadata_uri) as client:
+        yield client
+
+
+def test_truncation_moves_first_offset_to_a_ledger_boundary_and_deletes_the_ledgers_below(lc):
+    store = lc.store
+    ids = closed_ledgers(store, 600)
+    appended(store, "events", ids)
+    assert len(streams.list_pages(store, "events")) == 2   # ledgers 0..255 and 256..511 paged, 512..599 the tail
+
+    result = truncate_stream(lc, "events", 260 * OFFSETS + 5)   # inside ledger 260, in the second page
+    head = streams.read_stream(store, "events").value
+    assert (result.from_offset, result.first_offset, result.ledgers) == (0, 260 * OFFSETS, 260)
+    assert head.first_offset == 260 * OFFSETS
+    assert ledger_ids(store, "events") == ids[260:]
+    assert not any(exists(store, i) for i in ids[:260]) and all(exists(store, i) for i in ids[260:])
+    assert [p.first_offset for p in streams.list_pages(store, "events")] == [256 * OFFSETS]   # straddles: kept
+    assert pending_cuts(store, "events") == []
+
+    result = truncate_stream(lc, "events", 590 * OFFSETS)   # exactly where ledger 590 starts, in the tail
+    assert result.first_offset == 590 * OFFSETS and result.ledgers == 330
+    assert ledger_ids(store, "events") == ids[590:] and streams.list_pages(store, "events") == []
+    assert not any(exists(store, i) for i in ids[:590])
+
+    result = truncate_stream(lc, "events", 10 ** 9)   # past the end: the whole stream, up to its next offset
+    head = streams.read_stream(store, "events").value
+    assert result.first_offset == head.first_offset == head.next_offset == 600 * OFFSETS and head.tail == ()
+    assert not any(exists(store, i) for i in ids)
+    more = closed_ledgers(store, 1)
+    assert appended(store, "events", more).tail == (StreamLedger(more[0], 6000, 6009),)   # offsets only grow
+
+
+def test_a_point_at_or_below_the_first_offset_or_inside_the_first_ledger_changes_nothing(lc):
+    ids = closed_ledgers(lc.store, 3)
+    appended(lc.store, "events", ids)
+    truncate_stream(lc, "events", OFFSETS)
+    version = lc.store.read(layout.stream_path("events"), len).version
+    for point in (0, 5, OFFSETS, OFFSETS + 9):
+        result = truncate_stream(lc, "events", point)
+        assert not result.cut and result.first_offset == OFFSETS
+    assert lc.store.read(layout.stream_path("events"), len).version == version
+    assert ledger_ids(lc.store, "events") == ids[1:] and pending_cuts(lc.store, "events") == []
+
+
+def test_an_empty_ledger_at_the_cut_leaves_with_the_ledgers_below(lc):
+    store = lc.store
+    full, empty, after = closed_ledgers(store, 3)
+    streams.create_stream(store, StreamRecord("events", "raw", tail=(
+        StreamLedger(full, 0, 9), StreamLedger(empty, 10, 9), StreamLedger(after, 10, 19))))
+    truncate_stream(lc, "events", 10)
+    head = streams.read_stream(store, "events").value
+    assert head.first_offset == 10 and head.tail == (StreamLedger(after, 10, 19),)
+    assert not exists(store, full) and not exists(store, empty)
+
+
+def test_truncating_into_an_open_last_ledger_is_refused(lc):
+    closed, open_ledger = closed_ledgers(lc.store, 2)
+    streams.create_stream(lc.store, StreamRecord("events", "raw", owner="writer-7", tail=(
+        StreamLedger(closed, 0, 49), StreamLedger(open_ledger, 50))))
+    with pytest.raises(TruncateOpenLedgerError, match=r"ledger \d+, which is OPEN \(its owner writer-7 writes it\)"
+                                                      r".*truncate --before 50 or less"):
+        truncate_stream(lc, "events", 51)
+    assert pending_cuts(lc.store, "events") == []
+    assert truncate_stream(lc, "events", 50).first_offset == 50
+    assert streams.read_stream(lc.store, "events").value.tail == (StreamLedger(open_ledger, 50),)
+
+
+def test_retention_by_size_keeps_the_newest_ledgers_that_fit_and_counts_only_what_changed(lc, monkeypatch):
+    store = lc.store
+    ids = closed_ledgers(store, 300, length=100)
+    appended(store, "events", ids)
+    set_retention(store, "events", max_bytes=20_050)   # 200 ledgers fit, 201 do not
+
+    result = apply_retention(lc, "events")
+    head = streams.read_stream(store, "events").value
+    assert result.first_offset == head.first_offset == 100 * OFFSETS and ledger_ids(store, "events") == ids[100:]
+    assert head.byte_count == ByteCount(1000, 3000, 20_000)
+    assert not any(exists(store, i) for i in ids[:100]) and all(exists(store, i) for i in ids[100:])
+
+    added = closed_ledgers(store, 5, length=100)
+    appended(store, "events", added)
+    reads = []
+    read_ledger = MetadataStore.read_ledger
+    monkeypatch.setattr(MetadataStore, "read_ledger", lambda self, i: reads.append(i) or read_ledger(self, i))
+    apply_retention(lc, "events")
+    assert ledger_ids(store, "events") == ids[105:] + added
+    assert streams.read_stream(store, "events").value.byte_count == ByteCount(1050, 3050, 20_000)
+    # Lengths read: the 5 added ledgers and the front ones, a read-ahead of CHUNK_LEDGERS from the first; not the
+    # 200 counted before.
+    assert set(added) | set(ids[100:105]) <= set(reads) <= set(added) | set(ids[100:100 + CHUNK_LEDGERS])
+
+
+def test_retention_by_size_never_removes_the_last_ledger(lc):
+    ids = closed_ledgers(lc.store, 3, length=500)
+    appended(lc.store, "events", ids)
+    set_retention(lc.store, "events", max_bytes=100)
+    apply_retention(lc, "events")
+    assert ledger_ids(lc.store, "events") == ids[2:]
+
+
+def test_retention_by_age_removes_the_ledgers_last_written_before_the_limit(lc):
+    old = closed_ledgers(lc.store, 4)
+    appended(lc.store, "events", old)
+    time.sleep(0.5)      # ZooKeeper's mtime has millisecond resolution, the server's clock this host's
+    boundary = time.time()
+    time.sleep(0.5)
+    young = closed_ledgers(lc.store, 3)
+    appended(lc.store, "events", young)
+    set_retention(lc.store, "events", max_age=3600)
+
+    assert not apply_retention(lc, "events").cut   # nothing is an hour old
+    result = apply_retention(lc, "events", now=boundary + 3600)
+    assert result.first_offset == 4 * OFFSETS and ledger_ids(lc.store, "events") == young
+    assert not any(exists(lc.store, i) for i in old)
+    result = apply_retention(lc, "events", now=time.time() + 3600)   # all of it, up to the next offset
+    head = streams.read_stream(lc.store, "events").value
+    assert result.first_offset == head.next_offset == 7 * OFFSETS and head.tail == ()
+
+
+def test_retention_stops_at_an_open_last_ledger(lc):
+    closed = closed_ledgers(lc.store, 3)
+    streams.create_stream(lc.store, StreamRecord("events", "raw", tail=(
+        StreamLedger(closed[0], 0, 9), StreamLedger(closed[1], 10, 19), StreamLedger(closed[2], 20))))
+    set_retention(lc.store, "events", max_age=1)
+    apply_retention(lc, "events", now=time.time() + 10)
+    assert streams.read_stream(lc.store, "events").value.tail == (StreamLedger(closed[2], 20),)
+
+
+def test_retention_settings_live_in_the_head_and_apply_all_applies_them(lc):
+    for name in ("kept", "aged", "sized"):
+        appended(lc.store, name, closed_ledgers(lc.store, 3, length=100))
+    set_retention(lc.store, "aged", max_age=60)
+    set_retention(lc.store, "sized", max_bytes=250)
+    assert streams.read_stream(lc.store, "aged").value.retention == Retention(max_age=60)
+    set_retention(lc.store, "aged", max_bytes=10 ** 9)
+    assert streams.read_stream(lc.store, "aged").value.retention == Retention(60, 10 ** 9)
+    results = apply_all(lc)
+    assert {r.stream: r.first_offset for r in results} == {"aged": 0, "sized": 10}
+    set_retention(lc.store, "aged", max_age=-1, max_bytes=-1)
+    assert not streams.read_stream(lc.store, "aged").value.retention.is_set
+
+
+def test_a_compaction_of_counted_offsets_drops_the_byte_count(lc):
+    ids = closed_ledgers(lc.store, 4)
+    record = appended(lc.store, "events", ids).replace(byte_count=ByteCount(0, 40, 400))
+    rewrite = streams.replace_run(lc.store, record, record.tail[:2], (StreamLedger(999, 0, 19),))
+    assert rewrite.head.byte_count is None
+
+
+# -- a run that dies between its CAS and its deletions --------------------------------------------------
+
+
+def write_raw_stream(uri: str, name: str, ledgers: int, entries: int) -> None:
+    with LedgerClient(uri) as client, client.open_stream_writer(name, max_ledger_entries=entries) as writer:
+        for i in range(ledgers * entries):
+            writer.append(f"e{i:04d}".encode())
+
+
+def killed_at(uri: str, name: str, before: int, step: str) -> None:
+    """A truncation in its own process, SIGKILLed once it printed `step`."""
+    process = subprocess.Popen([sys.executable, "-m", "tests.harness.truncate_process", uri, name, str(before), step],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:
+            if line.strip() == f"stopped {step}":
+                break
+        else:
+            raise AssertionError(f"the truncation ended before step {step} (exit {process.wait()})")
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("step", [PLANNED, CUT])
+def test_a_truncation_killed_mid_way_leaves_the_stream_whole_and_the_next_run_finishes_it(
+        metadata_uri, cluster, step):
+    cluster(3)
+    write_raw_stream(metadata_uri, "events", ledgers=4, entries=5)   # offsets 0..19 in 4 ledgers
+    with LedgerClient(metadata_uri) as lc:
+        before = [s.ledger_id for s in streams.iter_ledgers(lc.store, streams.read_stream(lc.store, "events").value)]
+    killed_at(metadata_uri, "events", 12, step)
+    with LedgerClient(metadata_uri) as lc:
+        head = streams.read_stream(lc.store, "events").value
+        expected_first = 10 if step == CUT else 0
+        assert head.first_offset == expected_first
+        entries = list(lc.read_stream("events", start=head.first_offset))
+        assert [e.payload for e in entries] == [f"e{i:04d}".encode() for i in range(expected_first, 20)]
+        assert [c.state for c in pending_cuts(lc.store, "events")] == [step]
+        assert all(exists(lc.store, i) for i in before)   # nothing deleted yet
+
+        # The next run (here a retention run, which cuts nothing: the stream has no retention) finishes the
+        # cut, or drops the planned record that never cut once the killed process's session has ended.
+        poll_until(lambda: apply_retention(lc, "events") and not pending_cuts(lc.store, "events"), 60,
+                   what="the killed run's record handled by the next run")
+        deleted = [i for i in before if not exists(lc.store, i)]
+        assert deleted == (before[:2] if step == CUT else [])
+        assert streams.read_stream(lc.store, "events").value.first_offset == expected_first
+        assert [e.payload for e in lc.read_stream("events", start=0)] == [
+            f"e{i:04d}".encode() for i in range(expected_first, 20)]
