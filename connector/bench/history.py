@@ -74,7 +74,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ledgers", type=int, default=100_000, help="ledgers of the history stream")
     parser.add_argument("--others", type=int, default=100_000, help="other ledgers in the history cluster")
     parser.add_argument("--tasks", type=int, default=2, help="task ledgers per committed micro-batch or job")
-    parser.add_argument("--rounds", type=int, default=15, help="measured commits (and micro-batches) per setting")
+    parser.add_argument("--rounds", type=int, default=30, help="measured commits (and micro-batches) per setting")
     parser.add_argument("--size", type=_size, default=1024 * MiB, help="bytes of the seek ledger (e.g. 1GiB, 64MiB)")
     parser.add_argument("--small-ledgers", type=int, default=5_000, help="sink-sized ledgers of the compaction read")
     parser.add_argument("--quick", action="store_true",
