@@ -5,67 +5,23 @@ the next run cleans up. Arrow streams are written by the Spark write path (write
 commit) without a SparkSession, and read the way Spark's executors read them.
 """
 import argparse
-import concurrent.futures
 import json
 import subprocess
 import sys
 
-import pyarrow as pa
 import pytest
-from pyspark.sql.types import LongType, StructField, StructType
 
 from connector.client import LedgerClient, NoSuchLedgerError
 from connector.commands.stream_compact import register_compact
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
-from connector.spark.options import LedgerOptions
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
-from connector.spark.write import LedgerWriter, write_task_ledger
-from connector.spark.jobs import job_registry
 from metadata import layout, streams
 from tests.harness.poll import poll_until
+from tests.harness.small_ledgers import rows_in, write_jobs
 
-SCHEMA = StructType([StructField("id", LongType())])
 GRACE = 2.0
-
-
-class Task:
-    """The TaskContext calls a write task makes."""
-
-    def __init__(self, partition: int):
-        self.partition = partition
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return 0
-
-    def taskAttemptId(self) -> int:
-        return self.partition
-
-
-def write_arrow_ledgers(uri: str, stream: str, ledgers: int, per_job: int = 50) -> None:
-    """`ledgers` sink-sized task ledgers (1-5 rows each; ids count up from 0), committed per_job at a time."""
-    opts = LedgerOptions.parse({"metadata": uri, "path": stream, "ensembleSize": "2", "writeQuorum": "2",
-                                "ackQuorum": "2"})
-    next_id = 0
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        for start in range(0, ledgers, per_job):
-            writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
-            batches = []
-            for n in range(start, min(ledgers, start + per_job)):
-                rows = 1 + n % 5
-                batches.append(pa.record_batch([pa.array(range(next_id, next_id + rows), pa.int64())], names=["id"]))
-                next_id += rows
-
-            def task(partition: int, writer=writer, batches=batches):
-                ctx = Task(partition)
-                return write_task_ledger(opts, writer.schema, iter([batches[partition]]), ctx, writer._tags(ctx),
-                                         job_registry(writer.job_id))
-
-            writer.commit(list(pool.map(task, range(len(batches)))))
 
 
 def arrow_reader(uri: str, stream: str, **options):
@@ -107,13 +63,13 @@ def exists(lc: LedgerClient, ledger_id: int) -> bool:
 def test_an_arrow_stream_of_200_small_ledgers_is_compacted_with_the_same_rows_at_the_same_offsets(
         metadata_uri, cluster):
     cluster(3)
-    write_arrow_ledgers(metadata_uri, "events", 200)
+    write_jobs(metadata_uri, "events", range(200))
     with LedgerClient(metadata_uri) as lc:
         before = stream_ledgers(lc.store, "events")
         planned = arrow_reader(metadata_uri, "events")
         planned_partitions = planned.partitions()   # a batch read planned before the swap
         rows = rows_of(planned, planned_partitions)
-        assert [offset for offset, _ in rows] == list(range(600)) and [i for _, i in rows] == list(range(600))
+        assert rows == [(n, n) for n in range(rows_in(200))]
         sizes = {lc.ledger_metadata(s.ledger_id).length for s in before}
         policy = CompactionPolicy(target_bytes=40 * max(sizes), grace=GRACE)
 

@@ -1,0 +1,98 @@
+"""Streams of many small arrow ledgers, as a streaming sink leaves them: written by the code a Spark write task
+runs (write_task_ledger) and committed by the driver's code (a batch job's or a sink micro-batch's commit), all
+without a SparkSession. Row ids count up without gaps, so a reader can tell a lost row from a duplicate."""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import pathlib
+import uuid
+
+import pyarrow as pa
+from pyspark.sql.types import LongType, StructField, StructType
+
+from connector.spark.jobs import job_registry, query_registry
+from connector.spark.options import LedgerOptions
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
+from connector.spark.stream_options import StreamOptions
+from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
+from connector.spark.write import LedgerWriter, write_task_ledger
+
+SCHEMA = StructType([StructField("id", LongType())])
+
+
+class Task:
+    """The TaskContext calls a write task makes."""
+
+    def __init__(self, partition: int):
+        self.partition = partition
+
+    def partitionId(self) -> int:
+        return self.partition
+
+    def attemptNumber(self) -> int:
+        return 0
+
+    def taskAttemptId(self) -> int:
+        return self.partition
+
+
+def ledger_rows(ledger_ids: range, first_id: int) -> list[pa.RecordBatch]:
+    """The rows of consecutive small ledgers: 1 + n % 5 rows for ledger n, ids from first_id on."""
+    batches = []
+    for n in ledger_ids:
+        rows = 1 + n % 5
+        batches.append(pa.record_batch([pa.array(range(first_id, first_id + rows), pa.int64())], names=["id"]))
+        first_id += rows
+    return batches
+
+
+def rows_in(ledgers: int) -> int:
+    return sum(1 + n % 5 for n in range(ledgers))
+
+
+def options(uri: str, stream: str) -> LedgerOptions:
+    return LedgerOptions.parse({"metadata": uri, "path": stream, "ensembleSize": "2", "writeQuorum": "2",
+                                "ackQuorum": "2"})
+
+
+def write_jobs(uri: str, stream: str, ledgers: range, per_job: int = 50) -> None:
+    """Ledgers `ledgers` (numbered as in the whole stream) committed by batch write jobs of per_job tasks."""
+    opts = options(uri, stream)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for start in range(ledgers.start, ledgers.stop, per_job):
+            numbers = range(start, min(ledgers.stop, start + per_job))
+            batches = ledger_rows(numbers, rows_in(start))
+            writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
+
+            def task(partition: int, writer=writer, batches=batches):
+                ctx = Task(partition)
+                return write_task_ledger(opts, writer.schema, iter([batches[partition]]), ctx, writer._tags(ctx),
+                                         job_registry(writer.job_id))
+
+            writer.commit(list(pool.map(task, range(len(batches)))))
+
+
+class SinkQuery:
+    """A streaming query's sink: each micro-batch's task ledgers written and committed as Spark runs them."""
+
+    def __init__(self, uri: str, stream: str, checkpoint: pathlib.Path):
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+        self.opts = options(uri, stream)
+        self.stream_options = StreamOptions(checkpoint_location=str(checkpoint))
+        self.batch_id = 0
+
+    def commit(self, ledgers: range) -> None:
+        """One micro-batch of one task ledger per stream ledger number in `ledgers`."""
+        writer = LedgerStreamWriter.prepare(self.opts, self.stream_options, SCHEMA)
+        batches = ledger_rows(ledgers, rows_in(ledgers.start))
+        messages = []
+        for partition, batch in enumerate(batches):
+            ctx = Task(partition)
+            tags = {STREAM_TAG: self.opts.stream, QUERY_TAG: writer.query_id, BATCH_TAG: self.batch_id,
+                    PARTITION_TAG: partition, ATTEMPT_TAG: 0, TASK_TAG: partition}
+            messages.append(write_task_ledger(self.opts, writer.schema, iter([batch]), ctx, tags,
+                                              query_registry(writer.query_id, self.batch_id)))
+        writer.commit(messages, self.batch_id)
+        self.batch_id += 1
