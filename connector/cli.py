@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "connector.commands.bench",
     "connector.commands.replication",
     "connector.commands.soak",
+    "connector.commands.stream",
 )
 
 

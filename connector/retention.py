@@ -309,6 +309,12 @@ def clean_cuts(lc: LedgerClient, name: str, *, password: bytes = b"") -> int:
     return finished
 
 
+def held_bytes(store: MetadataStore, record: StreamRecord) -> int:
+    """The bytes of the closed ledgers of the stream whose head is record: retention's count, plus the lengths
+    of the ledgers after it (every ledger's, for a stream without a size retention)."""
+    return _counted(store, record, _LedgerFacts(store)).bytes
+
+
 def pending_cuts(store: MetadataStore, name: str) -> list[Cut]:
     """The stream's cut records (planned, or cut and not yet deleted)."""
     try:
