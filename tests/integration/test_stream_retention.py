@@ -18,38 +18,11 @@ from connector.retention import (
     CHUNK_LEDGERS, CUT, PLANNED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
     truncate_stream,
 )
-from metadata import layout, serde, streams
-from metadata.model import ByteCount, Fragment, LedgerMetadata, LedgerState, Retention, StreamLedger, StreamRecord
+from metadata import layout, streams
+from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import PAGE_LEDGERS
 from tests.harness.poll import poll_until
-
-OFFSETS = 10   # offsets per fixture ledger
-
-
-def closed_ledgers(store: MetadataStore, count: int, length: int = 100) -> list[int]:
-    """count closed ledgers (metadata only) of OFFSETS entries and `length` bytes each, created in multis."""
-    ids = store.allocate_ledger_ids(count)
-    for start in range(0, count, 500):
-        request = store.transaction()
-        for ledger_id in ids[start:start + 500]:
-            meta = LedgerMetadata(ledger_id, 3, 3, 2, (Fragment(0, ("a", "b", "c")),), state=LedgerState.CLOSED,
-                                  last_entry_id=OFFSETS - 1, length=length, created_at=time.time())
-            request.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
-        request.commit()
-    return ids
-
-
-def appended(store: MetadataStore, name: str, ids: list[int]) -> StreamRecord:
-    """The ledgers committed onto the stream (created raw if new), PAGE_LEDGERS at a time, as commits add them."""
-    for start in range(0, len(ids), PAGE_LEDGERS):
-        def add(record: StreamRecord, chunk=ids[start:start + PAGE_LEDGERS]) -> StreamRecord:
-            offset = record.next_offset
-            return record.replace(tail=record.tail + tuple(
-                StreamLedger(i, offset + n * OFFSETS, offset + (n + 1) * OFFSETS - 1) for n, i in enumerate(chunk)))
-        streams.update_stream(store, name, add, create=StreamRecord(name, "raw"))
-    return streams.read_stream(store, name).value
-
+from tests.harness.stream_fixtures import OFFSETS, appended, closed_ledgers
 
 def ledger_ids(store: MetadataStore, name: str) -> list[int]:
     return [s.ledger_id for s in streams.iter_ledgers(store, streams.read_stream(store, name).value)]
