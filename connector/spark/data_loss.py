@@ -4,9 +4,11 @@ Offsets leave a stream from its front (a truncation, retention, an overwrite: co
 never come back (rule 17). A read finds out in one of three ways: it asks for offsets below the stream's
 first one (a startingOffsets, or a streaming query's next offset); its plan races the cut, and a page or a
 ledger it lists is gone meanwhile (streams.OffsetsGoneError, NoSuchLedgerError); or an executor opens a
-ledger the driver planned, deleted since. Each is data loss: with failOnDataLoss=true (the default, as in
-Spark's Kafka source) the read fails with an error naming the first offset the stream still holds; with
-false it skips the lost offsets with a warning and reads on from there.
+ledger the driver planned, deleted since (the cut deletes its ledgers without a grace). Each is data loss
+for the offsets the read asked for: with failOnDataLoss=true (the default, as in Spark's Kafka source) the
+read fails with an error naming the first offset the stream still holds; with false it skips the lost
+offsets with a warning and reads on from there. A plan that asked for no offset (a read from the earliest)
+is made again from the new head: the stream's earliest offset is where it starts when the plan is made.
 """
 from __future__ import annotations
 
