@@ -68,7 +68,8 @@ from metadata.streams import Rewrite, drop_below, iter_ledgers, list_streams, re
 
 log = logging.getLogger(__name__)
 
-PLANNED, CUT = "planned", "cut"
+PLANNED, CUT = "planned", "cut"   # a cut record's states, and with these the steps on_step(step, cut) reports
+TAIL_DELETED, DELETED = "tail-deleted", "deleted"
 TRUNCATE, RETENTION = "truncate", "retention"
 CHUNK_LEDGERS = 64   # ledger metadata read ahead (in parallel) while looking for the end of a cut
 READ_THREADS = 8
@@ -245,8 +246,8 @@ def _cut_front(
         return CutResult(name, reason, head.first_offset, head.first_offset, finished_cuts=finished)
     cut = made[0]
     on_step(CUT, cut)
-    deleted = _delete(lc, cut, password)
-    on_step("deleted", cut)
+    deleted = _delete(lc, cut, password, on_step)
+    on_step(DELETED, cut)
     return CutResult(name, reason, cut.from_offset, cut.to_offset, deleted, finished)
 
 
@@ -263,7 +264,7 @@ def _forget_planned(store: MetadataStore, planned: Cut) -> None:
                     planned.cut_id, exc)
 
 
-def _delete(lc: LedgerClient, cut: Cut, password: bytes) -> int:
+def _delete(lc: LedgerClient, cut: Cut, password: bytes, on_step: Step = lambda step, cut: None) -> int:
     """Step 3: the cut's tail ledgers, the paged ledgers below its end and the pages emptied, then its record
     (kept if a tail ledger could not be deleted: the next run tries again). Returns the ledgers deleted."""
     deleted = [0]
@@ -281,6 +282,7 @@ def _delete(lc: LedgerClient, cut: Cut, password: bytes) -> int:
             failed = True
             log.warning("stream %r: ledger %d left the stream but was not deleted: %s", cut.stream,
                         ledger.ledger_id, exc)
+    on_step(TAIL_DELETED, cut)
     drop_below(lc.store, StreamRecord(cut.stream), cut.to_offset, counted)
     if not failed:
         lc.store.delete(cut.path)

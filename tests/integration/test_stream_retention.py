@@ -15,7 +15,7 @@ import pytest
 
 from connector.client import LedgerClient
 from connector.retention import (
-    CHUNK_LEDGERS, CUT, PLANNED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
+    CHUNK_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
     truncate_stream,
 )
 from metadata import layout, streams
@@ -207,7 +207,7 @@ def killed_at(uri: str, name: str, before: int, step: str) -> None:
         process.wait()
 
 
-@pytest.mark.parametrize("step", [PLANNED, CUT])
+@pytest.mark.parametrize("step", [PLANNED, CUT, TAIL_DELETED])
 def test_a_truncation_killed_mid_way_leaves_the_stream_whole_and_the_next_run_finishes_it(
         metadata_uri, cluster, step):
     cluster(3)
@@ -217,19 +217,44 @@ def test_a_truncation_killed_mid_way_leaves_the_stream_whole_and_the_next_run_fi
     killed_at(metadata_uri, "events", 12, step)
     with LedgerClient(metadata_uri) as lc:
         head = streams.read_stream(lc.store, "events").value
-        expected_first = 10 if step == CUT else 0
+        expected_first = 0 if step == PLANNED else 10
         assert head.first_offset == expected_first
         entries = list(lc.read_stream("events", start=head.first_offset))
         assert [e.payload for e in entries] == [f"e{i:04d}".encode() for i in range(expected_first, 20)]
-        assert [c.state for c in pending_cuts(lc.store, "events")] == [step]
-        assert all(exists(lc.store, i) for i in before)   # nothing deleted yet
+        assert [c.state for c in pending_cuts(lc.store, "events")] == [PLANNED if step == PLANNED else CUT]
+        assert [i for i in before if not exists(lc.store, i)] == (before[:2] if step == TAIL_DELETED else [])
 
         # The next run (here a retention run, which cuts nothing: the stream has no retention) finishes the
         # cut, or drops the planned record that never cut once the killed process's session has ended.
         poll_until(lambda: apply_retention(lc, "events") and not pending_cuts(lc.store, "events"), 60,
                    what="the killed run's record handled by the next run")
         deleted = [i for i in before if not exists(lc.store, i)]
-        assert deleted == (before[:2] if step == CUT else [])
+        assert deleted == ([] if step == PLANNED else before[:2])
         assert streams.read_stream(lc.store, "events").value.first_offset == expected_first
         assert [e.payload for e in lc.read_stream("events", start=0)] == [
             f"e{i:04d}".encode() for i in range(expected_first, 20)]
+
+
+class Crash(Exception):
+    """Stands for the process dying at a step (nothing runs after it: truncate_stream has no cleanup)."""
+
+
+def test_paged_ledgers_left_by_a_run_that_died_are_deleted_by_the_next_run(lc):
+    store = lc.store
+    ids = closed_ledgers(store, 600)
+    appended(store, "events", ids)
+
+    def crash(step, cut):
+        if step == TAIL_DELETED:
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        truncate_stream(lc, "events", 590 * OFFSETS, on_step=crash)
+    assert ledger_ids(store, "events") == ids[590:]   # the stream starts where the cut put it
+    assert len(streams.list_pages(store, "events")) == 2 and all(exists(store, i) for i in ids[:512])
+    assert [cut.state for cut in pending_cuts(store, "events")] == [CUT]
+
+    result = truncate_stream(lc, "events", 595 * OFFSETS)   # the next run: a truncation that cuts too
+    assert result.finished_cuts == 1 and result.first_offset == 595 * OFFSETS
+    assert streams.list_pages(store, "events") == [] and pending_cuts(store, "events") == []
+    assert not any(exists(store, i) for i in ids[:595]) and all(exists(store, i) for i in ids[595:])
