@@ -59,6 +59,8 @@ class LedgerReader(DataSourceReader):
         return stream_spans(lc, record, ledgers, self.options.password, self.options.recover)[1]
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LedgerPartition):
+            return iter(())  # partitions() planned nothing (no rows, or all pruned): Spark reads a placeholder
         return read_partition(self.options, self.schema, self.raw, partition, self.bounds)
 
 
