@@ -39,6 +39,7 @@ from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
 from connector.spark.write import check_target, ensure_stream, write_task_ledger
 from metadata import layout
+from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.streams import find_stream, held_ledgers, update_stream
 
@@ -114,7 +115,13 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             if replayed:
                 log.info("stream %r: batch %d of %s was committed before; discarding its replay",
                          self.options.stream, batchId, self.query_id)
-            self._sweep(lc, batchId, registered=set() if replayed else kept)
+            # The batch is on the stream: from here on nothing may raise (rule 16: a landed commit is not
+            # reported failed). What this sweep leaves, the next batch's sweep or an abort's finds.
+            try:
+                self._sweep(lc, batchId, registered=set() if replayed else kept)
+            except LedgerError as exc:
+                log.warning("stream %r: batch %d of %s is committed, but its registry was not swept: %s",
+                            self.options.stream, batchId, self.query_id, exc)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
