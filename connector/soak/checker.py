@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from typing import Iterable
 
 from connector.client import LedgerClient, LedgerError
+from connector.client.retry import Retry
 from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
 from metadata import streams
 from metadata.model import LedgerMetadata, StreamLedger
@@ -52,16 +54,22 @@ class FinalState:
         """Every ledger read by ledger reads (an OPEN one up to its LAC), every stream by stream reads."""
         state = cls({}, {}, {}, {}, [])
         for ledger_id in sorted(client.list_ledgers()):
-            handle = client.open_ledger(ledger_id, recover=False)
-            entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
-            state.add_ledger(handle.metadata, (entry.payload for entry in entries))
+            try:
+                handle = client.open_ledger(ledger_id, recover=False)
+                entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
+                state.add_ledger(handle.metadata, [entry.payload for entry in entries])
+            except LedgerError as exc:  # with every fault healed, what cannot be read is not there
+                state.violations.append(Violation("lost", f"ledger {ledger_id} cannot be read: {exc}"))
         for name in stream_names:
             found = streams.find_stream(client.store, name)
-            if found is None:
-                state.add_stream(name, [], [])
-                continue
-            read = ((e.offset, e.ledger_id, e.entry_id, digest(e.payload)) for e in client.read_stream(name))
-            state.add_stream(name, stream_ledgers(client.store, found.value), read)
+            held = stream_ledgers(client.store, found.value) if found is not None else []
+            try:
+                read = [(e.offset, e.ledger_id, e.entry_id, digest(e.payload))
+                        for e in (client.read_stream(name) if found is not None else ())]
+            except LedgerError as exc:
+                state.violations.append(Violation("lost", f"stream {name!r} cannot be read: {exc}"))
+                read = []
+            state.add_stream(name, held, read)
         return state
 
     def add_ledger(self, meta: LedgerMetadata, payloads: Iterable[bytes]) -> None:
@@ -286,13 +294,15 @@ def _availability(history: list[dict], faults: list[dict], report: Report) -> No
         report.p99_append_ms = 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
 
 
-def recover_all(client: LedgerClient, retry) -> list[str]:
-    """Close every ledger still OPEN (rules 10-12); why those that would not close did not (FinalState
-    reports them as unrecovered)."""
+def recover_all(client: LedgerClient, seconds: float) -> list[str]:
+    """Close every ledger still OPEN (rules 10-12), retrying for `seconds` in all; why those that would not
+    close did not (FinalState reports them as unrecovered)."""
     errors = []
+    deadline = time.monotonic() + seconds
     for ledger_id in sorted(client.list_ledgers()):
         try:
             if not client.ledger_metadata(ledger_id).is_closed:
+                retry = Retry(deadline=max(1.0, deadline - time.monotonic()))
                 client.recover_ledger_with_retry(ledger_id, retry=retry)
         except LedgerError as exc:
             errors.append(f"ledger {ledger_id}: {type(exc).__name__}: {exc}")

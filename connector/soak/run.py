@@ -29,7 +29,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from connector.client import LedgerClient
-from connector.client.retry import Retry
 from connector.cluster import LocalCluster, pid_alive, wait_gone
 from connector.soak import checker
 from connector.soak.history import merge
@@ -41,6 +40,7 @@ STREAM = "soak"
 DISK_QUOTA_BYTES = 2 << 30
 HANDOVER_EVERY = (15.0, 25.0)
 ACTOR_STOP_SECONDS = 90.0
+RECOVERY_SECONDS = 300.0  # the final recovery of every OPEN ledger, retried for this long in all
 MAX_RESTARTS = 20
 WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
     "sw-1": ("stream-writer", ["--own", "--rate", "40", "--window", "16"]),
@@ -283,7 +283,7 @@ class Soak:
         self._stop_actors()
         records = merge(sorted(self.actors_dir.glob("*.jsonl")), self.history_path)
         with LedgerClient(self.metadata_uri, timeout=5.0) as client:
-            for error in checker.recover_all(client, Retry(deadline=120.0)):
+            for error in checker.recover_all(client, RECOVERY_SECONDS):
                 self.echo(f"soak: final recovery failed: {error}")
             final = checker.FinalState.read(client, [STREAM])
         report = checker.check(final, records, self.nemesis.ended)
