@@ -4,7 +4,6 @@ replaced ledgers deleted only after the grace, and a compaction killed at each s
 the next run cleans up. Arrow streams are written by the Spark write path (write_task_ledger and the driver's
 commit) without a SparkSession, and read the way Spark's executors read them.
 """
-import argparse
 import json
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import sys
 import pytest
 
 from connector.client import LedgerClient, NoSuchLedgerError
-from connector.commands.stream_compact import register_compact
+from connector.cli import main
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
 from connector.spark.row_index import RowIndex
@@ -193,12 +192,8 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
 
 def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_grace(metadata_uri, cluster, capsys):
     cluster(3)
-    parser = argparse.ArgumentParser()
-    register_compact(parser.add_subparsers())
-
     def compact(*extra: str) -> str:
-        args = parser.parse_args(["compact", "raw", "--metadata", metadata_uri, "--target-bytes", "100", *extra])
-        assert args.func(args) == 0
+        assert main(["stream", "compact", "raw", "--metadata", metadata_uri, "--target-bytes", "100", *extra]) == 0
         return capsys.readouterr().out
 
     def append(lc: LedgerClient, entries: range) -> None:
