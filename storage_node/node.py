@@ -3,12 +3,15 @@ read-only flag, checkpoint, watch the disk, collect garbage, shut down."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import pathlib
 import shutil
 import signal
 import sys
+import threading
+from typing import Callable
 
 from metadata import registry, serde
 from metadata.model import NodeRegistration, NodeState
@@ -22,6 +25,7 @@ from storage_node.service import StorageNodeService
 from storage_node.storage import Storage
 
 SHUTDOWN_GRACE_SECONDS = 3.0
+ZOOKEEPER_SHUTDOWN_SECONDS = 5.0
 
 
 def disk_fill(config: NodeConfig) -> float:
@@ -104,7 +108,7 @@ async def serve(config: NodeConfig) -> int:
             await asyncio.to_thread(metrics_server.shutdown)
             metrics_server.server_close()
     finally:
-        await asyncio.to_thread(store.close)
+        await _without_waiting_for_zookeeper(store.close, "closing the ZooKeeper session")
     return 0
 
 
@@ -163,7 +167,33 @@ async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: S
     finally:
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
-        await asyncio.to_thread(registration.close)
+        await _without_waiting_for_zookeeper(registration.close, "deregistering")
+
+
+async def _without_waiting_for_zookeeper(call: Callable[[], None], what: str) -> None:
+    """Shutdown deregisters and closes the session, but waits for ZooKeeper at most ZOOKEEPER_SHUTDOWN_SECONDS:
+    while it is unreachable a kazoo call blocks until it is back, and a node must stop on SIGTERM whatever
+    ZooKeeper does (its ephemeral registration ends with its session anyway). The call runs on a daemon
+    thread, not on the loop's executor, whose threads asyncio.run would wait for before the process exits."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def run() -> None:
+        error = None
+        try:
+            call()
+        except Exception as exc:  # best effort: what it did not remove goes with the session
+            error = f"failed: {exc}"
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(error))
+
+    threading.Thread(target=run, name=what, daemon=True).start()
+    try:
+        error = await asyncio.wait_for(asyncio.shield(done), ZOOKEEPER_SHUTDOWN_SECONDS)
+    except asyncio.TimeoutError:
+        error = f"did not finish within {ZOOKEEPER_SHUTDOWN_SECONDS:.0f}s (ZooKeeper unreachable?)"
+    if error is not None:
+        print(f"storage node: {what} {error}; stopping anyway", file=sys.stderr, flush=True)
 
 
 async def _first_of(*waits, timeout: float) -> None:

@@ -1,0 +1,28 @@
+"""A storage node stops on SIGTERM while ZooKeeper is unreachable: its shutdown does not wait for ZooKeeper
+(deregistering blocked in kazoo until ZooKeeper came back, so `ledger cluster stop` and service managers had
+to SIGKILL it; found by `ledger soak`). The ephemeral registration ends with the session anyway."""
+from __future__ import annotations
+
+import subprocess
+
+from metadata.embedded import EmbeddedZooKeeper
+from tests.harness.node_process import NodeProcess
+from tests.harness.poll import poll_until
+
+
+def test_a_node_stops_on_sigterm_while_zookeeper_is_down(tmp_path):
+    zookeeper = EmbeddedZooKeeper(tmp_path / "zookeeper").start()  # its own: this test takes it down
+    node = NodeProcess(zookeeper.uri(), tmp_path / "node", "lonely")
+    try:
+        node.start()
+        zookeeper.kill()
+        poll_until(lambda: "Connection dropped" in node.log(), 30, what="the node to lose ZooKeeper")
+        node.process.terminate()
+        try:
+            node.process.wait(20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the node did not stop within 20 s of SIGTERM: {node.log()[-2000:]}") from None
+        assert "did not finish" in node.log()  # it said why it stopped without deregistering
+    finally:
+        node.kill()
+        zookeeper.kill()
