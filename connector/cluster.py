@@ -270,14 +270,17 @@ class LocalCluster:
     # -- stop ----------------------------------------------------------------------------------
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper."""
+        """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper. Nodes still running
+        `timeout` seconds after SIGTERM (one deadline for all: a node cannot deregister while ZooKeeper is
+        down) are killed."""
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}")
         for spec in self.state.nodes:
             if pid_alive(spec.pid):
                 os.kill(spec.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
         for spec in self.state.nodes:
-            if not wait_gone(spec.pid, timeout):
+            if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic())):
                 os.kill(spec.pid, signal.SIGKILL)
                 wait_gone(spec.pid, 10)
             spec.pid = 0
