@@ -11,6 +11,7 @@ with the checker (checker.py). Prints one line; exit status 1 on any violation.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -41,7 +42,7 @@ DISK_QUOTA_BYTES = 2 << 30
 HANDOVER_EVERY = (15.0, 25.0)
 ACTOR_STOP_SECONDS = 90.0
 RECOVERY_SECONDS = 300.0  # the final recovery of every OPEN ledger, retried for this long in all
-MAX_RESTARTS = 20
+MAX_RESTARTS = 50  # per slot
 WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
     "sw-1": ("stream-writer", ["--own", "--rate", "40", "--window", "16"]),
     "sw-2": ("stream-writer", ["--rate", "40", "--window", "16"]),
@@ -118,6 +119,7 @@ class Soak:
         self.actors: dict[str, ActorProcess] = {}
         self.owner: str | None = None
         self.crashes: list[str] = []
+        self._crashes_per_slot: collections.Counter = collections.Counter()
         self.nemesis: Nemesis | None = None
         self.metadata_uri = ""
         self._until = 0.0
@@ -262,7 +264,7 @@ class Soak:
                           f"{len(self.nemesis.ended) + len(self.nemesis.active)} faults")
             time.sleep(0.2)
 
-    def _supervise(self) -> None:
+    def _supervise(self, restart: bool = True) -> None:
         """An actor that exited without being killed crashed: note it and start its slot again."""
         for actor in self.actors.values():
             if actor.process is not None and not actor.alive() and not actor.expected_exit:
@@ -270,13 +272,14 @@ class Soak:
                                     f"{self.actors_dir / (actor.name + '.log')}")
                 self.echo(f"soak: {self.crashes[-1]}")
                 actor.expected_exit = True
-                if len(self.crashes) <= MAX_RESTARTS:
+                self._crashes_per_slot[actor.slot] += 1
+                if restart and self._crashes_per_slot[actor.slot] <= MAX_RESTARTS:
                     self.replace(actor)
 
     def _finish(self) -> int:
         self.echo("soak: healing every fault, stopping the actors, recovering every open ledger")
         self.nemesis.heal_all()
-        self._supervise()
+        self._supervise(restart=False)
         for actor in self.actors.values():
             actor.signal(signal.SIGCONT)
         self.cluster.start(timeout=120)

@@ -126,9 +126,9 @@ class Actor:
     # -- appending -----------------------------------------------------------------------------------
 
     def append_many(self, append: Callable[[bytes], concurrent.futures.Future], ledger_id: int, first: int,
-                    count: int, op: str, fields: dict, result_field: str = "entry") -> str:
+                    count: int, op: str, fields: dict, result_field: str) -> str:
         """Append entries first..first+count-1 of ledger_id with at most --window in flight at --rate per
-        second, recording each outcome. Returns 'done', 'failed' (the ledger took an error: stop using it),
+        second, recording each outcome (an ack's result as result_field). Returns 'done', 'failed' (the ledger took an error: stop using it),
         'stuck' (an append went unanswered for STUCK_AFTER: give the client up), 'stopped' or 'interrupted'
         (a take-over was asked for)."""
         pending: collections.deque[_Pending] = collections.deque()
