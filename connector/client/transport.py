@@ -221,6 +221,11 @@ class GrpcTransport:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 self._forget(node)
             raise NodeError(f"node {node}: {method} failed: {_describe(exc)}") from exc
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # our caller cancelled us
+            # grpc cancelled the call: its channel was closed under it (another call found the node gone)
+            raise NodeError(f"node {node}: {method} was cut off: the connection to the node closed") from None
 
     # -- channels ----------------------------------------------------------------------------------------------
 
