@@ -9,6 +9,7 @@ from connector.cli import main
 from connector.client import LedgerClient
 from metadata import layout, streams
 from metadata.model import Retention
+from tests.harness.poll import poll_until
 
 
 def write_raw_stream(uri: str, name: str, ledgers: int, entries: int, keep_open: bool = False):
@@ -118,7 +119,12 @@ def test_retention_loop_runs_every_seconds_and_stops_after_its_runs(cluster, met
     write_raw_stream(metadata_uri, "events", ledgers=3, entries=2)
     assert main(["stream", "retention", "events", "--max-age", "1s"]) == 0
     capsys.readouterr()
-    time.sleep(1.2)   # the ledgers' last metadata write (their close) is now more than 1s ago
+    with LedgerClient(metadata_uri) as lc:
+        head = streams.read_stream(lc.store, "events").value
+        last_write = max(lc.store.modified_at(layout.ledger_path(s.ledger_id))
+                         for s in streams.iter_ledgers(lc.store, head))
+    # Retention by age measures the ledgers' last metadata write (their close) by ZooKeeper's clock, this host's.
+    poll_until(lambda: time.time() > last_write + 1.05, timeout=10, what="the ledgers to be older than 1s")
     started = time.monotonic()
     assert main(["stream", "retention", "--apply", "--every", "0.5", "--runs", "3", "--json"]) == 0
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

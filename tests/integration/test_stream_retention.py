@@ -28,6 +28,11 @@ def ledger_ids(store: MetadataStore, name: str) -> list[int]:
     return [s.ledger_id for s in streams.iter_ledgers(store, streams.read_stream(store, name).value)]
 
 
+def written_at(store: MetadataStore, ledger_id: int) -> float:
+    """The ledger's last metadata write by ZooKeeper's clock: what retention by age measures."""
+    return store.modified_at(layout.ledger_path(ledger_id))
+
+
 def exists(store: MetadataStore, ledger_id: int) -> bool:
     return store.exists(layout.ledger_path(ledger_id))
 
@@ -137,11 +142,15 @@ def test_retention_by_size_never_removes_the_last_ledger(lc):
 def test_retention_by_age_removes_the_ledgers_last_written_before_the_limit(lc):
     old = closed_ledgers(lc.store, 4)
     appended(lc.store, "events", old)
-    time.sleep(0.5)      # ZooKeeper's mtime has millisecond resolution, the server's clock this host's
-    boundary = time.time()
-    time.sleep(0.5)
+    last_old = max(written_at(lc.store, i) for i in old)
+    # ZooKeeper's mtime has millisecond resolution and the server's clock is this host's: the young ledgers
+    # are written once the clock has moved past the old ones' last write.
+    poll_until(lambda: time.time() > last_old + 0.005, timeout=5, what="the clock to pass the old ledgers")
     young = closed_ledgers(lc.store, 3)
     appended(lc.store, "events", young)
+    first_young = min(written_at(lc.store, i) for i in young)
+    assert first_young > last_old
+    boundary = (last_old + first_young) / 2
     set_retention(lc.store, "events", max_age=3600)
 
     assert not apply_retention(lc, "events").cut   # nothing is an hour old
