@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
 from connector.spark import LedgerDataSource
@@ -178,22 +179,6 @@ class Setting:
         return StreamOptions(checkpoint_location=str(self.checkpoint))
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """The TaskContext calls a write task makes."""
-
-    partition: int
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return 0
-
-    def taskAttemptId(self) -> int:
-        return self.partition
-
-
 def sink_commit_seconds(setting: Setting, tasks: int) -> float:
     """One micro-batch as Spark runs it on the sink: a fresh writer, task ledgers, then the timed commit."""
     opts, batch_id = setting.options, setting.batches
@@ -202,7 +187,7 @@ def sink_commit_seconds(setting: Setting, tasks: int) -> float:
     messages = [
         write_task_ledger(opts, writer.schema, iter([_sink_rows(writer.schema)]), task, writer._tags(task, batch_id),
                           query_registry(writer.query_id, batch_id))
-        for task in map(Task, range(tasks))
+        for task in map(StandInTask, range(tasks))
     ]
     return _timed(lambda: writer.commit(messages, batch_id))
 
@@ -214,7 +199,7 @@ def batch_commit_seconds(setting: Setting, tasks: int) -> float:
     messages = [
         write_task_ledger(opts, writer.schema, iter([_sink_rows(writer.schema)]), task, writer._tags(task),
                           job_registry(writer.job_id))
-        for task in map(Task, range(tasks))
+        for task in map(StandInTask, range(tasks))
     ]
     return _timed(lambda: writer.commit(messages))
 
@@ -272,7 +257,7 @@ def _write_one_ledger(uri: str, stream: str, rows: int) -> None:
     per_batch = max(1, MiB // ROW_BYTES)
     batches = (_rows(writer.schema, start, min(per_batch, rows - start), ROW_BYTES)
                for start in range(0, rows, per_batch))
-    task = Task(0)
+    task = StandInTask(0)
     message = write_task_ledger(opts, writer.schema, batches, task, writer._tags(task), job_registry(writer.job_id))
     writer.commit([message])
 
@@ -329,11 +314,11 @@ def _write_small_ledgers(uri: str, stream: str, ledgers: int) -> None:
         for start in range(0, ledgers, 100):
             writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
 
-            def task_ledger(task: Task, writer=writer) -> TaskLedger:
+            def task_ledger(task: StandInTask, writer=writer) -> TaskLedger:
                 return write_task_ledger(opts, writer.schema, iter([_sink_rows(writer.schema)]), task,
                                          writer._tags(task), job_registry(writer.job_id))
 
-            writer.commit(list(pool.map(task_ledger, map(Task, range(min(100, ledgers - start))))))
+            writer.commit(list(pool.map(task_ledger, map(StandInTask, range(min(100, ledgers - start))))))
 
 
 def _batch_read(uri: str, stream: str) -> int:

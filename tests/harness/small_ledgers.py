@@ -6,11 +6,14 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import pathlib
+import queue
+import threading
 import uuid
 
 import pyarrow as pa
 from pyspark.sql.types import LongType, StructField, StructType
 
+from connector.bench.task_context import StandInTask
 from connector.spark.jobs import job_registry, query_registry
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
@@ -19,22 +22,6 @@ from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWrite
 from connector.spark.write import LedgerWriter, write_task_ledger
 
 SCHEMA = StructType([StructField("id", LongType())])
-
-
-class Task:
-    """The TaskContext calls a write task makes."""
-
-    def __init__(self, partition: int):
-        self.partition = partition
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return 0
-
-    def taskAttemptId(self) -> int:
-        return self.partition
 
 
 def ledger_rows(ledger_ids: range, first_id: int) -> list[pa.RecordBatch]:
@@ -66,7 +53,7 @@ def write_jobs(uri: str, stream: str, ledgers: range, per_job: int = 50) -> None
             writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
 
             def task(partition: int, writer=writer, batches=batches):
-                ctx = Task(partition)
+                ctx = StandInTask(partition)
                 return write_task_ledger(opts, writer.schema, iter([batches[partition]]), ctx, writer._tags(ctx),
                                          job_registry(writer.job_id))
 
@@ -89,10 +76,51 @@ class SinkQuery:
         batches = ledger_rows(ledgers, rows_in(ledgers.start))
         messages = []
         for partition, batch in enumerate(batches):
-            ctx = Task(partition)
+            ctx = StandInTask(partition)
             tags = {STREAM_TAG: self.opts.stream, QUERY_TAG: writer.query_id, BATCH_TAG: self.batch_id,
                     PARTITION_TAG: partition, ATTEMPT_TAG: 0, TASK_TAG: partition}
             messages.append(write_task_ledger(self.opts, writer.schema, iter([batch]), ctx, tags,
                                               query_registry(writer.query_id, self.batch_id)))
         writer.commit(messages, self.batch_id)
         self.batch_id += 1
+
+
+def tailing_query(spark, uri: str, stream: str, name: str):
+    """A streaming query reading the stream 25 rows per micro-batch into the memory table `name`."""
+    return (spark.readStream.format("ledger").option("metadata", uri).option("maxRecordsPerTrigger", "25")
+            .load(stream).writeStream.format("memory").queryName(name)
+            .trigger(processingTime="100 milliseconds").start())
+
+
+class CommitRounds:
+    """Commits landing while a test works on the stream: in a thread, `rounds` rounds of 20 ledgers by two batch
+    jobs and then 10 by a sink micro-batch, after the `first` ledgers already written. next() waits for the
+    next round and answers the ledgers written so far, None after the last round."""
+
+    def __init__(self, uri: str, stream: str, checkpoint: pathlib.Path, first: int, rounds: int):
+        self.uri, self.stream, self.first, self.rounds = uri, stream, first, rounds
+        self.sink = SinkQuery(uri, stream, checkpoint)
+        self.done: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._commit, daemon=True)
+
+    def _commit(self) -> None:
+        written = self.first
+        try:
+            for _ in range(self.rounds):
+                write_jobs(self.uri, self.stream, range(written, written + 20), per_job=10)
+                self.sink.commit(range(written + 20, written + 30))
+                written += 30
+                self.done.put(written)
+        finally:
+            self.done.put(None)
+
+    def start(self) -> "CommitRounds":
+        self.thread.start()
+        return self
+
+    def next(self, timeout: float = 300) -> int | None:
+        return self.done.get(timeout=timeout)
+
+    def join(self) -> None:
+        self.thread.join(timeout=300)
+        assert not self.thread.is_alive(), "the commit rounds did not finish"

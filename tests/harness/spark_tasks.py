@@ -3,7 +3,6 @@
 the driver side (prepare, commit, abort) is called as Spark calls it."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from typing import Iterable
@@ -12,11 +11,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.types import LongType, StructField, StructType
 
+from connector.bench.task_context import StandInTask as Task
 from connector.client import LedgerClient
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG
 from connector.spark.stream_options import StreamOptions
-from connector.spark.stream_write import BATCH_PROPERTY, LedgerStreamWriter
+from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.write import LedgerWriter
 from metadata import layout
 from metadata.store import MetadataStore
@@ -25,27 +25,6 @@ from tests.harness.poll import poll_until
 SCHEMA = StructType([StructField("id", LongType())])
 STREAM = "events"
 CHECKPOINT_QUERY_ID = "query-1"  # the id Spark would keep in the checkpoint
-
-
-@dataclasses.dataclass
-class Task:
-    """The TaskContext calls a write task makes."""
-
-    partition: int
-    attempt: int = 0
-    batch: int = 0
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return self.attempt
-
-    def taskAttemptId(self) -> int:
-        return self.partition * 100 + self.attempt
-
-    def getLocalProperty(self, key: str) -> str | None:
-        return str(self.batch) if key == BATCH_PROPERTY else None
 
 
 class TaskRunner:

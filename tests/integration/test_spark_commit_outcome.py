@@ -6,13 +6,13 @@ storage nodes; the driver's ZooKeeper connection goes through a loopback TCP pro
 that loses the commit's request or its reply. The task ledgers are written by the same code a Spark task
 runs (write_task_ledger), without a SparkSession.
 """
-import dataclasses
 import threading
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
+from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.soak.proxy import C2S, S2C, TcpProxy
 from connector.spark.encoding import decode_entry
@@ -27,22 +27,6 @@ from tests.harness.poll import poll_until
 
 SCHEMA = StructType([StructField("id", LongType())])
 STREAM = "events"
-
-
-@dataclasses.dataclass
-class Task:
-    """The TaskContext calls a write task makes."""
-
-    partition: int
-
-    def partitionId(self) -> int:
-        return self.partition
-
-    def attemptNumber(self) -> int:
-        return 0
-
-    def taskAttemptId(self) -> int:
-        return self.partition
 
 
 @pytest.fixture
@@ -66,7 +50,7 @@ def run_tasks(writer: LedgerWriter, uri: str, *ranges: range) -> list:
     messages = []
     for partition, ids in enumerate(ranges):
         batch = pa.record_batch([pa.array(list(ids), pa.int64())], schema=writer.schema)
-        ctx = Task(partition)
+        ctx = StandInTask(partition)
         messages.append(write_task_ledger(
             options(uri), writer.schema, iter([batch]), ctx, writer._tags(ctx), job_registry(writer.job_id),
         ))
@@ -170,7 +154,7 @@ def test_streaming_commit_whose_reply_is_lost_keeps_its_batch(
     tags = {STREAM_TAG: STREAM, QUERY_TAG: "query-1", BATCH_TAG: 0, PARTITION_TAG: 0, ATTEMPT_TAG: 0, TASK_TAG: 0}
     start_query(store, "query-1")
     messages = [write_task_ledger(
-        options(metadata_uri), sink.schema, iter([batch]), Task(0), tags, query_registry("query-1", 0),
+        options(metadata_uri), sink.schema, iter([batch]), StandInTask(0), tags, query_registry("query-1", 0),
     )]
 
     lost = LostReply(monkeypatch, zk_proxy, store)

@@ -2,8 +2,6 @@
 and streaming-sink commits go on through several compactions, and the replaced ledgers are deleted after the grace
 while the query still runs; the query loses and duplicates no row, and a batch read afterwards finds every row at
 its offset (compared with chispa)."""
-import queue
-import threading
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -12,7 +10,7 @@ from connector.client import LedgerClient
 from connector.compaction import CompactionPolicy, clean_compactions, compact_stream
 from metadata import layout, streams
 from tests.harness.poll import poll_until
-from tests.harness.small_ledgers import SinkQuery, rows_in, write_jobs
+from tests.harness.small_ledgers import CommitRounds, rows_in, tailing_query, write_jobs
 
 GRACE = 10.0        # seconds: well above the time between a micro-batch's planning and its read on 2 busy cores
 FIRST = 120         # small ledgers before the query starts
@@ -22,22 +20,8 @@ ROUNDS = 4          # each: 20 ledgers by two batch jobs, 10 by a sink micro-bat
 def test_a_streaming_query_and_commits_during_compactions_lose_and_duplicate_no_row(spark, shared_uri, stream,
                                                                                       tmp_path):
     write_jobs(shared_uri, stream, range(FIRST))
-    query = (spark.readStream.format("ledger").option("metadata", shared_uri).option("maxRecordsPerTrigger", "25")
-             .load(stream).writeStream.format("memory").queryName("during_compaction")
-             .trigger(processingTime="100 milliseconds").start())
-    rounds: queue.Queue = queue.Queue()
-    sink = SinkQuery(shared_uri, stream, tmp_path / "checkpoint")
-
-    def commits():
-        written = FIRST
-        for _ in range(ROUNDS):
-            write_jobs(shared_uri, stream, range(written, written + 20), per_job=10)
-            sink.commit(range(written + 20, written + 30))
-            written += 30
-            rounds.put(written)
-        rounds.put(None)
-
-    writer = threading.Thread(target=commits)
+    query = tailing_query(spark, shared_uri, stream, "during_compaction")
+    rounds = CommitRounds(shared_uri, stream, tmp_path / "checkpoint", FIRST, ROUNDS)
     swaps, finished = [], []
 
     def compaction(lc, policy) -> None:
@@ -53,10 +37,10 @@ def test_a_streaming_query_and_commits_during_compactions_lose_and_duplicate_no_
         with LedgerClient(shared_uri) as lc:
             policy = CompactionPolicy(target_bytes=16 * 1024, grace=GRACE)
             compaction(lc, policy)                             # while the query reads its first micro-batches
-            writer.start()
-            while rounds.get(timeout=300) is not None:          # each compaction runs while the next round commits
+            rounds.start()
+            while rounds.next() is not None:                   # each compaction runs while the next round commits
                 compaction(lc, policy)
-            writer.join()
+            rounds.join()
             poll_until(lambda: all_finished(lc), timeout=120, interval=0.5, what="the compactions' graces to pass")
             ledgers = list(streams.iter_ledgers(lc.store, streams.read_stream(lc.store, stream).value))
         query.processAllAvailable()

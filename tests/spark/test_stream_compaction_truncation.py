@@ -3,8 +3,6 @@ ledgers and truncations cut off what the query has already read, and batch-job a
 landing. The query loses and duplicates no row; a batch read afterwards holds exactly the rows from the
 stream's new first offset on, each at its offset (compared with chispa)."""
 import json
-import queue
-import threading
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -14,7 +12,7 @@ from connector.compaction import CompactionPolicy, clean_compactions, compact_st
 from connector.retention import truncate_stream
 from metadata import layout, streams
 from tests.harness.poll import poll_until
-from tests.harness.small_ledgers import SinkQuery, rows_in, write_jobs
+from tests.harness.small_ledgers import CommitRounds, rows_in, tailing_query, write_jobs
 
 GRACE = 10.0
 FIRST = 120
@@ -32,33 +30,19 @@ def consumed(query) -> int:
 def test_compaction_truncation_and_commits_under_a_streaming_query_lose_and_duplicate_no_row(spark, shared_uri,
                                                                                              stream, tmp_path):
     write_jobs(shared_uri, stream, range(FIRST))
-    query = (spark.readStream.format("ledger").option("metadata", shared_uri).option("maxRecordsPerTrigger", "25")
-             .load(stream).writeStream.format("memory").queryName("during_compaction_and_truncation")
-             .trigger(processingTime="100 milliseconds").start())
-    rounds: queue.Queue = queue.Queue()
-    sink = SinkQuery(shared_uri, stream, tmp_path / "checkpoint")
-
-    def commits():
-        written = FIRST
-        for _ in range(ROUNDS):
-            write_jobs(shared_uri, stream, range(written, written + 20), per_job=10)
-            sink.commit(range(written + 20, written + 30))
-            written += 30
-            rounds.put(written)
-        rounds.put(None)
-
-    writer = threading.Thread(target=commits)
+    query = tailing_query(spark, shared_uri, stream, "during_compaction_and_truncation")
+    rounds = CommitRounds(shared_uri, stream, tmp_path / "checkpoint", FIRST, ROUNDS)
     cuts = []
     try:
         with LedgerClient(shared_uri) as lc:
             policy = CompactionPolicy(target_bytes=16 * 1024, grace=GRACE)
             compact_stream(lc, stream, policy)
-            writer.start()
-            while rounds.get(timeout=300) is not None:
+            rounds.start()
+            while rounds.next() is not None:
                 query.processAllAvailable()   # while the next round commits
                 cuts.append(truncate_stream(lc, stream, consumed(query)))   # only what the query has read
                 compact_stream(lc, stream, policy)
-            writer.join()
+            rounds.join()
             poll_until(lambda: not (clean_compactions(lc, stream) and lc.store.children(layout.COMPACTIONS)),
                        timeout=120, interval=0.5, what="the compactions' graces to pass")
             first_offset = streams.read_stream(lc.store, stream).value.first_offset
