@@ -36,11 +36,16 @@ def test_spark_options_either_parse_or_raise_invalid_option_error(options):
     assert parsed.ensemble_size >= parsed.write_quorum >= parsed.ack_quorum >= 1
 
 
-COMMANDS = st.sampled_from(["show", "read", "recover", "list"])
+# Every command that only reads (the ones that write need --yes, --force or --apply, never generated here).
+COMMANDS = st.sampled_from([["show"], ["read"], ["recover"], ["list"], ["nodes"], ["stream", "list"],
+                            ["stream", "show"], ["stream", "truncate"], ["stream", "retention"],
+                            ["stream", "compact"]])
 ARGUMENTS = st.lists(st.one_of(
     NUMBERS.map(str),
     st.sampled_from(["--from", "--to", "--password", "--no-recover", "--tls-ca", "--tls-cert", "--tls-key",
-                     "--auth-token-file", "--metadata", "zk://bad", "/nonexistent.pem", "-", "--", "--bogus"]),
+                     "--auth-token-file", "--metadata", "zk://bad", "zk://127.0.0.1:notaport/ledgers",
+                     "/nonexistent.pem", "-", "--", "--bogus", "--json", "--format", "rows", "hex", "text",
+                     "--max-age", "7 days", "1s", "--max-bytes", "events", "kept"]),
     st.text(max_size=10),
 ), max_size=6)
 
@@ -53,11 +58,11 @@ def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri
             w.append(b"kept")
         before = {i: lc.store.read_ledger(i) for i in lc.list_ledgers()}
 
-    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(command=COMMANDS, arguments=ARGUMENTS)
     def hostile(command, arguments):
         try:
-            status = main([command, *arguments])
+            status = main([*command, *arguments])
         except SystemExit as usage:  # argparse: a usage message, exit status 2
             assert usage.code == 2
             assert "usage:" in capsys.readouterr().err
