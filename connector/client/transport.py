@@ -211,6 +211,10 @@ class GrpcTransport:
                 yield response
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as exc:
             raise NodeError(f"node {node}: ReadRange failed: {_describe(exc)}") from exc
+        except asyncio.CancelledError:
+            if _caller_cancelled():
+                raise
+            raise _cut_off(node, "ReadRange") from None
         finally:
             call.cancel()
 
@@ -222,10 +226,9 @@ class GrpcTransport:
                 self._forget(node)
             raise NodeError(f"node {node}: {method} failed: {_describe(exc)}") from exc
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
-                raise  # our caller cancelled us
-            # grpc cancelled the call: its channel was closed under it (another call found the node gone)
-            raise NodeError(f"node {node}: {method} was cut off: the connection to the node closed") from None
+            if _caller_cancelled():
+                raise
+            raise _cut_off(node, method) from None
 
     # -- channels ----------------------------------------------------------------------------------------------
 
@@ -271,6 +274,20 @@ class GrpcTransport:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+
+
+def _caller_cancelled() -> bool:
+    """Whether a CancelledError out of a grpc call is our caller's: its task was asked to stop (a read given
+    up, a client closing). Otherwise grpc cancelled the call because its channel was closed under it."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _cut_off(node: str, method: str) -> NodeError:
+    """A call grpc cancelled because _forget closed its channel (another call found the node gone): a node
+    failure like any other, so that reads fail over (issue 15: the soak's tailing readers crashed with
+    CancelledError, outside the LedgerError hierarchy)."""
+    return NodeError(f"node {node}: {method} was cut off: the connection to the node closed")
 
 
 def _describe(exc: BaseException) -> str:
