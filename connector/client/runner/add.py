@@ -11,6 +11,7 @@ from connector.client import metrics
 from connector.client.errors import LedgerError, NodeError
 from connector.client.ops.add import AddSequence, PendingAdd
 from connector.client.ops.ensemble_change import change_ensemble
+from connector.client.placement import Quarantine
 from connector.client.runner.context import Context, schedule_of
 from metadata.model import LedgerMetadata, Versioned
 from metadata.update_loop import Transform, update_ledger
@@ -57,7 +58,7 @@ class AddPipeline:
         self._lock = threading.Lock()
         self._flush_scheduled = False
         self._changing = False
-        self._ever_failed: set[str] = set()
+        self._quarantine = Quarantine()  # nodes that failed recently, not chosen as replacements meanwhile
         self._last_append = self.loop.time()
         self._lac_sending: dict[str, float] = {}  # node -> when its explicit LAC may be sent (again)
         ctx.transport.register(meta.ledger_id, recovery, self)
@@ -138,9 +139,11 @@ class AddPipeline:
         try:
             while self.seq.failed_nodes and self.seq.error is None:
                 failed = set(self.seq.failed_nodes)
-                self._ever_failed |= failed
-                transform = change_ensemble(failed, self.seq.last_add_confirmed + 1, await self.ctx.nodes(),
-                                            self.recovery, exclude=self._ever_failed)
+                nodes = await self.ctx.nodes()
+                now = self.loop.time()
+                self._quarantine.add(failed, nodes, now)
+                transform = change_ensemble(failed, self.seq.last_add_confirmed + 1, nodes, self.recovery,
+                                            exclude=self._quarantine.held(nodes, now))
                 self.current = await self._apply(transform)
                 metrics.ENSEMBLE_CHANGES.inc()
                 resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
