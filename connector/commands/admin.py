@@ -207,11 +207,21 @@ def as_json(meta: LedgerMetadata) -> dict:
 
 
 def _rows(entry) -> list[str]:
-    from connector.spark.encoding import MAGIC, decode_entry  # pyarrow, only when asked for rows
+    from connector.spark.encoding import MAGIC  # pyarrow, only when asked for rows
     if not entry.payload.startswith(MAGIC):
         return [printable(entry.payload)]
-    rows = decode_entry(entry.payload)
-    return [json.dumps(row, default=str) for batch in rows.batches for row in batch.to_pylist()]
+    return [row_line(row) for row in entry_rows(entry.payload)]
+
+
+def entry_rows(payload: bytes) -> list[dict]:
+    """The rows of an arrow entry (of a Spark stream), for `--format rows` and `ledger stream tail`."""
+    from connector.spark.encoding import decode_entry
+    return [row for batch in decode_entry(payload).batches for row in batch.to_pylist()]
+
+
+def row_line(row: dict) -> str:
+    """A row as one JSON line (values JSON has no type for, as timestamps and bytes, as their str())."""
+    return json.dumps(row, default=str)
 
 
 _FORMATS = {

@@ -1,17 +1,20 @@
-"""`ledger stream list|show|truncate|retention|delete`: inspect streams, drop their old ledgers, delete them.
+"""`ledger stream list|show|truncate|retention|delete|lag|tail`: inspect streams, drop their old ledgers, delete
+them, see a streaming query's lag, print rows.
 
 Truncation and retention remove whole closed ledgers from a stream's front in one compare-and-set and delete
 them after it (connector/retention.py). `retention --apply` is the retention loop: run it from cron, or with
 --every SECONDS as a long-running process next to the cluster.
 
 The `compact` subcommand lives in connector/commands/stream_compact.py: when that module is there, its
-register_compact(subparsers) adds it to this group (as cli.py adds command modules).
+register_compact(subparsers) adds it to this group (as cli.py adds command modules). `lag` and `tail` live in
+connector/commands/stream_lag.py and stream_tail.py.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 import time
@@ -81,6 +84,10 @@ def register(subparsers) -> None:
     delete.add_argument("--password", default="",
                         help="the stream's ledger password (to fence and close an OPEN ledger before deleting it)")
     _register_compact(commands)
+    from connector.commands.stream_lag import register_lag  # they import this module's argument types
+    from connector.commands.stream_tail import register_tail
+    register_lag(command)
+    register_tail(command)
 
 
 def _register_compact(commands) -> None:
@@ -351,7 +358,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
+    if not 0 < value < math.inf:  # nan too
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
     return value
 

@@ -12,14 +12,21 @@ SparkSession and no JVM, so no Hadoop FileSystem to read the checkpoint with. It
 where Hadoop's local file system would (a path, a file: URI), and refuses any other location: an id
 made up from the location would outlive a wiped checkpoint, and the restarted query's batches would
 be discarded as replays of the old query's.
+
+Admission (minOffsetsPerTrigger, maxTriggerDelay) is Kafka's: a micro-batch is not planned until at least
+minOffsetsPerTrigger new offsets are there, unless maxTriggerDelay has passed since the last one was
+planned. maxOffsetsPerTrigger is Kafka's name for maxRecordsPerTrigger; a query ported from Kafka keeps
+its options, and two different values for the one limit are refused rather than one picked.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import re
 from typing import Mapping
 
+from connector.checkpoint import local_path  # noqa: F401 - also imported from here
 from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions, _integer
 
@@ -27,8 +34,13 @@ LATEST = "latest"
 EARLIEST = "earliest"
 SPELLING = {
     name.lower(): name
-    for name in ("checkpointLocation", "maxRecordsPerTrigger", "maxBytesPerTrigger", "startingOffsets")
+    for name in ("checkpointLocation", "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "maxBytesPerTrigger",
+                 "minOffsetsPerTrigger", "maxTriggerDelay", "startingOffsets")
 }
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds; Kafka's default "15m"
+# Kafka's source reads maxTriggerDelay with Spark's timeStringAsMs: an integer and a unit, milliseconds without one.
+_DELAY = re.compile(r"(\d+)(us|ms|s|m|min|h|d)?")
+_DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, None: 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +49,8 @@ class StreamOptions:
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     checkpoint_location: str | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY  # seconds
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> tuple[LedgerOptions, "StreamOptions"]:
@@ -48,9 +62,11 @@ class StreamOptions:
         batch = LedgerOptions.parse(given)
         return batch, cls(
             starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
-            max_records_per_trigger=_integer(ours, "maxrecordspertrigger", None, minimum=1, spelling=SPELLING),
+            max_records_per_trigger=_max_records(ours),
             max_bytes_per_trigger=_integer(ours, "maxbytespertrigger", None, minimum=1, spelling=SPELLING),
             checkpoint_location=ours.get("checkpointlocation"),
+            min_offsets_per_trigger=_integer(ours, "minoffsetspertrigger", None, minimum=1, spelling=SPELLING),
+            max_trigger_delay=_max_trigger_delay(ours),
         )
 
     def query_id(self) -> str:
@@ -81,17 +97,33 @@ class StreamOptions:
             ) from exc
 
 
-def local_path(location: str) -> str | None:
-    """The local path a checkpointLocation names, as Hadoop resolves it, or None if it is on another file system.
+def _max_records(given: Mapping[str, str]) -> int | None:
+    """maxRecordsPerTrigger, or maxOffsetsPerTrigger (Kafka's name for it); both only if they agree."""
+    ours = _integer(given, "maxrecordspertrigger", None, minimum=1, spelling=SPELLING)
+    kafkas = _integer(given, "maxoffsetspertrigger", None, minimum=1, spelling=SPELLING)
+    if ours is not None and kafkas is not None and ours != kafkas:
+        raise InvalidOptionError(
+            f"options maxRecordsPerTrigger={ours} and maxOffsetsPerTrigger={kafkas} disagree: maxOffsetsPerTrigger is "
+            "Kafka's name for maxRecordsPerTrigger, the one limit on the offsets of a micro-batch; give one of them"
+        )
+    return ours if ours is not None else kafkas
 
-    A location without a scheme is on the default file system (the local one unless fs.defaultFS says
-    otherwise). Hadoop's local file system takes file:/p, file:///p and no other authority, and reads
-    the rest literally (no percent-decoding), as open() does.
-    """
-    colon, slash = location.find(":"), location.find("/")
-    if colon < 0 or 0 <= slash < colon:
-        return location
-    scheme, rest = location[:colon], location[colon + 1:]
-    if scheme.lower() != "file" or (rest.startswith("//") and not rest.startswith("///")):
-        return None
-    return rest
+
+def _max_trigger_delay(given: Mapping[str, str]) -> float:
+    """Seconds, from Kafka's format ("30s", "5m", "1h", "500ms"; a bare integer is milliseconds)."""
+    text = given.get("maxtriggerdelay")
+    if text is None:
+        return DEFAULT_MAX_TRIGGER_DELAY
+    if given.get("minoffsetspertrigger") is None:
+        raise InvalidOptionError(
+            f"option maxTriggerDelay={text!r} bounds how long minOffsetsPerTrigger holds a micro-batch back, and "
+            "minOffsetsPerTrigger is not set: set it too (as in Kafka's source), or remove maxTriggerDelay"
+        )
+    match = _DELAY.fullmatch(str(text).strip().lower())
+    if match is None:
+        raise InvalidOptionError(
+            f"option maxTriggerDelay={text!r}: give a duration as Kafka's source takes it, an integer with a unit "
+            "us, ms, s, m (or min), h or d: \"30s\", \"5m\", \"500ms\" (without a unit: milliseconds); the "
+            "default is \"15m\""
+        )
+    return int(match.group(1)) * _DELAY_UNITS[match.group(2)]

@@ -1,10 +1,14 @@
 """The tailing streaming source: spark.readStream.format("ledger").load("events").
 
-Spark offsets are stream offsets ({"offset": n} = the next offset to read; a micro-batch reads
-[start, end)). The readable end of a stream is the end of its last sealed ledger, or, for the OPEN
-ledger of a live stream writer, the entry its writer last confirmed (LAC) as the nodes know it: a
-row is visible only once it is acknowledged, and never before. A dangling tail (writer gone) is
-recovered first, as for batch reads.
+Spark offsets are stream offsets ({"offset": n, "stream": name}: n is the next offset to read, and a
+micro-batch reads [start, end)). The offset names its stream, as Kafka's names its topics, so that a
+checkpoint tells which stream each source read (`ledger stream lag`), and a query restarted on another
+stream with the same checkpoint is refused instead of reading the new stream from the old one's offsets.
+
+The readable end of a stream is the end of its last sealed ledger, or, for the OPEN ledger of a live
+stream writer, the entry its writer last confirmed (LAC) as the nodes know it: a row is visible only
+once it is acknowledged, and never before. A dangling tail (writer gone) is recovered first, as for
+batch reads.
 
 A micro-batch reads exactly the range its latestOffset promised (DESIGN rule 17): partitions(start,
 end) plans from the offsets Spark hands it and the stream record, without reading a LAC again. The
@@ -13,13 +17,25 @@ LAC lags its own way: a batch would be committed with rows never read). Executor
 up to the planned entry whatever LAC the nodes they ask know.
 
 Rate limits (maxRecordsPerTrigger, maxBytesPerTrigger) go through the ReadLimit API; with both
-options set, both caps apply whenever Spark passes the source's default limit. Deleted ledgers
-(offsets below the stream's first one, a plan or a read that a truncation overtakes: data_loss.py), and
-promised offsets the stream no longer holds, fail the query unless failOnDataLoss is false.
+options set, both caps apply whenever Spark passes the source's default limit.
+
+Admission (minOffsetsPerTrigger with maxTriggerDelay) is Kafka's, built here because the Python API has
+no composite limit: latestOffset plans no batch while fewer than minOffsetsPerTrigger new offsets are
+there, unless maxTriggerDelay has passed since this source last planned one (the first batch after the
+query starts is never held back, as in Kafka). Holding back announces the start again: the end a batch
+was promised is never taken back (rule 17). The caps then apply to a batch let through. Spark passing
+ReadAllAvailable (Trigger.Once) and Trigger.AvailableNow, which must end, read without admission.
+
+Deleted ledgers (offsets below the stream's first one, a plan or a read that a truncation overtakes:
+data_loss.py), and promised offsets the stream no longer holds, fail the query unless failOnDataLoss is
+false. After each batch the source logs its lag at INFO (connector/lag.py, as `ledger stream lag` prints
+it), when that level is on for this module's logger.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from typing import Iterator
 
 import pyarrow as pa
@@ -29,19 +45,25 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
+from connector.lag import stream_lag
 from connector.spark.data_loss import checked_start, data_lost, planned
+from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.read import read_partition
 from connector.spark.spans import batch_spans, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
+from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BYTES_PER_OFFSET = 1024
 EXTENT_LEDGERS = 16  # the most recent ledgers whose sizes estimate the bytes per offset (maxBytesPerTrigger)
@@ -73,6 +95,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.raw = raw
         self.available_now_end: int | None = None
+        self.last_planned: float | None = None  # time.monotonic() when latestOffset last planned a batch
 
     # -- driver --------------------------------------------------------------------------------
 
@@ -100,25 +123,32 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         extent = self._extent()
         starting = self.stream_options.starting
         if starting == LATEST:
-            return {"offset": extent.end}
+            return self._offset(extent.end)
         if isinstance(starting, int):
-            return {"offset": starting}
-        return {"offset": extent.first}
+            return self._offset(starting)
+        return self._offset(extent.first)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """A cap if one is set; else ReadMinRows for admission (so that Spark's ReadAllAvailable, for
+        Trigger.Once, can still be told apart); else everything."""
         if self.stream_options.max_records_per_trigger is not None:
             return ReadMaxRows(self.stream_options.max_records_per_trigger)
         if self.stream_options.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.stream_options.max_bytes_per_trigger)
+        if self.stream_options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.stream_options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        at = self._stream_offset(start)
         extent = self._extent()
-        begin = self._checked_start(start["offset"], extent.first)
+        begin = self._checked_start(at, extent.first)
         end = self._checked_extent(begin, extent.end)
         if self.available_now_end is not None:
             end = min(end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
+            if not self._admitted(end - begin):
+                return self._offset(at)  # no new batch: the end announced last, never less (rule 17)
             caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
             if isinstance(limit, ReadMaxRows):
                 caps.append(limit.max_rows)
@@ -127,24 +157,51 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for cap in caps:
                 if cap is not None:
                     end = min(end, begin + cap)
-        return {"offset": max(begin, end)}  # a cap below begin is no cap
+        end = max(begin, end)  # a cap below begin is no cap
+        if end > at:
+            self.last_planned = time.monotonic()
+        return self._offset(end)
+
+    def _admitted(self, available: int) -> bool:
+        """Kafka's minOffsetsPerTrigger / maxTriggerDelay: whether a batch of the available offsets may be planned
+        now. Not under Trigger.AvailableNow, which must reach its end and stop."""
+        wanted = self.stream_options.min_offsets_per_trigger
+        if wanted is None or self.available_now_end is not None or available >= wanted:
+            return True
+        if self.last_planned is None or time.monotonic() - self.last_planned >= self.stream_options.max_trigger_delay:
+            return available > 0  # the delay passed: whatever is there goes (nothing: no batch to plan)
+        return False
 
     def reportLatestOffset(self) -> dict:
-        return {"offset": self._extent().end}
+        return self._offset(self._extent().end)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now_end = self._extent().end
 
+    def _offset(self, offset: int) -> dict:
+        return {"offset": offset, "stream": self.options.stream}
+
+    def _stream_offset(self, offset: dict) -> int:
+        """The offset Spark hands back, checked to be one of this stream's (the checkpoint may be another query's)."""
+        stream = offset.get("stream", self.options.stream)
+        if stream != self.options.stream:
+            raise InvalidOptionError(
+                f"this query reads stream {self.options.stream!r}, and its checkpoint holds offsets of stream "
+                f"{stream!r}: offsets of one stream mean nothing in another. Read {stream!r} with this "
+                "checkpoint, or give the query a new checkpointLocation"
+            )
+        return offset["offset"]
+
     def partitions(self, start: dict, end: dict) -> list[StreamPartition]:
         """Offsets [start, end): exactly what latestOffset promised (rule 17), planned without a LAC read."""
         opts = self.options
-        hi = end["offset"] - 1
+        first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
         with MetadataStore(opts.metadata) as store:
-            lo, spans, reach = planned(store, opts.stream, start["offset"], opts.fail_on_data_loss, plan)
+            lo, spans, reach = planned(store, opts.stream, first, opts.fail_on_data_loss, plan)
         if hi < lo:
             return []
         hi = self._checked_end(lo, hi, reach)
@@ -181,7 +238,20 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         data_lost(message, self.options.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: a stream keeps its ledgers until they are deleted."""
+        """Nothing to release (a stream keeps its ledgers until they are deleted); logs the query's lag."""
+        if log.isEnabledFor(logging.INFO):
+            self._log_lag(self._stream_offset(end))
+
+    def _log_lag(self, committed: int) -> None:
+        """The lag after this batch, as `ledger stream lag` prints it; a failure to learn it fails nothing."""
+        opts = self.options
+        try:
+            with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+                lag = stream_lag(lc, opts.stream, committed, opts.password)
+        except LedgerError as exc:
+            log.info("stream %r: committed offset %d; lag unknown: %s", opts.stream, committed, exc)
+            return
+        log.info("%s", lag.describe())
 
     # -- executors -----------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_ans
         nodes[2].pause()
         end = reader.latestOffset(start, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
         nodes[2].resume()
-        assert end == {"offset": SEALED + TAIL}
+        assert end == {"offset": SEALED + TAIL, "stream": "events"}
 
         nodes[0].pause()                                       # from now on nodes 2 and 3 answer: LAC -1
         partitions = reader.partitions(start, end)
@@ -117,12 +117,12 @@ def test_a_stream_that_ends_below_the_querys_offset_is_data_loss(store, metadata
         with pytest.raises(DataLossError, match="now ends at offset 50, below offset 100"):
             reader.latestOffset({"offset": 100}, ReadAllAvailable())
     else:
-        assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100}
+        assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100, "stream": "events"}
 
 
 def test_an_emptied_stream_starts_where_its_offsets_left_off(store, metadata_uri):
     create_stream(store, StreamRecord("events", format="raw", first_offset=100))
     options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events"})
     reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
-    assert reader.initialOffset() == {"offset": 100}
-    assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100}
+    assert reader.initialOffset() == {"offset": 100, "stream": "events"}
+    assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100, "stream": "events"}

@@ -95,4 +95,4 @@ def test_byte_limit_caps_micro_batches_and_the_latest_offset_is_reported(spark, 
     assert query.awaitTermination(120)
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert [p["numInputRows"] for p in batches] == [25, 25, 25, 25]
-    assert json.loads(batches[-1]["sources"][0]["latestOffset"]) == {"offset": 100}
+    assert json.loads(batches[-1]["sources"][0]["latestOffset"]) == {"offset": 100, "stream": stream}

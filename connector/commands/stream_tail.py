@@ -1,0 +1,137 @@
+"""`ledger stream tail NAME [--from OFFSET] [--follow] [--max-rows N]`: a stream's rows as JSON lines, as Kafka's
+console consumer prints a topic's records.
+
+Each line is one row with its offset, `_offset`, the name a Spark read with includeMetadata gives it: an
+arrow stream's row has its columns (decoded as `ledger read --format rows` decodes them, admin.py), a raw
+stream's entry its payload as `payload` (UTF-8 text) or `payload_base64` (anything else). --follow keeps
+printing rows as they are acknowledged, like `tail -f`: it reads as any reader does, up to the live writer's
+LAC, and never fences or recovers anything. Ctrl-C and a closed pipe (`| head`) end it quietly (cli.py).
+
+Each poll reads the stream's head and only the ledgers from the next offset on (DESIGN rule 15). An arrow
+ledger's rows are known once it is sealed, so an arrow stream's OPEN tail shows when its writer seals it.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+from typing import Iterator
+
+from connector.client import LedgerClient
+from connector.commands import node_security
+from connector.commands.stream import _positive, _seconds
+from connector.lag import ARROW, latest_offset
+from metadata import streams
+from metadata.model import StreamLedger, StreamRecord
+
+CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
+EARLIEST, LATEST = "earliest", "latest"
+OFFSET = "_offset"     # connector.spark.schema.OFFSET, the column includeMetadata adds
+
+
+def register_tail(command) -> None:
+    """Adds `tail` to the `ledger stream` group; command(name, help, func) makes a subcommand with the group's
+    common arguments (--metadata, security, --json: the lines are JSON either way)."""
+    tail = command("tail", "print a stream's rows as JSON lines; --follow keeps printing new ones (never fences)",
+                   run_tail)
+    tail.add_argument("name", help="the stream")
+    tail.add_argument("--from", dest="start", type=_start, default=EARLIEST, metavar="OFFSET",
+                      help="the first offset to print: a stream offset, earliest (the default: the stream's first) "
+                           "or latest (only rows that come after now; with --follow, as Kafka's console consumer)")
+    tail.add_argument("--follow", action="store_true",
+                      help="keep printing rows as they are written, until Ctrl-C, a closed pipe or --max-rows")
+    tail.add_argument("--max-rows", type=_positive, metavar="N", help="stop after N rows")
+    tail.add_argument("--poll", type=_seconds, default=0.5, metavar="SECONDS",
+                      help="with --follow: how often to look for new rows (default 0.5)")
+    tail.add_argument("--password", default="", help="the stream's ledger password")
+
+
+def run_tail(args) -> int:
+    password = args.password.encode()
+    left = args.max_rows
+    with LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args)) as lc:
+        offset = _first_offset(lc, args.name, args.start, password)
+        while True:
+            for at, line in _lines(lc, args.name, offset, password):
+                sys.stdout.write(line + "\n")
+                offset = at + 1
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        sys.stdout.flush()
+                        return 0
+            sys.stdout.flush()
+            if not args.follow:
+                return 0
+            time.sleep(args.poll)
+
+
+def _first_offset(lc: LedgerClient, name: str, start: int | str, password: bytes) -> int:
+    if isinstance(start, int):
+        return start
+    record = streams.read_stream(lc.store, name).value
+    return latest_offset(lc, record, password) if start == LATEST else record.first_offset
+
+
+def _lines(lc: LedgerClient, name: str, offset: int, password: bytes) -> Iterator[tuple[int, str]]:
+    """(offset, JSON line) of every row readable now from offset on."""
+    record = streams.read_stream(lc.store, name).value
+    if offset < record.first_offset:
+        print(f"ledger: warning: stream {name!r}: offsets {offset}..{record.first_offset - 1} are gone (truncated, "
+              f"expired or overwritten); going on from offset {record.first_offset}", file=sys.stderr, flush=True)
+        offset = record.first_offset
+    if record.format == ARROW:
+        yield from _arrow_lines(lc, record, offset, password)
+        return
+    for entry in lc.read_stream(name, offset, password=password):
+        yield entry.offset, json.dumps({OFFSET: entry.offset, **_payload(entry.payload)})
+
+
+def _payload(payload: bytes) -> dict:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable():
+        return {"payload": text}
+    return {"payload_base64": base64.b64encode(payload).decode("ascii")}
+
+
+def _arrow_lines(lc: LedgerClient, record: StreamRecord, offset: int, password: bytes) -> Iterator[tuple[int, str]]:
+    """The rows of the sealed ledgers holding offsets from offset on; an OPEN ledger ends them (rows unknown)."""
+    for ledger in streams.iter_ledgers(lc.store, record, offset):
+        if ledger.last_offset is None:
+            return
+        if ledger.last_offset >= max(offset, ledger.first_offset):
+            yield from _ledger_lines(lc, ledger, offset, password)
+
+
+def _ledger_lines(lc: LedgerClient, ledger: StreamLedger, offset: int, password: bytes) -> Iterator[tuple[int, str]]:
+    from connector.commands.admin import entry_rows, row_line  # pyarrow, only for arrow streams
+    from connector.spark.encoding import entry_header
+    from connector.spark.row_index import RowIndex
+
+    meta = lc.ledger_metadata(ledger.ledger_id)
+    index = RowIndex.of(meta)
+    first_entry = index.first_entry(offset - ledger.first_offset) if index and offset > ledger.first_offset else 0
+    handle = lc.open_ledger(ledger.ledger_id, password=password, recover=False)
+    for entry in handle.read(first_entry, meta.last_entry_id):
+        first_row, _ = entry_header(entry.payload)
+        for i, row in enumerate(entry_rows(entry.payload)):
+            at = ledger.first_offset + first_row + i
+            if at >= offset:
+                yield at, row_line(row if OFFSET in row else {OFFSET: at, **row})
+
+
+def _start(text: str) -> int | str:
+    if text.strip().lower() in (EARLIEST, LATEST):
+        return text.strip().lower()
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stream offset (an integer >= 0), earliest or latest")
+    return value
