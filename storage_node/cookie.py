@@ -22,7 +22,11 @@ journal and the node would answer NO_LEDGER for what it acknowledged. So:
   journal file once a snapshot was recorded (its files were deleted but the cookie was left).
 
 On a first start the journal cookie is written before `COOKIE`, and that before ZooKeeper's cookie, so
-a crash between any two steps starts again cleanly.
+a crash between any two steps starts again cleanly. The node binds its ports before it gets here
+(storage_node/node.py), so a node that cannot listen writes no cookie at all. A cookie in ZooKeeper that
+names another directory, where that instance provably never served, is released for the node to start
+afresh (release_unserved_cookie): left behind by a start that failed half-way, it would otherwise refuse
+every later start of that node id (issue 15 item 7).
 """
 from __future__ import annotations
 
@@ -32,12 +36,16 @@ import os
 import pathlib
 import time
 import uuid
+from typing import Callable
 
-from metadata import registry
-from metadata.model import Cookie
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from metadata import layout, registry
+from metadata.model import Cookie, Versioned
 from metadata.store import MetadataStore
 from storage_node.checkpoint import SNAPSHOT_NAME
-from storage_node.errors import CookieMismatchError
+from storage_node.data_dir_lock import DataDirInUseError, DataDirLock
+from storage_node.errors import CookieMismatchError, StorageNodeError
 from storage_node.journal import JOURNAL_DIR, fsync_directory, list_compacted, list_segments
 
 COOKIE_NAME = "COOKIE"
@@ -106,14 +114,27 @@ def holds_data(data_dir: pathlib.Path) -> bool:
     return (data_dir / SNAPSHOT_NAME).exists() or journal_files(data_dir)
 
 
-def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str) -> Cookie:
+def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str,
+                 note: Callable[[str], None] = lambda text: None) -> Cookie:
     """The node's cookie once disk, ZooKeeper and every directory the node writes agree; creates all of
-    them for a brand-new node."""
+    them for a brand-new node. note(text) is told what was repaired on the way."""
     data_dir.mkdir(parents=True, exist_ok=True)
     disk = read_disk_cookie(data_dir)
     found = registry.read_cookie(store, node_id)
     zk = found.value if found is not None else None
     todo = _WHAT_TO_DO.format(node=node_id)
+    if disk is None and zk is not None and pathlib.Path(zk.data_dir).resolve() != data_dir.resolve():
+        kept = release_unserved_cookie(store, found, data_dir)
+        if kept:
+            raise CookieMismatchError(
+                f"data directory {data_dir} has no cookie, but node {node_id} was created in {zk.data_dir} "
+                f"(ZooKeeper's cookie, instance {zk.instance_id}) and {kept}; start node {node_id} with "
+                f"--data-dir {zk.data_dir}, or give {data_dir} a new node id; never delete the cookie"
+            )
+        note(f"ZooKeeper's cookie for node {node_id} (instance {zk.instance_id}) named {zk.data_dir}, where "
+             f"that node never served (it holds no journal file and no snapshot, and no process has it): "
+             f"released it; node {node_id} starts afresh in {data_dir}")
+        zk = None
     if disk is None and zk is not None:
         raise CookieMismatchError(
             f"data directory {data_dir} has no cookie but ZooKeeper has a cookie for node {node_id} "
@@ -157,6 +178,48 @@ def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str) -> 
     check_journal_cookie(data_dir, disk)
     check_snapshot(data_dir, disk)
     return disk
+
+
+def release_unserved_cookie(store: MetadataStore, found: Versioned[Cookie], data_dir: pathlib.Path) -> str:
+    """Delete ZooKeeper's cookie when it provably belongs to a node instance that never served; returns ""
+    then, or why the cookie stays.
+
+    A start that failed half-way (before this order was fixed, a node that could not bind its port) leaves
+    a cookie in ZooKeeper naming a directory that holds the same cookie and nothing else; a later start of
+    that node id anywhere else was refused for good (issue 15 item 7). The proof that the instance never
+    acknowledged an add: its directory is on this host, carries that very cookie, has no journal file, no
+    snapshot and no snapshot recorded (a node opens its journal and writes a snapshot before it registers),
+    the node is not registered, and no process holds the directory (its lock is held here while we look and
+    delete). The delete is conditional on the cookie's version, so a cookie that changed meanwhile stays.
+    The other directory is left as it is: a node started there later meets a different ZooKeeper cookie
+    and is refused."""
+    cookie = found.value
+    other = pathlib.Path(cookie.data_dir)
+    if not other.is_dir():
+        return f"{other} is not on this host"
+    if store.exists(layout.node_path(cookie.node_id)):
+        return f"node {cookie.node_id} is registered (running)"
+    try:
+        lock = DataDirLock.acquire(other, cookie.node_id)
+    except DataDirInUseError as exc:
+        return f"{other} is in use by {exc.holder.describe()}"
+    except StorageNodeError as exc:
+        return f"{other} cannot be locked ({exc})"
+    try:
+        stamp = read_disk_cookie(other)
+        if stamp is None or stamp.instance_id != cookie.instance_id:
+            return f"{other} does not hold that cookie"
+        if holds_data(other) or snapshot_recorded(other):
+            return f"{other} holds its data"
+        request = store.transaction()
+        request.delete(layout.cookie_path(cookie.node_id), found.version)
+        try:
+            request.commit()
+        except (BadVersionError, NoNodeError):
+            return "its cookie changed while this node looked at it"
+        return ""
+    finally:
+        lock.release()
 
 
 def write_journal_cookie(data_dir: pathlib.Path, cookie: Cookie) -> None:

@@ -1,5 +1,5 @@
-"""One storage node's life: cookie check, replay, serve (gRPC and metrics), register, watch the operator's
-read-only flag, checkpoint, watch the disk, collect garbage, shut down."""
+"""One storage node's life: lock the data directory, bind, cookie check, replay, serve (gRPC and metrics),
+register, watch the operator's read-only flag, checkpoint, watch the disk, collect garbage, shut down."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +18,7 @@ from metadata.model import NodeRegistration, NodeState
 from metadata.store import MetadataStore
 from storage_node.config import NodeConfig
 from storage_node.cookie import check_cookie, record_snapshot, snapshot_recorded
+from storage_node.data_dir_lock import DataDirLock
 from storage_node.gc import run_periodically
 from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
@@ -77,39 +78,85 @@ OPERATOR_READ_ONLY = "set read-only by an operator (`ledger node readonly`); `--
 
 
 async def serve(config: NodeConfig) -> int:
+    """The node's life. The order is what keeps an operator's mistake harmless (issue 15 item 7): the data
+    directory is locked first (one process per directory, storage_node/data_dir_lock.py); both ports are bound
+    before anything is written to ZooKeeper or the directory, so a node that cannot listen leaves no cookie
+    behind; the node registers only once it serves."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = await asyncio.to_thread(MetadataStore, config.metadata, session_timeout=config.zk_session_timeout)
+    lock = await asyncio.to_thread(DataDirLock.acquire, config.data_dir, config.node_id)
     try:
-        await asyncio.to_thread(check_cookie, store, config.data_dir, config.node_id)
-        metrics = NodeMetrics()
-        storage = Storage(config, metrics)
-        metrics.watch(
-            data_dir=config.data_dir, read_only=lambda: bool(storage.read_only_reason), data_bytes=storage.data_bytes,
-            queue_depth=lambda: storage.journal.queued_records if storage.journal else 0,
-        )
-        metrics_server = metrics.serve(config.host, config.metrics_port)
-        service = StorageNodeService(storage, config)
-        await service.set_serving(False)
-        server, port = create_server(config, service)
-        await server.start()
-        try:
-            service.address = f"{config.host}:{port}"
-            await storage.open()
-            await _keep_a_snapshot(storage)
-            await _serve_registered(config, store, storage, service, stop,
-                                    f"{config.host}:{metrics_server.server_address[1]}")
-        finally:
-            await service.set_serving(False)
-            await server.stop(SHUTDOWN_GRACE_SECONDS)
-            await storage.close()
-            await asyncio.to_thread(metrics_server.shutdown)
-            metrics_server.server_close()
+        await _serve_locked(config, lock, stop)
     finally:
-        await _without_waiting_for_zookeeper(store.close, "closing the ZooKeeper session")
+        lock.release()
     return 0
+
+
+async def _serve_locked(config: NodeConfig, lock: DataDirLock, stop: asyncio.Event) -> None:
+    metrics = NodeMetrics()
+    storage = Storage(config, metrics)
+    metrics.watch(
+        data_dir=config.data_dir, read_only=lambda: bool(storage.read_only_reason), data_bytes=storage.data_bytes,
+        queue_depth=lambda: storage.journal.queued_records if storage.journal else 0,
+    )
+    service = StorageNodeService(storage, config)
+    await service.set_serving(False)
+    server, port = create_server(config, service)
+    try:
+        metrics_server = metrics.serve(config.host, config.metrics_port)
+    except BaseException:
+        await server.stop(None)
+        raise
+    service.address = f"{config.host}:{port}"
+    await asyncio.to_thread(lock.record, address=service.address)
+    try:
+        session = await asyncio.to_thread(_Session.open, config)
+        try:
+            await asyncio.to_thread(check_cookie, session.store, config.data_dir, config.node_id,
+                                    lambda text: print(f"storage node {config.node_id}: {text}", file=sys.stderr,
+                                                       flush=True))
+            await server.start()
+            try:
+                await storage.open()
+                await _keep_a_snapshot(storage)
+                await _serve_registered(config, session, storage, service, stop,
+                                        f"{config.host}:{metrics_server.server_address[1]}")
+            finally:
+                await service.set_serving(False)
+                await server.stop(SHUTDOWN_GRACE_SECONDS)
+                await storage.close()
+        finally:
+            await session.close()
+    finally:
+        await server.stop(None)     # a no-op once stopped; releases the port of a node that never started it
+        await asyncio.to_thread(metrics_server.shutdown)
+        metrics_server.server_close()
+
+
+class _Session:
+    """The node's ZooKeeper session. Closing it is also how the node deregisters: ZooKeeper then removes
+    exactly the ephemeral znodes this session owns, so an exiting node can never delete a registration that
+    another process put in its path (a second process on its directory, issue 15 item 7) the way deleting
+    the path did."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self._closed = False
+
+    @classmethod
+    def open(cls, config: NodeConfig) -> "_Session":
+        return cls(MetadataStore(config.metadata, session_timeout=config.zk_session_timeout))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self.store.connected:
+            print("storage node: deregistering did not finish: ZooKeeper is unreachable, so the registration "
+                  "goes when the session expires; stopping anyway", file=sys.stderr, flush=True)
+        await _without_waiting_for_zookeeper(self.store.close, "deregistering and closing the ZooKeeper session")
 
 
 async def _keep_a_snapshot(storage: Storage) -> None:
@@ -121,9 +168,11 @@ async def _keep_a_snapshot(storage: Storage) -> None:
         await asyncio.to_thread(record_snapshot, storage.data_dir)
 
 
-async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: Storage,
+async def _serve_registered(config: NodeConfig, session: _Session, storage: Storage,
                             service: StorageNodeService, stop: asyncio.Event, metrics_address: str) -> None:
+    """Serve, then register (a client that finds the registration finds a node that answers), until stop."""
     loop = asyncio.get_running_loop()
+    store = session.store
     changed = asyncio.Event()
 
     def operator_flag(on: bool) -> None:
@@ -139,8 +188,8 @@ async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: S
     published = storage.read_only_reason
     reg = NodeRegistration(config.node_id, service.address, _state(published), str(config.data_dir), os.getpid(),
                            metrics_address)
-    registration = await asyncio.to_thread(registry.register_node, store, reg)
     await service.set_serving(True)
+    registration = await asyncio.to_thread(registry.register_node, store, reg)
     security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
     if config.auth_token_file:
         security += ", token required"
@@ -167,7 +216,8 @@ async def _serve_registered(config: NodeConfig, store: MetadataStore, storage: S
     finally:
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
-        await _without_waiting_for_zookeeper(registration.close, "deregistering")
+        # Deregister before the server stops taking calls: by closing the session, never by deleting the path.
+        await session.close()
 
 
 async def _without_waiting_for_zookeeper(call: Callable[[], None], what: str) -> None:
