@@ -17,6 +17,11 @@ undoes what it left:
    0, the ledger created while the entry is at version 0. It is tagged with the stream and the compaction.
    Arrow rows are re-batched into entries of entry_bytes, with a row index; raw entries are copied one for
    one, so a raw ledger's entries still map 1:1 to offsets. The copy must hold exactly the run's offsets.
+   Entry times (connector/client/entry_time.py) are kept exactly when every ledger of the group has them:
+   a raw entry keeps its own, and arrow rows are re-batched only with rows of the same time (an entry has
+   one time), so compaction never changes a row's _timestamp; the new ledger records its earliest and
+   latest time at close. Ledgers written before entry times existed are compacted among themselves, never
+   with timed ones (a run ends where the format changes).
 4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers and sets the
    record to swapped (the swap time, the pages it replaced) at version 0. Refused if the run changed
    (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
@@ -49,7 +54,7 @@ from typing import Callable, Iterator
 
 from kazoo.exceptions import NoNodeError
 
-from connector.client import LedgerClient, NoSuchLedgerError
+from connector.client import LedgerClient, NoSuchLedgerError, entry_time
 from connector.spark.commit import ARROW
 from connector.spark.encoding import EntryBuilder, decode_entry, entry_header
 from connector.spark.jobs import (
@@ -151,6 +156,12 @@ class Candidate:
     ledger: StreamLedger
     length: int
     quorum: tuple[int, int, int]
+    timed: bool = False   # its entries carry append times
+
+    @property
+    def kind(self) -> tuple:
+        """What the ledgers of one new ledger share: quorums and whether their entries carry times."""
+        return self.quorum, self.timed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,12 +223,13 @@ def plan_runs(
 
 def runs_of(candidates: list[Candidate | None], policy: CompactionPolicy) -> list[list[list[Candidate]]]:
     """Pure: candidates in stream order (None: a ledger that stays) cut into runs of contiguous candidates with
-    the same quorums and at most MAX_RUN_LEDGERS ledgers, each packed into groups of at most target_bytes.
+    the same quorums and entry format (with or without times) and at most MAX_RUN_LEDGERS ledgers, each packed
+    into groups of at most target_bytes.
     A run neither starts nor ends with a ledger without rows, nor with a group of one ledger (nothing to
     merge), and one of fewer than min_ledgers ledgers is dropped."""
     runs, current = [], []
     for candidate in candidates + [None]:
-        if current and (candidate is None or candidate.quorum != current[0].quorum or len(current) == MAX_RUN_LEDGERS):
+        if current and (candidate is None or candidate.kind != current[0].kind or len(current) == MAX_RUN_LEDGERS):
             runs.append(_groups(current, policy.target_bytes))
             current = []
         if candidate is not None:
@@ -259,7 +271,8 @@ def _candidate(lc: LedgerClient, ledger: StreamLedger, policy: CompactionPolicy,
     if not meta.is_closed or meta.length >= policy.small or _committing(lc, meta):
         return None
     check_password(meta, password, f"stream ledger {ledger.ledger_id}")
-    return Candidate(ledger, meta.length, (meta.ensemble_size, meta.write_quorum, meta.ack_quorum))
+    return Candidate(ledger, meta.length, (meta.ensemble_size, meta.write_quorum, meta.ack_quorum),
+                     entry_time.carries_times(meta))
 
 
 def _committing(lc: LedgerClient, meta: LedgerMetadata) -> bool:
@@ -317,11 +330,13 @@ def _rewrite(
     """One new ledger holding the group's rows (registered under the compaction's record before it exists)."""
     first, last = group[0].ledger.first_offset, group[-1].ledger.last_offset
     ensemble_size, write_quorum, ack_quorum = group[0].quorum
+    tags = {STREAM_TAG: stream.name, COMPACTION_TAG: compaction.compaction_id}
+    times = entry_time.Stamper(entry_time.AppendClock()) if group[0].timed else None   # a run has one format
     try:
         entry = register_task_ledger(lc.store, compaction.registry)
         handle = create_task_ledger(
             lc, entry, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            password=password, custom_metadata={STREAM_TAG: stream.name, COMPACTION_TAG: compaction.compaction_id},
+            password=password, custom_metadata=entry_time.marked(tags) if times else tags,
         )
     except WriteJobEndedError as exc:
         raise CompactionAbandonedError(f"compaction {compaction.compaction_id} was abandoned by a cleanup") from exc
@@ -329,13 +344,13 @@ def _rewrite(
     with handle:
         copy = _ArrowCopy(stream, policy) if stream.format == ARROW else _RawCopy()
         in_flight: collections.deque = collections.deque()
-        for ledger, payloads in _read_ahead(lc, group, password):
-            for payload in copy.entries(ledger, payloads):
-                in_flight.append(handle.append_async(payload))
+        for ledger, entries in _read_ahead(lc, group, password):
+            for payload, time_ms in copy.entries(ledger, entries):
+                in_flight.append(handle.append_async(times.stamp(payload, time_ms) if times else payload))
                 if len(in_flight) >= MAX_IN_FLIGHT:
                     in_flight.popleft().result()
-        for payload in copy.finish():
-            in_flight.append(handle.append_async(payload))
+        for payload, time_ms in copy.finish():
+            in_flight.append(handle.append_async(times.stamp(payload, time_ms) if times else payload))
         for future in in_flight:
             future.result()
         if copy.offsets != last - first + 1:
@@ -343,17 +358,17 @@ def _rewrite(
                 f"compaction {compaction.compaction_id}: ledgers {group[0].ledger.ledger_id}.."
                 f"{group[-1].ledger.ledger_id} hold {copy.offsets} offsets, the stream gives them {last - first + 1}"
             )
-        handle.close(custom_metadata=copy.custom_metadata())
+        handle.close(custom_metadata={**copy.custom_metadata(), **(times.close_metadata() if times else {})})
     return StreamLedger(handle.ledger_id, first, last)
 
 
 def _read_ahead(lc: LedgerClient, group: list[Candidate], password: bytes) -> Iterator[tuple[StreamLedger, list]]:
-    """Each ledger of the group with its entries' payloads, read a few ledgers (READ_AHEAD_BYTES) ahead."""
-    def read(candidate: Candidate) -> list[bytes]:
+    """Each ledger of the group with its entries (payload and time), read a few ledgers (READ_AHEAD_BYTES) ahead."""
+    def read(candidate: Candidate) -> list:
         handle = lc.open_ledger(candidate.ledger.ledger_id, password=password, recover=False)
         if handle.last_entry_id < 0:
             return []
-        return [entry.payload for entry in handle.read(0, handle.last_entry_id)]
+        return list(handle.read(0, handle.last_entry_id))
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         pending: collections.deque = collections.deque()
@@ -375,12 +390,13 @@ class _RawCopy:
     def __init__(self) -> None:
         self.offsets = 0
 
-    def entries(self, ledger: StreamLedger, payloads: list[bytes]) -> list[bytes]:
-        _check_count(ledger, len(payloads))
-        self.offsets += len(payloads)
-        return payloads
+    def entries(self, ledger: StreamLedger, entries: list) -> list[tuple[bytes, int | None]]:
+        """(payload, time) of each entry, its own time kept."""
+        _check_count(ledger, len(entries))
+        self.offsets += len(entries)
+        return [(entry.payload, entry.time_ms) for entry in entries]
 
-    def finish(self) -> list[bytes]:
+    def finish(self) -> list[tuple[bytes, int | None]]:
         return []
 
     def custom_metadata(self) -> dict:
@@ -393,15 +409,19 @@ class _ArrowCopy:
     def __init__(self, stream: StreamRecord, policy: CompactionPolicy):
         self.builder = EntryBuilder(decode_schema(stream.schema), policy.entry_bytes, policy.compression)
         self.row_index = RowIndexBuilder()
+        self.time_ms: int | None = None   # the time of the rows pending in the builder
 
     @property
     def offsets(self) -> int:
         return self.builder.rows_written
 
-    def entries(self, ledger: StreamLedger, payloads: list[bytes]) -> Iterator[bytes]:
+    def entries(self, ledger: StreamLedger, entries: list) -> Iterator[tuple[bytes, int | None]]:
         rows = 0
-        for payload in payloads:
-            decoded = decode_entry(payload)
+        for entry in entries:
+            if entry.time_ms != self.time_ms:
+                yield from self._indexed(self.builder.finish())   # an entry holds rows of one time
+                self.time_ms = entry.time_ms
+            decoded = decode_entry(entry.payload)
             if decoded.first_row != rows:
                 raise LedgerError(f"ledger {ledger.ledger_id}: an entry starts at row {decoded.first_row}, "
                                   f"expected {rows}; the ledger is not a Spark arrow ledger")
@@ -410,13 +430,13 @@ class _ArrowCopy:
                 yield from self._indexed(self.builder.add(batch))
         _check_count(ledger, rows)
 
-    def finish(self) -> Iterator[bytes]:
+    def finish(self) -> Iterator[tuple[bytes, int | None]]:
         return self._indexed(self.builder.finish())
 
-    def _indexed(self, payloads: Iterator[bytes]) -> Iterator[bytes]:
+    def _indexed(self, payloads: Iterator[bytes]) -> Iterator[tuple[bytes, int | None]]:
         for payload in payloads:
             self.row_index.add(entry_header(payload)[0])
-            yield payload
+            yield payload, self.time_ms
 
     def custom_metadata(self) -> dict:
         return {ROW_INDEX_KEY: self.row_index.index().encode()}

@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Iterator, Mapping
 
+from connector.client import entry_time
 from connector.client.errors import LedgerClosedError, LedgerError, UnauthorizedError, unauthorized_message
 from connector.client.ops.close import close_own
 from connector.client.ops.read import Entry, plan_chunks
@@ -278,7 +279,8 @@ class ReadHandle:
         return self._current.value.is_closed
 
     def read(self, first: int = 0, last: int | None = None, *, confirmed: int = -1) -> Iterator[Entry]:
-        """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel.
+        """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel; each is an
+        entry_time.TimedEntry: the payload as written and, for a ledger whose entries carry times, the time.
 
         confirmed: an entry the caller knows was confirmed, e.g. the LAC a Spark driver planned with. The nodes
         this handle asked may know a lower LAC (each node's LAC lags its own way), but the entries up to a LAC
@@ -305,7 +307,7 @@ class ReadHandle:
             while chunks and len(in_flight) < window:
                 in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunks.popleft())))
             try:
-                yield from in_flight.popleft().result()
+                yield from entry_time.stripped(meta, in_flight.popleft().result())  # the time frame, if any
             except BaseException:
                 for future in in_flight:
                     future.cancel()

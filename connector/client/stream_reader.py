@@ -1,5 +1,9 @@
 """Reading a stream in offset order across its ledgers, including the OPEN tail of a live writer up to
-its last add confirmed (never past it: entries beyond the LAC may still be lost or rewritten)."""
+its last add confirmed (never past it: entries beyond the LAC may still be lost or rewritten).
+
+Each entry comes with its payload as written and its append time (ReadHandle.read strips the time frame,
+entry_time.py); entries of ledgers written before entry times existed have time_ms None.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +22,7 @@ class StreamEntry:
     ledger_id: int
     entry_id: int
     payload: bytes
+    time_ms: int | None = None   # the writer's append time, ms since the epoch; None: written without times
 
 
 def read_stream(
@@ -45,4 +50,5 @@ def _read_ledger(
     if last_entry < first_entry:
         return
     for entry in handle.read(first_entry, last_entry):
-        yield StreamEntry(ledger.first_offset + entry.entry_id, ledger.ledger_id, entry.entry_id, entry.payload)
+        yield StreamEntry(ledger.first_offset + entry.entry_id, ledger.ledger_id, entry.entry_id, entry.payload,
+                          entry.time_ms)

@@ -6,20 +6,30 @@ if it is only paused, and then adds a new ledger to the stream by compare-and-se
 first, whose next append raises LedgerFencedError, so two owners never interleave.
 
 Raw streams count one offset per entry: the entry `e` of a ledger registered at offset `k` is offset `k + e`.
+
+Every entry carries its append time (entry_time.py): the writer's clock in milliseconds, never decreasing
+over all of its ledgers, and starting no lower than the last time of the ledger it took over from (its
+predecessor's clock may be ahead), so that the times of a stream written by stream writers never decrease
+and a time search finds exactly the first offset at or after a time (time_search.py). Each ledger is closed
+with its first and last time in its metadata.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import time
 import uuid
 from typing import TYPE_CHECKING
 
-from connector.client.errors import LedgerClosedError, LedgerFencedError
+from connector.client import entry_time, time_search
+from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
 
 if TYPE_CHECKING:
     from connector.client.api import LedgerClient, WriteHandle
+
+log = logging.getLogger(__name__)
 
 RAW_FORMAT = "raw"
 
@@ -39,7 +49,9 @@ class StreamWriter:
         max_ledger_entries: int | None = None,
         max_ledger_bytes: int | None = 256 * 1024 * 1024,
         max_ledger_age: float | None = None,
+        clock: entry_time.AppendClock | None = None,
     ):
+        """clock: where append times come from (default: this host's clock, never decreasing)."""
         self._client = client
         self._store = client.store
         self.name = streams.check_stream_name(name)
@@ -52,6 +64,8 @@ class StreamWriter:
         self._max_age = max_ledger_age
         self.owner_id = f"stream-writer-{uuid.uuid4().hex[:12]}"
         self._ledger: WriteHandle | None = None
+        self._clock = clock or entry_time.AppendClock()
+        self._times = entry_time.Stamper(self._clock)
         self._first_offset = 0
         self._ledger_bytes = 0
         self._ledger_entries = 0
@@ -64,6 +78,7 @@ class StreamWriter:
     def _take_ownership(self) -> None:
         """Recover the last OPEN ledger (fencing its writer), then CAS our new ledger onto the stream."""
         created: list[WriteHandle] = []
+        previous: list[StreamLedger] = []
 
         def transform(record: StreamRecord) -> StreamRecord:
             if record.format != RAW_FORMAT:
@@ -72,6 +87,7 @@ class StreamWriter:
                     "a stream writer appends raw payloads: use another stream name"
                 )
             sealed = self._seal_open_tail(record)
+            previous[:] = [sealed.last_ledger] if sealed.last_ledger is not None else []
             if not created:  # one new ledger, kept when the CAS is retried (the stream changed meanwhile)
                 created.append(self._new_ledger())
             ledger_id = created[0].ledger_id
@@ -85,7 +101,18 @@ class StreamWriter:
             if created:
                 self._discard(created[0])
             raise
+        if previous:
+            self._start_after(previous[0])
         self._start_ledger(created[0], record.last_ledger.first_offset)
+
+    def _start_after(self, previous: StreamLedger) -> None:
+        """Never stamp below the previous owner's last time (its clock may be ahead of ours). Best effort: the
+        stream is ours already, and a failed read only costs the order of times across this handover."""
+        try:
+            self._clock.advance_to(time_search.last_time(self._client, previous.ledger_id, self._password))
+        except LedgerError as exc:
+            log.warning("stream %r: the last time of ledger %d was not read (%s); this writer's times start from "
+                        "its own clock", self.name, previous.ledger_id, exc)
 
     def _seal_open_tail(self, record: StreamRecord) -> StreamRecord:
         tail = record.last_ledger
@@ -99,7 +126,8 @@ class StreamWriter:
 
     def _new_ledger(self) -> "WriteHandle":
         return self._client.create_ledger(
-            **self._ledger_args, custom_metadata={"stream": self.name, "stream_owner": self.owner_id},
+            **self._ledger_args,
+            custom_metadata=entry_time.marked({"stream": self.name, "stream_owner": self.owner_id}),
         )
 
     def _discard(self, ledger: "WriteHandle") -> None:
@@ -108,6 +136,7 @@ class StreamWriter:
 
     def _start_ledger(self, ledger: "WriteHandle", first_offset: int) -> None:
         self._ledger = ledger
+        self._times = entry_time.Stamper(self._clock)
         self._first_offset = first_offset
         self._ledger_bytes = 0
         self._ledger_entries = 0
@@ -120,7 +149,8 @@ class StreamWriter:
         return self._ledger.ledger_id
 
     def append(self, payload: bytes) -> int:
-        """Append one entry; returns its stream offset once ack_quorum nodes acknowledged it."""
+        """Append one entry, stamped with its append time; returns its stream offset once ack_quorum nodes
+        acknowledged it."""
         return self.append_async(payload).result()
 
     def append_async(self, payload: bytes) -> "concurrent.futures.Future[int]":
@@ -129,7 +159,7 @@ class StreamWriter:
         if self._should_roll():
             self.roll()
         first_offset = self._first_offset
-        entry = self._ledger.append_async(payload)
+        entry = self._ledger.append_async(self._times.stamp(payload))
         self._ledger_bytes += len(payload)
         self._ledger_entries += 1
         offset: concurrent.futures.Future[int] = concurrent.futures.Future()
@@ -172,7 +202,7 @@ class StreamWriter:
 
     def _close_ledger(self) -> tuple[int, int]:
         ledger = self._ledger
-        ledger.close()
+        ledger.close(custom_metadata=self._times.close_metadata())
         return ledger.ledger_id, ledger.last_add_confirmed
 
     def _update_own_stream(self, closed: tuple[int, int], new_ledger_id: int | None) -> StreamRecord:

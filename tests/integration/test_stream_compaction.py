@@ -160,8 +160,10 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
         entries = [(e.offset, e.payload) for e in lc.read_stream("raw")]
         before = stream_ledgers(lc.store, "raw")
 
+        # 180 bytes: groups of 7 of these ledgers (two entries of 8 bytes of time and 3-4 of payload each), so the
+        # one run covers every ledger but the last
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.compaction_process", metadata_uri, "raw", "60", "2", crash_at],
+            [sys.executable, "-m", "tests.harness.compaction_process", metadata_uri, "raw", "180", "2", crash_at],
             stdout=subprocess.PIPE, text=True)
         try:
             lines = iter(process.stdout.readline, "")
