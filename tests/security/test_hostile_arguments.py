@@ -39,13 +39,14 @@ def test_spark_options_either_parse_or_raise_invalid_option_error(options):
 # Every command that only reads (the ones that write need --yes, --force or --apply, never generated here).
 COMMANDS = st.sampled_from([["show"], ["read"], ["recover"], ["list"], ["nodes"], ["stream", "list"],
                             ["stream", "show"], ["stream", "truncate"], ["stream", "retention"],
-                            ["stream", "compact"]])
+                            ["stream", "compact"], ["stream", "lag"], ["stream", "tail"]])
 ARGUMENTS = st.lists(st.one_of(
     NUMBERS.map(str),
     st.sampled_from(["--from", "--to", "--password", "--no-recover", "--tls-ca", "--tls-cert", "--tls-key",
                      "--auth-token-file", "--metadata", "zk://bad", "zk://127.0.0.1:notaport/ledgers",
                      "/nonexistent.pem", "-", "--", "--bogus", "--json", "--format", "rows", "hex", "text",
-                     "--max-age", "7 days", "1s", "--max-bytes", "events", "kept"]),
+                     "--max-age", "7 days", "1s", "--max-bytes", "events", "kept", "--checkpoint", "/nonexistent",
+                     "--max-rows", "earliest", "latest"]),
     st.text(max_size=10),
 ), max_size=6)
 
