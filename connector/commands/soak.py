@@ -19,15 +19,30 @@ def register(subparsers) -> None:
                              "new temporary directory; its cluster data is removed after a run without violations)")
     parser.add_argument("--history", type=pathlib.Path, help="where to write the merged history "
                                                              "(default DIR/history.jsonl)")
+    parser.add_argument("--spark", action="store_true",
+                        help="also run Spark: a streaming query (rate source -> ledger sink) and a batch write "
+                             "every ~30 s, checked for exactly-once output (needs chispa, in the test extra)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     if args.minutes <= 0:
         raise SystemExit("ledger soak: --minutes must be positive")
+    if args.spark:
+        check_spark_installed()
     seed = args.seed if args.seed is not None else random.randrange(1, 1_000_000)
     directory = args.dir or default_directory()
-    status = Soak(args.minutes, seed, directory, args.history).run()
+    status = Soak(args.minutes, seed, directory, args.history, spark=args.spark).run()
     if status == 0 and args.dir is None:
         remove_cluster_data(directory)
     return status
+
+
+def check_spark_installed() -> None:
+    """--spark needs pyspark and chispa (its checker compares DataFrames with it): say so before starting."""
+    import importlib.util
+
+    missing = [name for name in ("pyspark", "chispa") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"ledger soak --spark needs {' and '.join(missing)}: install them "
+                         "(pip install -e '.[test]' brings both), or run the soak without --spark")

@@ -15,6 +15,13 @@ Violations, by kind:
 - unrecovered: a ledger still OPEN after the final recovery (judged up to its LAC).
 - crashed: an actor died of an exception (the client raised something outside its LedgerError hierarchy);
   the soak adds these.
+
+With --spark (check_spark), the Spark actor's stream: its rate rows must be exactly the values its streaming
+query's committed micro-batches produced, each once (compared with chispa; a value held twice is
+duplicated, one missing is lost, one beyond the commits is divergent); a batch write acknowledged is there
+exactly once (lost if not), one reported failed is not there (duplicated: a retry would write it twice), and
+one whose outcome is unknown, or that the history never recorded (its driver was killed), is there whole
+or not at all (lost if in part). Its ledgers take part in the orphan check like every other ledger.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from typing import Iterable
 from connector.client import LedgerClient, LedgerError
 from connector.client.retry import Retry
 from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
+from connector.soak.spark_actor import RATE, SparkOutput, tag_rows
 from metadata import streams
 from metadata.model import LedgerMetadata, StreamLedger
 
@@ -50,16 +58,24 @@ class FinalState:
     violations: list[Violation]
 
     @classmethod
-    def read(cls, client: LedgerClient, stream_names: Iterable[str]) -> "FinalState":
-        """Every ledger read by ledger reads (an OPEN one up to its LAC), every stream by stream reads."""
+    def read(cls, client: LedgerClient, stream_names: Iterable[str], arrow_streams: Iterable[str] = ()) -> "FinalState":
+        """Every ledger read by ledger reads (an OPEN one up to its LAC), every stream by stream reads. The
+        ledgers of arrow_streams (Spark's rows, judged by check_spark) only by their metadata."""
         state = cls({}, {}, {}, {}, [])
+        arrow_streams = set(arrow_streams)
         for ledger_id in sorted(client.list_ledgers()):
             try:
                 handle = client.open_ledger(ledger_id, recover=False)
+                if handle.metadata.custom.get("stream") in arrow_streams:
+                    state.add_ledger(handle.metadata, None)
+                    continue
                 entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
                 state.add_ledger(handle.metadata, [entry.payload for entry in entries])
             except LedgerError as exc:  # with every fault healed, what cannot be read is not there
                 state.violations.append(Violation("lost", f"ledger {ledger_id} cannot be read: {exc}"))
+        for name in arrow_streams:
+            found = streams.find_stream(client.store, name)
+            state.add_arrow_stream(name, stream_ledgers(client.store, found.value) if found is not None else [])
         for name in stream_names:
             found = streams.find_stream(client.store, name)
             held = stream_ledgers(client.store, found.value) if found is not None else []
@@ -72,13 +88,16 @@ class FinalState:
             state.add_stream(name, held, read)
         return state
 
-    def add_ledger(self, meta: LedgerMetadata, payloads: Iterable[bytes]) -> None:
-        """A ledger and its entries from 0 on: each must hold the payload sent as that entry of that ledger."""
+    def add_ledger(self, meta: LedgerMetadata, payloads: Iterable[bytes] | None) -> None:
+        """A ledger and its entries from 0 on: each must hold the payload sent as that entry of that ledger
+        (payloads None: a ledger of Arrow rows, not judged here)."""
         ledger_id = meta.ledger_id
         self.ledgers[ledger_id] = meta
         if not meta.is_closed:
             self.violations.append(Violation("unrecovered", f"ledger {ledger_id} is still {meta.state.name} after "
                                                             "the final recovery; judged up to its LAC"))
+        if payloads is None:
+            return
         digests = []
         for entry_id, data in enumerate(payloads):
             digests.append(digest(data))
@@ -87,6 +106,26 @@ class FinalState:
                 self.violations.append(Violation("divergent", f"ledger {ledger_id} entry {entry_id} holds "
                                                               f"{_sent_as(sent_as)}"))
         self.digests[ledger_id] = digests
+
+    def add_arrow_stream(self, name: str, held: list[StreamLedger]) -> None:
+        """A Spark stream's ledgers: each once, each there, their row offsets contiguous (rows themselves are
+        check_spark's)."""
+        self.stream_ledgers[name] = held
+        seen: set[int] = set()
+        next_offset = held[0].first_offset if held else 0
+        for sl in held:
+            where = f"stream {name!r} holds ledger {sl.ledger_id}"
+            if sl.ledger_id in seen:
+                self.violations.append(Violation("duplicated", f"{where} twice"))
+                continue
+            seen.add(sl.ledger_id)
+            if sl.first_offset != next_offset:
+                kind = "duplicated" if sl.first_offset < next_offset else "divergent"
+                self.violations.append(Violation(kind, f"{where} from offset {sl.first_offset}, the ledger before "
+                                                       f"it ends at offset {next_offset - 1}"))
+            if sl.ledger_id not in self.ledgers:
+                self.violations.append(Violation("lost", f"{where}, which is gone"))
+            next_offset = (sl.last_offset if sl.last_offset is not None else sl.first_offset) + 1
 
     def add_stream(self, name: str, held: list[StreamLedger], read: Iterable[tuple[int, int, int, str]]) -> None:
         """A stream's ledgers as its metadata lists them (after add_ledger of each), and what a stream read
@@ -152,6 +191,7 @@ class Report:
     p99_append_ms: float = 0.0
     unknown_landed: int = 0
     unknown_appends: int = 0
+    spark: "SparkSummary | None" = None
 
     def count(self, kind: str) -> int:
         return sum(1 for v in self.violations if v.kind == kind)
@@ -168,6 +208,7 @@ class Report:
                 f"{self.outcomes[FAILED]}, unknown {self.outcomes[UNKNOWN]}), faults {sum(self.faults.values())} "
                 f"by kind ({faults}), lost {self.count('lost')}, duplicated {self.count('duplicated')}, divergent "
                 f"{self.count('divergent')}, orphaned {self.count('orphaned')}{others}"
+                + (f"; {self.spark.line()}" if self.spark is not None else "")
                 + f"; append availability {availability:.2%} ({self.acked_available}/{self.attempted_available} "
                 f"acked while at most one node was faulty), p99 append latency {self.p99_append_ms:.0f} ms")
 
@@ -262,10 +303,19 @@ def _check_owners(final: FinalState, report: Report) -> None:
         tags = dict(meta.custom_metadata)
         if ledger_id in in_streams or tags.get("soak_role") == "ledger":
             continue
-        owner = f"stream {tags['stream']!r} (owner {tags.get('stream_owner')})" if "stream" in tags else "nobody"
+        owner = f"stream {tags['stream']!r} (owner {_made_by(tags)})" if "stream" in tags else "nobody"
         report.violations.append(Violation("orphaned", f"ledger {ledger_id} ({meta.state.name}, last entry "
                                                        f"{meta.last_entry_id}) was made for {owner} and is in no "
                                                        "stream"))
+
+
+def _made_by(tags: dict[str, str]) -> str | None:
+    """Who made a stream's ledger: a stream writer, a Spark write job's task, a streaming query's micro-batch."""
+    if "spark.job" in tags:
+        return f"Spark write job {tags['spark.job']} task {tags.get('spark.task')}"
+    if "spark.query" in tags:
+        return f"Spark {tags['spark.query']} micro-batch {tags.get('spark.batch')} task {tags.get('spark.task')}"
+    return tags.get("stream_owner")
 
 
 def _availability(history: list[dict], faults: list[dict], report: Report) -> None:
@@ -307,3 +357,112 @@ def recover_all(client: LedgerClient, seconds: float) -> list[str]:
         except LedgerError as exc:
             errors.append(f"ledger {ledger_id}: {type(exc).__name__}: {exc}")
     return errors
+
+
+# -- --spark ---------------------------------------------------------------------------------------------------
+
+MAX_REPORTED_VALUES = 100_000  # rate values a diagnosis collects at most (each kind)
+
+
+@dataclasses.dataclass
+class SparkSummary:
+    rows: int          # rows in the Spark stream
+    batches: int       # batch writes acknowledged
+    restarts: int      # starts of the streaming query after its first (a killed driver, a failed query)
+
+    def line(self) -> str:
+        return f"spark rows {self.rows} (batches {self.batches}, query restarts {self.restarts})"
+
+
+def check_spark(output: SparkOutput, history: list[dict]) -> tuple[list[Violation], SparkSummary]:
+    """The Spark stream against the history: the streaming query's rate rows exactly once, every batch write
+    whole or absent as its outcome says (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    violations = _check_rate(output)
+    batches = {r["tag"]: r for r in history if r["op"] == "spark-batch"}
+    found = (output.rows.filter(F.col("source") != RATE).groupBy("source")
+             .agg(F.count("*").alias("n"), F.countDistinct("value").alias("distinct"),
+                  F.min("value").alias("low"), F.max("value").alias("high")).collect())
+    held = {row["source"]: row for row in found}
+    for tag in sorted(set(batches) | set(held)):
+        violations += _check_batch(tag, batches.get(tag), held.get(tag))
+    summary = SparkSummary(
+        rows=output.rows.count(),
+        batches=sum(1 for r in batches.values() if r["outcome"] == OK),
+        restarts=sum(1 for r in history if r["op"] == "query-start" and r["outcome"] == OK and r["run"] == "restart"),
+    )
+    return violations, summary
+
+
+def _check_rate(output: SparkOutput) -> list[Violation]:
+    """chispa decides whether the rate rows are exactly 0..committed_end-1; if not, name what differs."""
+    from chispa import DataFramesNotEqualError, assert_df_equality
+    from pyspark.sql import functions as F
+
+    violations = []
+    if output.spark_committed_end > output.committed_end:
+        violations.append(Violation("lost", f"Spark's commit log has the streaming query's rows up to rate value "
+                                            f"{output.spark_committed_end - 1}, the sink's commit record only up "
+                                            f"to {output.committed_end - 1}"))
+    rate = output.rows.filter(F.col("source") == RATE).select("value")
+    expected = output.rows.sparkSession.range(0, output.committed_end).select(F.col("id").alias("value"))
+    try:
+        assert_df_equality(rate, expected, ignore_row_order=True, ignore_nullable=True)
+        return violations
+    except DataFramesNotEqualError:
+        pass
+    where = "the streaming query's output"
+    twice = (rate.groupBy("value").count().filter(F.col("count") > 1).orderBy("value")
+             .limit(MAX_REPORTED_VALUES).collect())
+    for low, high in _ranges([row["value"] for row in twice]):
+        violations.append(Violation("duplicated", f"{where} holds rate values {_span(low, high)} more than once"))
+    missing = expected.join(rate, "value", "left_anti").orderBy("value").limit(MAX_REPORTED_VALUES).collect()
+    for low, high in _ranges([row["value"] for row in missing]):
+        violations.append(Violation("lost", f"{where} lacks rate values {_span(low, high)} (its commits end at "
+                                            f"{output.committed_end - 1})"))
+    beyond = rate.filter((F.col("value") >= output.committed_end) | (F.col("value") < 0)) \
+        .agg(F.count("*").alias("n"), F.min("value").alias("low"), F.max("value").alias("high")).first()
+    if beyond["n"]:
+        violations.append(Violation("divergent", f"{where} holds {beyond['n']} rows of rate values "
+                                                 f"{_span(beyond['low'], beyond['high'])}, beyond its committed "
+                                                 f"batches' end {output.committed_end - 1}"))
+    if not violations:
+        violations.append(Violation("divergent", f"{where} differs from rate values 0..{output.committed_end - 1} "
+                                                 "(chispa), and no value is missing, twice or beyond"))
+    return violations
+
+
+def _check_batch(tag: str, written: dict | None, held) -> list[Violation]:
+    """One batch write: written is its history record (None: never recorded), held its rows' aggregate."""
+    rows = tag_rows(tag)
+    outcome = written["outcome"] if written is not None else UNKNOWN
+    what = f"batch write {tag} ({outcome if written is not None else 'not in the history: its driver died'})"
+    if rows is None:
+        return [Violation("divergent", f"the Spark stream holds {held['n']} rows of source {tag!r}, which no "
+                                       "writer of the soak wrote")]
+    if held is None:
+        return [Violation("lost", f"{what} is not in the stream")] if outcome == OK else []
+    found = f"{held['n']} rows of values {held['low']}..{held['high']} ({held['distinct']} distinct)"
+    if held["n"] > held["distinct"]:
+        return [Violation("duplicated", f"{what}: the stream holds {found}, of {rows} written")]
+    if (held["distinct"], held["low"], held["high"]) != (rows, 0, rows - 1):
+        return [Violation("lost", f"{what}: the stream holds {found}, part of the {rows} written")]
+    if outcome == FAILED:
+        return [Violation("duplicated", f"{what} is in the stream: reported failed, a retry would write it twice")]
+    return []
+
+
+def _ranges(values: list[int]) -> list[tuple[int, int]]:
+    """Sorted values as runs of consecutive ones: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return [(low, high) for low, high in runs]
+
+
+def _span(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}..{high}"

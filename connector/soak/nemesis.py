@@ -10,6 +10,13 @@
 | writer-kill | SIGKILL a writer | a replacement in its place (and a new stream owner) |
 | session-expire | expire a writer's ZooKeeper session | (its client starts a new one) |
 | zk-restart | SIGKILL or SIGTERM ZooKeeper for 1-8 s | starting it again on the same data |
+| spark-driver-kill | (--spark) SIGKILL the Spark actor's group: driver, JVM, Python workers | a replacement, same checkpoint |
+
+spark-driver-kill strikes between batch writes only: it stops the actor's group, reads its status file and
+kills it only if no batch write is in flight (else it lets it go on). A streaming query killed anywhere is
+fine (its restart on the same checkpoint replays the batch in flight, and the sink's sweep removes what
+the killed run wrote); a batch job's driver killed mid-job would leave its task ledgers to a janitor for
+dead drivers' jobs, which does not exist yet (issue 15 item 7).
 
 At most two storage nodes are faulty at a time (kills, pauses, full disks and proxy faults count), so that a
 ledger of E=3 always has nodes to move to. Each fault is logged twice to the nemesis log, when it starts and
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
 
 WEIGHTS = {"node-kill": 2, "node-pause": 2, "disk-full": 1, "proxy": 3, "writer-zombie": 2, "writer-kill": 1,
            "session-expire": 1, "zk-restart": 1}
+SPARK_WEIGHTS = {"spark-driver-kill": 1}  # with --spark only: a soak without it keeps its seeds' schedules
 MAX_FAULTY_NODES = 2
 FAULT_EVERY = (2.0, 6.0)
 HEAL_SECONDS = 120.0  # a heal not over by then is logged as not healed ("healed": false) and let go
@@ -63,6 +71,7 @@ class Nemesis:
     def __init__(self, soak: "Soak", rng: random.Random, log_path: pathlib.Path):
         self.soak = soak
         self.rng = rng
+        self.weights = {**WEIGHTS, **(SPARK_WEIGHTS if soak.spark else {})}
         self.active: list[Fault] = []
         self.ended: list[dict] = []
         self._log = open(log_path, "a", buffering=1)
@@ -76,7 +85,7 @@ class Nemesis:
         if now >= self._next_at:
             self._next_at = now + self.rng.uniform(*FAULT_EVERY)
             # A weighted order (Efraimidis-Spirakis): the first kind that has a target now is injected.
-            kinds = sorted(WEIGHTS, key=lambda k: self.rng.random() ** (1 / WEIGHTS[k]), reverse=True)
+            kinds = sorted(self.weights, key=lambda k: self.rng.random() ** (1 / self.weights[k]), reverse=True)
             for kind in kinds:
                 fault = getattr(self, "_" + kind.replace("-", "_"))()
                 if fault is not None:
@@ -244,3 +253,17 @@ class Nemesis:
         self.soak.stop_zookeeper(how)
         return Fault("zk-restart", "zookeeper", (), self._after(1, 8), self.soak.start_zookeeper,
                      detail={"signal": how.name})
+
+    def _spark_driver_kill(self) -> Fault | None:
+        actor = self.soak.spark_actor()
+        if actor is None or not actor.ready() or actor.slot in self._busy_actors():
+            return None
+        actor.signal(signal.SIGSTOP)  # the whole group; with it stopped, no batch write can start
+        if actor.status().get("batch"):
+            actor.signal(signal.SIGCONT)
+            return None
+        killed = actor.name
+        actor.signal(signal.SIGKILL)
+        replacement = self.soak.replace(actor)
+        return Fault("spark-driver-kill", actor.slot, (), time.monotonic(), lambda: None,
+                     detail={"actor": killed, "replacement": replacement.name})

@@ -8,6 +8,7 @@ with the checker (checker.py). Prints one line; exit status 1 on any violation.
     DIR/history.jsonl       the merged history, in invocation order
     DIR/nemesis.jsonl       every fault (start and end) and stream handover: the trace to read with the history
     DIR/violations.txt      what the checker found
+    DIR/actors/spark-checkpoint/   with --spark: the streaming query's checkpoint (spark_actor.py)
 """
 from __future__ import annotations
 
@@ -35,12 +36,14 @@ from connector.soak import checker
 from connector.soak.history import merge
 from connector.soak.nemesis import FILLER, Nemesis
 from connector.soak.proxy import TcpProxy
+from connector.soak.spark_actor import ROWS_PER_SECOND, SPARK_STREAM
 
 NODES = 5
 STREAM = "soak"
 DISK_QUOTA_BYTES = 2 << 30
 HANDOVER_EVERY = (15.0, 25.0)
 ACTOR_STOP_SECONDS = 90.0
+SPARK_STOP_SECONDS = 180.0  # the Spark actor's batch write in flight, its query's stop and its last drain run
 RECOVERY_SECONDS = 300.0  # the final recovery of every OPEN ledger, retried for this long in all
 MAX_RESTARTS = 50  # per slot
 WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
@@ -55,6 +58,8 @@ OTHER_SLOTS = {
     "stream-reader": ("stream-reader", []),
     "janitor": ("janitor", []),
 }
+GROUP_SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
+SPARK_SLOT = "spark"  # with --spark: its own process (and its JVM and Python workers, one process group)
 
 
 @dataclasses.dataclass
@@ -68,6 +73,7 @@ class ActorProcess:
     generation: int = 0
     process: subprocess.Popen | None = None
     expected_exit: bool = False
+    group: bool = False  # signal the whole process group (the Spark actor: its JVM and Python workers too)
 
     @property
     def name(self) -> str:
@@ -98,15 +104,22 @@ class ActorProcess:
     def signal(self, sig: signal.Signals) -> None:
         if sig == signal.SIGKILL:
             self.expected_exit = True
-        if self.alive():
+        if self.group and sig in GROUP_SIGNALS and self.process is not None:
+            try:  # the leader may be gone and its JVM not yet: the group (its own session) outlives it
+                os.killpg(self.process.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        elif self.alive():  # SIGTERM to the leader only: it stops its query and its JVM itself
             os.kill(self.process.pid, sig)
 
 
 class Soak:
     def __init__(self, minutes: float, seed: int, directory: pathlib.Path, history: pathlib.Path | None = None,
-                 echo: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)):
+                 echo: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+                 spark: bool = False):
         self.minutes = minutes
         self.seed = seed
+        self.spark = spark
         self.directory = directory.resolve()
         self.history_path = (history or self.directory / "history.jsonl").resolve()
         self.echo = echo
@@ -147,6 +160,13 @@ class Soak:
 
     def all_writers(self) -> list[ActorProcess]:
         return [a for a in self.actors.values() if a.slot in WRITER_SLOTS]
+
+    def spark_actor(self) -> ActorProcess | None:
+        return self.actors.get(SPARK_SLOT)
+
+    @property
+    def spark_checkpoint(self) -> pathlib.Path:
+        return self.actors_dir / "spark-checkpoint"
 
     def node_restarted(self, node_id: str) -> dict | None:
         """Whether a node started again serves (it says so once it registered): None while not; a node that
@@ -230,13 +250,23 @@ class Soak:
         for slot in WRITER_SLOTS:
             self.proxies[slot] = {spec.node_id: TcpProxy("127.0.0.1", spec.port).start()
                                   for spec in self.cluster.state.nodes}
-        self._until = time.time() + self.minutes * 60 + ACTOR_STOP_SECONDS + 60
-        for slot, (role, args) in {**WRITER_SLOTS, **OTHER_SLOTS}.items():
-            self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir)
+        self._until = time.time() + self.minutes * 60 + self._stop_seconds + 60
+        for slot, (role, args) in self._slots().items():
+            self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir, group=slot == SPARK_SLOT)
             self.actors[slot].start(self._actor_command(slot))
         self.owner = "sw-1"
         self.echo(f"soak: {NODES} storage nodes and ZooKeeper at {self.metadata_uri}, {len(self.actors)} actors, "
                   f"seed {self.seed}, {self.minutes:g} minutes; trace in {self.directory}")
+
+    def _slots(self) -> dict[str, tuple[str, list[str]]]:
+        slots = {**WRITER_SLOTS, **OTHER_SLOTS}
+        if self.spark:
+            slots[SPARK_SLOT] = ("spark", ["--spark-stream", SPARK_STREAM, "--checkpoint", str(self.spark_checkpoint)])
+        return slots
+
+    @property
+    def _stop_seconds(self) -> float:
+        return SPARK_STOP_SECONDS if self.spark else ACTOR_STOP_SECONDS
 
     def _actor_command(self, slot: str) -> list[str]:
         command = [sys.executable, "-m", "connector.soak.workload"]
@@ -288,8 +318,10 @@ class Soak:
         with LedgerClient(self.metadata_uri, timeout=5.0) as client:
             for error in checker.recover_all(client, RECOVERY_SECONDS):
                 self.echo(f"soak: final recovery failed: {error}")
-            final = checker.FinalState.read(client, [STREAM])
-        report = checker.check(final, records, self.nemesis.ended)
+            final = checker.FinalState.read(client, [STREAM], arrow_streams=[SPARK_STREAM] if self.spark else [])
+            report = checker.check(final, records, self.nemesis.ended)
+            if self.spark:
+                self._check_spark(client, records, report)
         report.violations += [checker.Violation("crashed", c) for c in self.crashes]
         line = report.line(self.minutes, self.seed)
         if report.ok:
@@ -302,24 +334,38 @@ class Soak:
         print(line, flush=True)
         print(f"soak: FAILED with seed {self.seed}: {len(report.violations)} violations in {violations}; history "
               f"{self.history_path}, faults and handovers {self.directory / 'nemesis.jsonl'}; run again with "
-              f"`ledger soak --seed {self.seed} --minutes {self.minutes:g}`", flush=True)
+              f"`ledger soak --seed {self.seed} --minutes {self.minutes:g}{' --spark' if self.spark else ''}`",
+              flush=True)
         return 1
+
+    def _check_spark(self, client: LedgerClient, records: list[dict], report: checker.Report) -> None:
+        """Read the Spark stream with Spark (a session of the soak's own, after the actors stopped) and judge it."""
+        from connector.soak import spark_actor
+
+        self.echo("soak: reading the Spark stream back with Spark")
+        with spark_actor.checker_session() as session:
+            output = spark_actor.read_output(session, client.store, self.metadata_uri, SPARK_STREAM,
+                                             self.spark_checkpoint, ROWS_PER_SECOND)
+            violations, report.spark = checker.check_spark(output, records)
+        report.violations += violations
 
     def _stop_actors(self) -> None:
         for actor in self.actors.values():
             actor.expected_exit = True
             actor.signal(signal.SIGTERM)
-        deadline = time.monotonic() + ACTOR_STOP_SECONDS
+        deadline = time.monotonic() + self._stop_seconds
         for actor in self.actors.values():
             if actor.process is None:
                 continue
             try:
                 actor.process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.crashes.append(f"actor {actor.name} did not stop within {ACTOR_STOP_SECONDS:.0f}s of SIGTERM; "
+                self.crashes.append(f"actor {actor.name} did not stop within {self._stop_seconds:.0f}s of SIGTERM; "
                                     f"see {self.actors_dir / (actor.name + '.log')}")
                 actor.signal(signal.SIGKILL)
                 actor.process.wait(10)
+            if actor.group:
+                actor.signal(signal.SIGKILL)  # what is left of its group (a JVM that outlived its driver)
 
     def _cleanup(self) -> None:
         """Whatever happened (also Ctrl-C): every process and proxy started is stopped, every filler removed."""

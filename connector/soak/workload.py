@@ -11,6 +11,8 @@
 - stream-reader: tails the stream with read_stream.
 - janitor: recovers ledgers whose writer is gone (its ZooKeeper session ended), and takes over the ledgers
   of a writer the nemesis paused (a file DIR/requests/*.json names its writer id).
+- spark (`ledger soak --spark`): a streaming query (rate source -> ledger sink) and a batch writer in one
+  SparkSession, writing the stream --spark-stream (spark_actor.py).
 
 Every operation goes to DIR/NAME.jsonl (history.py); DIR/NAME.status.json holds the actor's pid, writer id
 and ZooKeeper session, which the nemesis uses to expire that session. SIGTERM ends an actor cleanly (its
@@ -35,6 +37,7 @@ from typing import Callable
 
 from connector.client import LedgerClient, LedgerError, NoSuchLedgerError
 from connector.client.retry import Retry
+from connector.soak import spark_actor
 from connector.soak.history import FAILED, OK, UNKNOWN, HistoryWriter, digest, payload
 from metadata.errors import NoSuchStreamError
 
@@ -112,9 +115,12 @@ class Actor:
         if session == self._session:
             return
         self._session = session
-        status = {"actor": self.name, "pid": os.getpid(), "role": self.args.role,
-                  "writer_id": client.writer_id if client else None,
-                  "session": [session[0], session[1].hex()] if session else None}
+        self.write_status({"actor": self.name, "pid": os.getpid(), "role": self.args.role,
+                           "writer_id": client.writer_id if client else None,
+                           "session": [session[0], session[1].hex()] if session else None})
+
+    def write_status(self, status: dict) -> None:
+        """Replace the status file in one rename: a reader (the nemesis) never sees half of it."""
         tmp = self.dir / f"{self.name}.status.tmp"
         tmp.write_text(json.dumps(status))
         tmp.replace(self.dir / f"{self.name}.status.json")
@@ -296,6 +302,9 @@ def run_ledger_reader(actor: Actor) -> None:
             t = time.time()
             try:
                 handle = handles.get(ledger_id) or client.open_ledger(ledger_id, recover=False)
+                if handle.metadata.custom.get("stream", actor.args.stream) != actor.args.stream:
+                    finished.add(ledger_id)  # a Spark ledger (--spark): Arrow entries, judged by the Spark check
+                    continue
                 handles[ledger_id] = handle
                 first = next_entry.get(ledger_id, 0)
                 if ledger_id == newest[-1]:  # the newest: a long poll until its LAC reaches `first`
@@ -400,6 +409,7 @@ ROLES = {
     "ledger-reader": run_ledger_reader,
     "stream-reader": run_stream_reader,
     "janitor": run_janitor,
+    "spark": spark_actor.run_spark,
 }
 
 
@@ -421,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=30.0, help="appends per second")
     p.add_argument("--window", type=int, default=8, help="appends in flight")
     p.add_argument("--own", action="store_true", help="a stream writer that takes the stream over at start")
+    p.add_argument("--spark-stream", default=spark_actor.SPARK_STREAM, help="the stream the spark actor writes")
+    p.add_argument("--checkpoint", help="the spark actor's streaming checkpoint directory")
     return p
 
 

@@ -1,8 +1,13 @@
-"""The soak's checker fed by hand: a clean history passes, and each kind of violation is found and named."""
+"""The soak's checker fed by hand: a clean history passes, and each kind of violation is found and named;
+with --spark, Spark streams built from lists in a local SparkSession."""
 from __future__ import annotations
 
-from connector.soak.checker import FinalState, check
-from connector.soak.history import OK, UNKNOWN, digest, parse_payload, payload
+import pytest
+
+from connector.soak import spark_actor
+from connector.soak.checker import FinalState, SparkSummary, check, check_spark
+from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload, payload
+from connector.soak.spark_actor import RATE, SCHEMA, SparkOutput, last_batch, rate_end, tag_rows
 from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger
 
 NODES = ("node-1", "node-2", "node-3")
@@ -132,3 +137,88 @@ def test_an_open_ledger_after_the_final_recovery_is_reported():
     final = FinalState({}, {}, {}, {}, [])
     final.add_ledger(ledger(1, -1, closed=False, soak_role="ledger"), entries("lw", 1, 2))
     assert kinds(check(final, [append("lw", 1, 1)], [])) == ["unrecovered"]
+
+
+# -- --spark: the Spark stream fed by hand (a real local SparkSession, DataFrames built from lists) -------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_actor.session("soak-checker-tests")
+    yield session
+    session.stop()
+
+
+def spark_output(spark, rate_values, batches=(), committed_end=10, spark_committed_end=None) -> SparkOutput:
+    """A Spark stream holding rate_values and each (tag, values) of batches; the sink committed rate values
+    0..committed_end-1."""
+    rows = [(v, RATE) for v in rate_values] + [(v, tag) for tag, values in batches for v in values]
+    return SparkOutput(spark.createDataFrame(rows, SCHEMA), committed_end,
+                       committed_end if spark_committed_end is None else spark_committed_end)
+
+
+def spark_batch(tag: str, outcome: str) -> dict:
+    return {"t": 20.0, "t_end": 21.0, "actor": tag.split("/")[0], "op": "spark-batch", "outcome": outcome,
+            "tag": tag, "rows": tag_rows(tag)}
+
+
+def query_start(run: str) -> dict:
+    return {"t": 1.0, "t_end": 1.5, "actor": "spark.1", "op": "query-start", "outcome": OK, "run": run, "query": "q"}
+
+
+def test_exactly_once_spark_output_passes_and_goes_into_the_line(spark):
+    output = spark_output(spark, range(10), batches=[("spark.1/0/5", range(5)), ("spark.2/0/3", range(3))])
+    history = [query_start("first"), query_start("restart"), query_start("drain"),
+               spark_batch("spark.1/0/5", OK), spark_batch("spark.1/1/4", UNKNOWN)]  # spark.2/0/3: never recorded
+    violations, summary = check_spark(output, history)
+    assert violations == []
+    assert summary == SparkSummary(rows=18, batches=1, restarts=1)
+    report = check(state_with_stream(), [], [])
+    report.spark = summary
+    assert "orphaned 0; spark rows 18 (batches 1, query restarts 1); append availability" in report.line(1, 15)
+
+
+def test_a_duplicated_and_a_missing_rate_value_are_reported(spark):
+    values = [v for v in range(10) if v != 7] + [5]  # 5 twice, 7 never
+    violations, _ = check_spark(spark_output(spark, values), [])
+    assert sorted((v.kind, v.detail) for v in violations) == [
+        ("duplicated", "the streaming query's output holds rate values 5 more than once"),
+        ("lost", "the streaming query's output lacks rate values 7 (its commits end at 9)"),
+    ]
+
+
+def test_rate_rows_beyond_the_commits_and_a_sink_behind_sparks_commit_log_are_reported(spark):
+    violations, _ = check_spark(spark_output(spark, range(12), committed_end=10, spark_committed_end=10), [])
+    assert [(v.kind, v.detail) for v in violations] == [
+        ("divergent", "the streaming query's output holds 2 rows of rate values 10..11, beyond its committed "
+                      "batches' end 9")]
+    violations, _ = check_spark(spark_output(spark, range(4), committed_end=4, spark_committed_end=6), [])
+    assert [v.kind for v in violations] == ["lost"]
+    assert "Spark's commit log has the streaming query's rows up to rate value 5" in violations[0].detail
+
+
+def test_batch_writes_are_whole_or_absent_as_their_outcomes_say(spark):
+    batches = [("spark.1/1/4", [0, 1, 2, 3, 0, 1, 2, 3]),  # acknowledged, held twice
+               ("spark.1/2/4", [0, 1]),                    # unknown, half of it
+               ("spark.1/3/2", [0, 1]),                    # reported failed, there
+               ("spark.2/0/3", [0, 2])]                    # never recorded (its driver died), part of it
+    history = [spark_batch("spark.1/0/4", OK), spark_batch("spark.1/1/4", OK), spark_batch("spark.1/2/4", UNKNOWN),
+               spark_batch("spark.1/3/2", FAILED), spark_batch("spark.1/4/2", FAILED)]
+    violations, summary = check_spark(spark_output(spark, range(10), batches=batches), history)
+    found = {v.detail.split(" ")[2]: v.kind for v in violations}
+    assert found == {"spark.1/0/4": "lost", "spark.1/1/4": "duplicated", "spark.1/2/4": "lost",
+                     "spark.1/3/2": "duplicated", "spark.2/0/3": "lost"}, violations
+    assert summary.batches == 2
+
+
+def test_checkpoint_offsets_give_the_committed_rate_end(tmp_path):
+    """rate_end reads Spark's offsets log as Spark 4 writes it: version, batch metadata, one source offset."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for batch, seconds in ((0, 0), (1, 3), (2, 7)):
+        (tmp_path / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0,"conf":{{}}}}\n{seconds}')
+        (tmp_path / "offsets" / f".{batch}.crc").write_text("")
+    (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (tmp_path / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    assert last_batch(tmp_path / "offsets") == 2 and last_batch(tmp_path / "commits") == 1
+    assert (rate_end(tmp_path, 2, 100), rate_end(tmp_path, 1, 100), rate_end(tmp_path, None, 100)) == (700, 300, 0)
