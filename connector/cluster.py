@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,6 +102,18 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on host:port. SO_REUSEADDR as the nodes' gRPC server binds, so the
+    TIME_WAIT connections of a node that just stopped do not count."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
@@ -120,6 +133,8 @@ class LocalCluster:
         self.node_args = tuple(node_args)
         self.tls = tls
         self.state: ClusterState | None = self._load()
+        self.notes: list[str] = []              # what start() repaired on its way, for the operator
+        self._log_starts: dict[str, int] = {}   # where each node's log of the current start begins
 
     # -- state file ----------------------------------------------------------------------------
 
@@ -189,9 +204,17 @@ class LocalCluster:
         """Start one recorded node unless its process is alive (it registers on its own); its pid."""
         spec = self.node(node_id)
         if not pid_alive(spec.pid):
+            self._move_off_a_taken_port(spec)
             spec.pid = self._start_node(spec)
             self._save()
         return spec.pid
+
+    def _move_off_a_taken_port(self, spec: NodeSpec) -> None:
+        """A node whose recorded port another process took would fail every start (issue 15 item 7). Ledgers
+        name nodes by id and clients find the address in the node's registration, so the node can move."""
+        if port_in_use(spec.port):
+            old, spec.port = spec.port, free_port()
+            self.notes.append(f"{spec.node_id}: port {old} is taken by another process; moved to port {spec.port}")
 
     def node(self, node_id: str) -> NodeSpec:
         for spec in self.state.nodes if self.state is not None else ():
@@ -217,11 +240,15 @@ class LocalCluster:
             *(self.state.tls.node_args() if self.state.tls else ()),
             *self.node_args,
         ]
-        with open(self.directory / "nodes" / f"{spec.node_id}.log", "ab") as log:
+        with open(self.log_file(spec.node_id), "ab") as log:
+            self._log_starts[spec.node_id] = log.tell()
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         return process.pid
+
+    def log_file(self, node_id: str) -> pathlib.Path:
+        return self.directory / "nodes" / f"{node_id}.log"
 
     def wait_registered(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -232,11 +259,25 @@ class LocalCluster:
                 if not missing:
                     return
                 dead = [s.node_id for s in self.state.nodes if s.node_id in missing and not pid_alive(s.pid)]
-                if dead or time.monotonic() >= deadline:
-                    logs = ", ".join(str(self.directory / "nodes" / f"{n}.log") for n in dead or missing)
-                    why = "exited" if dead else f"did not register within {timeout:.0f}s"
-                    raise ClusterError(f"storage node(s) {', '.join(dead or missing)} {why}; see {logs}")
+                if dead:
+                    raise ClusterError("; ".join(self._why_exited(node_id) for node_id in dead))
+                if time.monotonic() >= deadline:
+                    logs = ", ".join(str(self.log_file(n)) for n in missing)
+                    raise ClusterError(f"storage node(s) {', '.join(missing)} did not register within "
+                                       f"{timeout:.0f}s; see {logs}")
                 time.sleep(0.1)
+
+    def _why_exited(self, node_id: str) -> str:
+        """The node's own last word from this start (its refusal says what is wrong and what to do)."""
+        log = self.log_file(node_id)
+        try:
+            with open(log, "rb") as f:
+                f.seek(self._log_starts.get(node_id, 0))
+                lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            lines = []
+        said = next((line for line in reversed(lines) if "refuses to start" in line), lines[-1] if lines else "")
+        return f"storage node {node_id} exited: {said or 'without a word'} (log: {log})"
 
     # -- status --------------------------------------------------------------------------------
 

@@ -35,7 +35,11 @@ def run_start(args) -> int:
     if args.nodes < 1:
         raise SystemExit("ledger cluster start: --nodes must be at least 1")
     cluster = LocalCluster(args.dir, nodes=args.nodes, tls=args.tls)
-    uri = cluster.start()
+    try:
+        uri = cluster.start()
+    finally:
+        for note in cluster.notes:
+            print(f"ledger cluster start: {note}", file=sys.stderr)
     print(uri)
     tls = cluster.client_tls
     if tls is not None:
