@@ -62,9 +62,13 @@ class DataDirLock:
     @classmethod
     def acquire(cls, data_dir: pathlib.Path, node_id: str = "") -> "DataDirLock":
         """Lock data_dir (created if missing) or raise DataDirInUseError naming the process that holds it."""
-        data_dir.mkdir(parents=True, exist_ok=True)
         path = data_dir / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StorageNodeError(f"cannot open the lock file {path} ({exc}): check that the data directory "
+                                   f"exists and this user may write it") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -82,11 +86,15 @@ class DataDirLock:
         return lock
 
     def record(self, **notes) -> None:
-        """Update the notes in the lock file (node_id, address) for whoever is refused next."""
+        """Update the notes in the lock file (node_id, address) for whoever is refused next. Best effort: a
+        full disk must not stop a node from starting (read-only, rule 9) for want of a note."""
         self._holder = dataclasses.replace(self._holder, **notes)
         data = json.dumps(dataclasses.asdict(self._holder)).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        except OSError:
+            pass
 
     def release(self) -> None:
         """Drop the lock (closing the descriptor releases it); the file stays (module docstring)."""
