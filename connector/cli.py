@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "connector.commands.replication",
     "connector.commands.soak",
     "connector.commands.stream",
+    "connector.commands.jobs",
 )
 
 

@@ -5,6 +5,7 @@ the cluster (DESIGN rule 15), and still no task ledger can slip past it.
     /spark-jobs/<job id>                       a batch write job (prepare() starts it, commit/abort end it)
     /spark-jobs/<job id>/L0000000042           a task ledger of the job
     /spark-queries/<query id>/L0000000042-B7   a task ledger of micro-batch 7 of a streaming query
+    /spark-queries/<query id>/run-<driver>     a run of the query, by that driver
 
 A task allocates a ledger id and registers it (creates its entry, in a multi that checks the registry is
 at version 0: a batch job that ended, its version bumped, takes no more entries); only then does it
@@ -15,6 +16,12 @@ the ledger either exists already (the sweep's read, after its own fence, sees it
 created: an entry without a ledger (a task that died before creating it, or is not there yet) is safe
 to drop. Entries of committed ledgers are deleted once the commit landed, so a registry holds the
 ledgers of the job or micro-batch in flight, never the query's history.
+
+Each registry names the driver that runs it (driver.py: a ZooKeeper ephemeral that lives as long as the
+driver's JVM), so that the janitor (janitor.py) can tell a registry whose driver is gone from one whose
+driver is only slow: a job's znode holds {"stream", "started", "driver"}; a query, which several runs (a
+restart, possibly in another driver) share, holds one child per run, `run-<driver>` = {"stream", "driver",
+"started"}. Run children do not change the query znode's version, which its tasks check.
 """
 from __future__ import annotations
 
@@ -22,13 +29,16 @@ import dataclasses
 import json
 import time
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from connector.client import LedgerClient, WriteHandle
 from connector.spark.recovery import discard
 from metadata import layout
-from metadata.errors import LedgerError, MetadataConflictError
+from metadata.errors import LedgerError, MetadataConflictError, MetadataError
 from metadata.store import MetadataStore
+
+
+RUN_PREFIX = "run-"  # a query registry's child naming a run of the query (task entries start with "L")
 
 
 class WriteJobEndedError(LedgerError):
@@ -77,8 +87,9 @@ def query_registry(query_id: str, batch: int | None = None) -> TaskRegistry:
 
 # -- driver ------------------------------------------------------------------------------------------
 
-def start_job(store: MetadataStore, job_id: str, stream: str) -> None:
-    data = json.dumps({"stream": stream, "started": time.time()}).encode()
+def start_job(store: MetadataStore, job_id: str, stream: str, driver: str = "") -> None:
+    """Create the job's registry, naming its stream and the driver whose liveness the janitor checks."""
+    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver}).encode()
     try:
         store.create(job_registry(job_id).path, data)
     except NodeExistsError:
@@ -101,8 +112,103 @@ def remove_job(store: MetadataStore, job_id: str) -> None:
     store.delete(job_registry(job_id).path, recursive=True)
 
 
-def start_query(store: MetadataStore, query_id: str) -> None:
-    store.ensure_path(query_registry(query_id).path)
+def start_query(store: MetadataStore, query_id: str, stream: str = "", driver: str = "") -> None:
+    """Create the query's registry unless it exists, and (given a driver) record this run of it. A janitor
+    deletes a registry whose runs are all gone, possibly between the two steps: then create it again."""
+    path = query_registry(query_id).path
+    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver}).encode()
+    for _ in range(100):
+        store.ensure_path(path)
+        if not driver:
+            return
+        try:
+            store.create(run_path(query_id, driver), data)
+            return
+        except NodeExistsError:
+            return
+        except NoNodeError:
+            continue  # deleted by a janitor since ensure_path
+    raise LedgerError(f"the registry of streaming query {query_id} kept disappearing; start the query again")
+
+
+def run_path(query_id: str, driver: str) -> str:
+    return f"{query_registry(query_id).path}/{RUN_PREFIX}{driver}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """What a job's znode or a query run's says: the stream written and the driver running it ("" if the
+    registry predates drivers being recorded)."""
+
+    stream: str = ""
+    driver: str = ""
+    started: float | None = None
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Registration":
+        try:
+            fields = json.loads(data) if data else {}
+        except ValueError:
+            fields = {}
+        if not isinstance(fields, dict):
+            fields = {}
+        return cls(str(fields.get("stream") or ""), str(fields.get("driver") or ""), fields.get("started"))
+
+
+def job_ids(store: MetadataStore) -> list[str]:
+    """Every batch write job with a registry: those in flight, and those whose driver died (janitor.py)."""
+    store.sync(layout.SPARK_JOBS)
+    return sorted(store.children(layout.SPARK_JOBS))
+
+
+def read_job(store: MetadataStore, job_id: str) -> Registration | None:
+    found = store.read(job_registry(job_id).path, Registration.decode)
+    return None if found is None else found.value
+
+
+def query_ids(store: MetadataStore) -> list[str]:
+    store.sync(layout.SPARK_QUERIES)
+    return sorted(store.children(layout.SPARK_QUERIES))
+
+
+def query_runs(store: MetadataStore, query_id: str) -> dict[str, Registration]:
+    """The query's runs by driver (none for a registry written before runs were recorded)."""
+    try:
+        names = store.children(query_registry(query_id).path)
+    except NoNodeError:
+        return {}
+    runs = {}
+    for name in names:
+        if name.startswith(RUN_PREFIX):
+            found = store.read(f"{query_registry(query_id).path}/{name}", Registration.decode)
+            if found is not None:
+                runs[name[len(RUN_PREFIX):]] = found.value
+    return runs
+
+
+def forget_run(store: MetadataStore, query_id: str, driver: str) -> None:
+    store.delete(run_path(query_id, driver))
+
+
+def remove_query(store: MetadataStore, query_id: str) -> bool:
+    """Delete the query's registry if nothing is left in it (no entry, no run); False if something is."""
+    try:
+        store.delete(query_registry(query_id).path)
+    except MetadataError as exc:
+        if isinstance(exc.__cause__, NotEmptyError):  # a run started, or a task registered, meanwhile
+            return False
+        raise
+    return True
+
+
+def driver_in_use(store: MetadataStore, driver: str) -> bool:
+    """Whether any registry names the driver: a job it started that is not removed, or a run of a query.
+    Reads the registries in flight (and abandoned ones), never the ledgers."""
+    for job_id in job_ids(store):
+        job = read_job(store, job_id)
+        if job is not None and job.driver == driver:
+            return True
+    return any(store.exists(run_path(query_id, driver)) for query_id in query_ids(store))
 
 
 def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: int | None = None) -> list[TaskEntry]:
@@ -113,7 +219,7 @@ def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: in
         names = store.children(registry.path)
     except NoNodeError:
         return []
-    entries = (TaskEntry.parse(registry.path, name) for name in names)
+    entries = (TaskEntry.parse(registry.path, name) for name in names if not name.startswith(RUN_PREFIX))
     return sorted(e for e in entries if through_batch is None or e.batch <= through_batch)
 
 

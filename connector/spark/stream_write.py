@@ -14,6 +14,11 @@ only batches in flight and the sweep never looks at other ledgers (rule 15): not
 becomes visible, and nothing is left behind. Spark runs a commit on a fresh writer instance, so
 everything the commit needs travels in the registry and the commit messages.
 
+Each run of the query records its driver in the registry (driver.py). A run whose driver dies never
+sweeps again: the next query or write job started on the stream, or `ledger jobs --apply`, finds its
+driver gone, records the run aborted on the stream and cleans the registry (janitor.py); a commit of a
+run recorded so (its driver was only cut off) is refused, and its abort leaves the registry alone.
+
 A commit whose reply was lost reads back whether it landed (DESIGN rule 16): finding its batch id with
 its own ledgers in the stream, it is done (not a replay: its ledgers stay). It returns only once the
 outcome is known, so no request of it can land later; abort syncs before it sweeps, so it sees
@@ -30,10 +35,14 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.commit import COMMITS_KEPT, TaskLedger, committed
+from connector.spark.commit import ABORTED, COMMITS_KEPT, TaskLedger, committed, job_outcome
+from connector.spark.driver import registered_driver
+from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
-from connector.spark.jobs import TaskEntry, drop_entry, forget_entry, query_registry, start_query, task_entries
+from connector.spark.jobs import (
+    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, start_query, task_entries,
+)
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
@@ -71,10 +80,11 @@ def with_batch(record: StreamRecord, query_id: str, batch_id: int) -> StreamReco
 class LedgerStreamWriter(DataSourceStreamArrowWriter):
     """Pickled to executors: options, the Arrow schema and the query id; never a client."""
 
-    def __init__(self, options: LedgerOptions, schema: pa.Schema, query_id: str):
+    def __init__(self, options: LedgerOptions, schema: pa.Schema, query_id: str, driver_id: str = ""):
         self.options = options
         self.schema = schema
         self.query_id = query_id
+        self.driver_id = driver_id  # the run's driver (driver.py): a janitor that finds it gone fences the run
 
     @classmethod
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
@@ -82,9 +92,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite=False)
             ensure_stream(lc.store, options.stream)
+            clean_stream(lc, options.stream, options.password)  # the janitor: queries on it whose driver is gone
             query_id = stream_options.query_id()
-            start_query(lc.store, query_id)
-        return cls(options, arrow, query_id)
+            with registered_driver(lc.store, options.metadata) as driver_id:
+                start_query(lc.store, query_id, options.stream, driver_id)
+        return cls(options, arrow, query_id, driver_id)
 
     # -- executors -----------------------------------------------------------------------------
 
@@ -126,6 +138,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
             lc.store.sync(layout.stream_path(self.options.stream))
+            if self._fenced(lc):
+                return  # a janitor cleaned this run's registry; a new run of the query may be using it now
             self._sweep(lc, batchId, registered=set())
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
@@ -133,6 +147,12 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         found_committed = [False]
 
         def transform(record: StreamRecord) -> StreamRecord | None:
+            if self.driver_id and job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
+                raise WriteJobEndedError(
+                    f"streaming query {self.query_id}: a janitor found this run's driver gone (its liveness "
+                    f"registration {self.driver_id} ended) and discarded its uncommitted batches; batch {batch_id} "
+                    "was not committed. Restart the query from its checkpoint"
+                )
             found_committed[0] = batch_committed(record, self.query_id, batch_id)
             if found_committed[0]:
                 return None
@@ -156,6 +176,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 forget_entry(lc.store, entry)
             else:
                 drop_entry(lc, entry, self.options.password)
+
+    def _fenced(self, lc: LedgerClient) -> bool:
+        """Whether a janitor recorded this run aborted (it found the run's driver gone)."""
+        found = find_stream(lc.store, self.options.stream) if self.driver_id else None
+        return found is not None and job_outcome(found.value, run_key(self.query_id, self.driver_id)) == ABORTED
 
     def _held(self, lc: LedgerClient, entries: list[TaskEntry]) -> set[int]:
         """Those of the entries' ledgers the stream holds (read only when there are any: a replay, a failed

@@ -1,7 +1,8 @@
 """Batch writes: every task is a ledger writer; the driver commits all task ledgers in one CAS.
 
 prepare() runs on the driver before any task: it checks the stream's format, schema and password,
-recovers a dangling tail, creates the stream if it is new, and starts the job (jobs.py). A task
+recovers a dangling tail, creates the stream if it is new, cleans what jobs and queries of drivers that
+died left on it (janitor.py), and starts the job (jobs.py), naming the driver (driver.py). A task
 names its ledger in the job's registry, then creates it, tagged with stream, job, partition and
 attempt, appends Arrow entries pipelined, closes it and reports it (TaskLedger). commit() ends the
 job, discards every ledger in the job's registry that is not reported (failed, speculative or dead
@@ -34,7 +35,9 @@ from connector.spark.commit import (
     COMMITTED, TaskLedger, aborted_job, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
 )
+from connector.spark.driver import registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
+from connector.spark.janitor import clean_stream
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
     register_task_ledger, remove_job, start_job, task_entries, withdraw,
@@ -73,8 +76,10 @@ class LedgerWriter(DataSourceArrowWriter):
         with LedgerClient(options.metadata, **options.client_options()) as lc:
             check_target(lc, options, arrow, overwrite)
             ensure_stream(lc.store, options.stream)
+            clean_stream(lc, options.stream, options.password)  # the janitor: jobs on it whose driver is gone
             job_id = uuid.uuid4().hex
-            start_job(lc.store, job_id, options.stream)
+            with registered_driver(lc.store, options.metadata) as driver_id:
+                start_job(lc.store, job_id, options.stream, driver_id)
         return cls(options, arrow, job_id, overwrite)
 
     # -- executors -----------------------------------------------------------------------------

@@ -1,0 +1,318 @@
+"""The Spark driver's liveness in ZooKeeper: an ephemeral znode that lives exactly as long as the driver.
+
+A write job's or streaming query's registry (jobs.py) names the driver that runs it, so that the janitor
+(janitor.py) can tell a registry whose driver is gone (its ledgers are left over for good) from one whose
+driver is only slow (never touched). The driver's Python code, though, does not run in one process: Spark
+calls prepare() and commit() in pooled Python workers that it starts and stops as it likes (idle ones
+after a minute), so no session of theirs lasts the job. What lasts it is the driver's JVM. So:
+
+- the driver process is the nearest process, from this one up, that is not one of Spark's Python workers
+  (their command lines run a `pyspark.` module): the JVM when prepare() runs inside Spark, or this very
+  process when the writer is driven directly (tests, benchmarks);
+- this very process holds the registration itself, on a session of its own, for as long as it lives;
+- otherwise a keeper process (`python -m connector.spark.driver_keeper`, started in a session of its own so that a
+  Ctrl-C or SIGSTOP meant for the driver's process group does not reach it) holds it, and deletes it and
+  exits as soon as the JVM is gone. A paused or overloaded JVM still exists: its keeper goes on, and
+  nothing of it is touched.
+
+One registration serves every job and query of one driver on one metadata root. It ends when the driver
+is gone, or when no registry has named it for IDLE_SECONDS (checked under a lock that the job start holds
+while it creates its registry, so a registration never ends under a job that is being started).
+
+The registration is a liveness signal, not the safety: a driver whose registration ended by mistake (its
+keeper killed, its session expired) may still commit; the janitor fences it on the stream before it deletes
+anything (janitor.py), and that commit then fails cleanly.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Iterator
+
+import psutil
+
+from connector.spark.jobs import driver_in_use
+from metadata import registry
+from metadata.errors import LedgerError
+from metadata.store import METADATA_ENV, MetadataStore
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 60.0        # a registration no registry has named for this long ends
+WATCH_INTERVAL = 0.5       # seconds between a keeper's looks at the driver process
+_IDLE_CHECK = 10.0         # seconds between looks at whether a registry still names the driver
+KEEPER_START_SECONDS = 60.0  # how long a job start waits for a new keeper's registration to appear
+KEEPER_MODULE = "connector.spark.driver_keeper"
+_WORKER_MODULE = "pyspark."  # Spark's Python workers and daemons run `python -m pyspark.<module>`
+
+
+class DriverRegistrationError(LedgerError):
+    """The driver's liveness could not be registered in ZooKeeper, so no write job may start."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverProcess:
+    pid: int
+    create_time: float
+
+    @classmethod
+    def find(cls) -> "DriverProcess":
+        """The nearest process from this one up that is not one of Spark's Python workers."""
+        process = psutil.Process()
+        while _is_spark_worker(process):
+            parent = process.parent()
+            if parent is None:
+                break
+            process = parent
+        return cls(process.pid, process.create_time())
+
+    @property
+    def is_this_process(self) -> bool:
+        return self.pid == os.getpid()
+
+    def alive(self) -> bool:
+        try:
+            return psutil.Process(self.pid).create_time() == self.create_time
+        except psutil.Error:
+            return False
+
+    def new_driver_id(self) -> str:
+        return f"spark-driver-{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:12]}"
+
+
+def _is_spark_worker(process: psutil.Process) -> bool:
+    try:
+        cmdline = process.cmdline()
+    except psutil.Error:
+        return False
+    module = cmdline.index("-m") + 1 if "-m" in cmdline else len(cmdline)
+    return module < len(cmdline) and cmdline[module].startswith(_WORKER_MODULE)
+
+
+@contextlib.contextmanager
+def registered_driver(store: MetadataStore, uri: str) -> Iterator[str]:
+    """The id of this driver's live registration on the metadata root of uri (store: a session there), held
+    while the body creates the registry that names it (the registration cannot end meanwhile)."""
+    driver = DriverProcess.find()
+    if driver.is_this_process:
+        with _InProcess.for_uri(store, uri) as driver_id:
+            yield driver_id
+    else:
+        with _keeper(store, driver, uri) as driver_id:
+            yield driver_id
+
+
+# -- this process is the driver ----------------------------------------------------------------------
+
+
+class _InProcess:
+    """This process's own registration on one metadata root, with a thread that ends it once idle."""
+
+    _lock = threading.Lock()
+    _held: dict[str, "_InProcess"] = {}
+
+    def __init__(self, uri: str):
+        self.store = MetadataStore(uri)
+        self.driver_id = DriverProcess.find().new_driver_id()
+        try:
+            self.registration = registry.register_writer(self.store, self.driver_id)
+        except BaseException:
+            self.store.close()
+            raise
+        self.uri = uri
+        self.ended = False
+        threading.Thread(target=self._end_when_idle, name=f"driver-{self.driver_id}", daemon=True).start()
+
+    @classmethod
+    @contextlib.contextmanager
+    def for_uri(cls, store: MetadataStore, uri: str) -> Iterator[str]:
+        """store: a session of the caller's, to see that the registration is in place (it is re-created
+        after a session of its own expired, which may not have happened yet: then start a new one)."""
+        with cls._lock:
+            held = cls._held.get(uri)
+            if held is not None and not registry.writer_alive(store, held.driver_id):
+                held.end()
+                held = None
+            if held is None:
+                held = cls._held[uri] = cls(uri)
+            yield held.driver_id
+
+    def end(self) -> None:
+        """Under the class lock: the registration goes, and with it this driver's claim to its registries."""
+        self.ended = True
+        if self._held.get(self.uri) is self:
+            del self._held[self.uri]
+        _end(self.registration, self.store)
+
+    def _end_when_idle(self) -> None:
+        idle_since = time.monotonic()
+        while not self.ended:
+            time.sleep(_IDLE_CHECK)
+            if not _idle(self.store, self.driver_id):
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= IDLE_SECONDS:
+                with self._lock:
+                    if self.ended:
+                        return
+                    if _idle(self.store, self.driver_id):
+                        self.end()
+                        return
+                idle_since = time.monotonic()
+
+
+def _idle(store: MetadataStore, driver_id: str) -> bool:
+    try:
+        return not driver_in_use(store, driver_id)
+    except LedgerError:
+        return False  # ZooKeeper away: not known to be idle
+
+
+def _end(registration, store: MetadataStore) -> None:
+    with contextlib.suppress(LedgerError):
+        registration.close()
+    store.close()
+
+
+# -- a keeper process for a driver JVM -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class KeeperFiles:
+    """Where a driver's keeper for one metadata root says who it is (state), and the lock that job starts
+    and the keeper's idle end take."""
+
+    base: pathlib.Path
+
+    @classmethod
+    def of(cls, driver: DriverProcess, uri: str) -> "KeeperFiles":
+        directory = pathlib.Path(tempfile.gettempdir()) / f"ledger-spark-drivers-{os.getuid()}"
+        directory.mkdir(mode=0o700, exist_ok=True)
+        root = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        return cls(directory / f"{driver.pid}-{int(driver.create_time * 1000)}-{root}")
+
+    @property
+    def state(self) -> pathlib.Path:
+        return self.base.with_suffix(".json")
+
+    @property
+    def log(self) -> pathlib.Path:
+        return self.base.with_suffix(".log")
+
+    @contextlib.contextmanager
+    def locked(self, blocking: bool = True) -> Iterator[bool]:
+        with open(self.base.with_suffix(".lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def remove(self) -> None:
+        for suffix in (".json", ".lock", ".log"):
+            self.base.with_suffix(suffix).unlink(missing_ok=True)
+
+    def read_state(self) -> dict | None:
+        try:
+            return json.loads(self.state.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_state(self, driver_id: str, keeper_pid: int) -> None:
+        temporary = self.state.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"driver": driver_id, "keeper": keeper_pid}))
+        os.replace(temporary, self.state)
+
+
+_started: list[subprocess.Popen] = []  # keepers this process started, reaped when they end
+
+
+@contextlib.contextmanager
+def _keeper(store: MetadataStore, driver: DriverProcess, uri: str) -> Iterator[str]:
+    files = KeeperFiles.of(driver, uri)
+    with files.locked():
+        _started[:] = [keeper for keeper in _started if keeper.poll() is None]
+        state = files.read_state()
+        if state is None or not registry.writer_alive(store, state["driver"]):
+            state = _start_keeper(store, driver, uri, files)
+        yield state["driver"]
+
+
+def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: KeeperFiles) -> dict:
+    driver_id = driver.new_driver_id()
+    command = [sys.executable, "-m", KEEPER_MODULE, "--driver-id", driver_id, "--pid", str(driver.pid),
+               "--create-time", repr(driver.create_time), "--files", str(files.base)]
+    with open(files.log, "w") as log_file:
+        keeper = subprocess.Popen(command, env={**os.environ, METADATA_ENV: uri}, stdin=subprocess.DEVNULL,
+                                  stdout=log_file, stderr=log_file, start_new_session=True)
+    _started.append(keeper)
+    deadline = time.monotonic() + KEEPER_START_SECONDS
+    while not registry.writer_alive(store, driver_id):
+        exited = keeper.poll() is not None
+        if exited or time.monotonic() > deadline:
+            keeper.kill()
+            raise DriverRegistrationError(
+                f"the Spark driver's liveness could not be registered in ZooKeeper (its keeper process "
+                f"{'exited' if exited else 'did not register'} within {KEEPER_START_SECONDS:.0f}s; "
+                f"log: {files.log}); check that ZooKeeper is reachable from the driver and start the write again"
+            )
+        time.sleep(0.05)
+    files.write_state(driver_id, keeper.pid)
+    return {"driver": driver_id, "keeper": keeper.pid}
+
+
+def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles) -> int:
+    """The keeper: hold driver_id's registration while the driver process lives and a registry names it."""
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stopping.set())
+    store = MetadataStore(os.environ[METADATA_ENV])
+    registration = registry.register_writer(store, driver_id)
+    log.info("holding %s for driver process %d", driver_id, driver.pid)
+    idle_since = checked = time.monotonic()
+    try:
+        while not stopping.wait(WATCH_INTERVAL):
+            if not driver.alive():
+                log.info("driver process %d is gone", driver.pid)
+                files.remove()  # nothing of that driver starts a job any more
+                return 0
+            if time.monotonic() - checked < _IDLE_CHECK:
+                continue
+            checked = time.monotonic()
+            if not _idle(store, driver_id):
+                idle_since = checked
+            elif checked - idle_since >= IDLE_SECONDS and _end_idle(store, driver_id, files):
+                log.info("no registry names %s any more", driver_id)
+                return 0
+        return 0
+    finally:
+        _end(registration, store)
+
+
+def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles) -> bool:
+    """Whether the keeper may end now: under the lock job starts hold, nothing names it and the state file
+    no longer points to it (a job start after this spawns a new keeper)."""
+    with files.locked(blocking=False) as locked:
+        if not locked or not _idle(store, driver_id):
+            return False
+        state = files.read_state()
+        if state is not None and state.get("driver") == driver_id:
+            files.state.unlink(missing_ok=True)
+        return True

@@ -1,0 +1,322 @@
+"""The janitor: the ledgers of Spark write jobs and streaming queries whose driver is gone.
+
+A driver that dies in the middle of a write (Ctrl-C, SIGKILL, a lost machine) leaves its job's registry
+(jobs.py) and the task ledgers named there; nothing else would ever remove them. Every registry names its
+driver, whose liveness is an ephemeral znode held for exactly as long as the driver's JVM lives (driver.py).
+The janitor looks only at the registries (O(jobs and queries in flight or abandoned), never at every ledger
+of the cluster: rule 15) and cleans those whose drivers are all gone:
+
+1. a batch job's registry is ended (no task may register another ledger), then the job is recorded aborted
+   on its stream in a CAS of its own, unless its commit landed first (rule 16: the commit may have landed
+   just before the driver died). A streaming query's run is recorded aborted as `<query id>@<driver>`,
+   which that run's commits check (stream_write.py). Either way no commit of the gone driver can land from
+   here on, even if the driver was in fact only cut off from ZooKeeper long enough for its session to end:
+   its commit fails cleanly instead of registering ledgers deleted under it;
+2. the entries of ledgers the stream holds (committed just before the driver died) are only forgotten;
+   every other ledger is fenced and recovered if it is OPEN, then deleted, then its entry;
+3. the registry is removed (a query's only if nothing else is in it: a new run may be starting).
+
+A registry whose driver is alive is never touched, however slow or paused the driver is. Registries
+written before drivers were recorded name none: they are reported, and cleaned only on request (legacy).
+
+It runs at the start of every write job and streaming query, for the stream written (clean_stream), and as
+`ledger jobs --apply` for the whole cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterable, Sequence
+
+from connector.client import LedgerClient, NoSuchLedgerError
+from connector.spark.commit import COMMITTED, aborted_job, job_outcome
+from connector.spark.jobs import (
+    Registration, TaskEntry, end_job, forget_entry, forget_run, job_ids, job_registry, query_ids, query_registry,
+    query_runs, read_job, remove_job, remove_query, task_entries, withdraw,
+)
+from connector.spark.recovery import STREAM_TAG, recover
+from metadata import layout, registry
+from metadata.errors import LedgerError, NoSuchStreamError
+from metadata.model import LedgerMetadata, StreamRecord
+from metadata.store import MetadataStore
+from metadata.streams import find_stream, held_ledgers, update_stream
+from protos.digest import password_hash
+
+log = logging.getLogger(__name__)
+
+JOB = "job"
+QUERY = "query"
+RUNNING = "running"      # a driver of it is alive: never touched
+ABANDONED = "abandoned"  # every driver it names is gone
+UNKNOWN = "unknown"      # it names no driver (written before drivers were recorded)
+
+
+class PasswordNeededError(LedgerError):
+    """An OPEN ledger must be fenced before it is deleted, and that takes its password."""
+
+
+def run_key(query_id: str, driver: str) -> str:
+    """How a run of a streaming query is recorded aborted among the stream's job outcomes."""
+    return f"{query_id}@{driver}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Registry:
+    """A job's or query's registry as the janitor sees it: its runs (a job has one) and which drivers live."""
+
+    kind: str
+    owner: str
+    runs: dict[str, Registration]
+    alive: frozenset[str]
+    stream_of_job: str = ""  # a job's stream, known even when no driver is recorded
+
+    @property
+    def state(self) -> str:
+        if self.alive:
+            return RUNNING
+        return ABANDONED if self.drivers else UNKNOWN
+
+    @property
+    def drivers(self) -> list[str]:
+        return sorted(driver for driver in self.runs if driver)
+
+    @property
+    def streams(self) -> list[str]:
+        return sorted({run.stream for run in self.runs.values() if run.stream} | ({self.stream_of_job} - {""}))
+
+    @property
+    def path(self) -> str:
+        return (job_registry(self.owner) if self.kind == JOB else query_registry(self.owner)).path
+
+    def entries(self, store: MetadataStore) -> list[TaskEntry]:
+        return task_entries(store, job_registry(self.owner) if self.kind == JOB else query_registry(self.owner))
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerFacts:
+    ledger_id: int
+    state: str
+    bytes: int     # of a closed ledger; 0 for an OPEN one (known only once it is recovered)
+    replicas: int  # copies of each entry (write quorum)
+
+
+@dataclasses.dataclass
+class Cleaned:
+    """What cleaning one registry did."""
+
+    registry: Registry
+    deleted: list[int] = dataclasses.field(default_factory=list)  # ledgers fenced and deleted
+    kept: list[int] = dataclasses.field(default_factory=list)     # ledgers a stream holds: committed
+    skipped: str = ""   # why the registry was left as it is (a driver came back, ...)
+    error: str = ""     # why cleaning stopped part-way (the next run goes on from there)
+
+
+# -- finding -------------------------------------------------------------------------------------------
+
+
+def find_registries(store: MetadataStore, stream: str | None = None) -> list[Registry]:
+    """Every job and query registry (those of one stream, given one), with the liveness of its drivers.
+    Reads the registries and one liveness znode per driver, nothing else."""
+    found = []
+    for job_id in job_ids(store):
+        job = read_job(store, job_id)
+        if job is None or (stream is not None and job.stream != stream):
+            continue
+        runs = {job.driver: job}
+        found.append(Registry(JOB, job_id, runs, _alive(store, runs), stream_of_job=job.stream))
+    for query_id in query_ids(store):
+        runs = query_runs(store, query_id)
+        if stream is not None and not any(run.stream == stream for run in runs.values()):
+            continue
+        found.append(Registry(QUERY, query_id, runs, _alive(store, runs)))
+    return found
+
+
+def _alive(store: MetadataStore, runs: dict[str, Registration]) -> frozenset[str]:
+    return frozenset(driver for driver in runs if driver and registry.writer_alive(store, driver))
+
+
+def ledger_facts(store: MetadataStore, entries: Iterable[TaskEntry]) -> list[LedgerFacts]:
+    """The ledgers of the entries that exist (an entry may have none: its task died before creating it)."""
+    facts = []
+    for entry in entries:
+        try:
+            meta = store.read_ledger(entry.ledger_id).value
+        except NoSuchLedgerError:
+            continue
+        facts.append(LedgerFacts(meta.ledger_id, meta.state.value, meta.length if meta.is_closed else 0,
+                                 meta.write_quorum))
+    return facts
+
+
+# -- cleaning ------------------------------------------------------------------------------------------
+
+
+def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned]:
+    """At the start of a write job or streaming query on stream: clean the stream's abandoned registries.
+    Never raises (the job goes on; what is left, the next start or `ledger jobs --apply` cleans)."""
+    try:
+        abandoned = [found for found in find_registries(lc.store, stream) if found.state == ABANDONED]
+    except LedgerError as exc:
+        log.warning("stream %r: abandoned Spark jobs not looked for: %s", stream, exc)
+        return []
+    cleaned = [clean(lc, found, [password], patient=False) for found in abandoned]
+    for outcome in cleaned:
+        if outcome.error:
+            log.warning("stream %r: %s %s of a gone driver not cleaned: %s", stream, outcome.registry.kind,
+                        outcome.registry.owner, outcome.error)
+        elif not outcome.skipped:
+            log.info("stream %r: %s %s of a gone driver cleaned: %d ledgers deleted, %d committed kept", stream,
+                     outcome.registry.kind, outcome.registry.owner, len(outcome.deleted), len(outcome.kept))
+    return cleaned
+
+
+def clean(lc: LedgerClient, found: Registry, passwords: Sequence[bytes], legacy: bool = False,
+          patient: bool = True) -> Cleaned:
+    """Clean one registry whose drivers are gone (or, with legacy, that names none). Never raises: a failure
+    is in the result's error, and the registry stays for the next run, which goes on from there. patient:
+    retry the recovery of an OPEN ledger while nodes are missing (not at a job's start, which must not wait)."""
+    outcome = Cleaned(found)
+    sweep = Sweep(lc, passwords, patient, outcome)
+    try:
+        if found.kind == JOB:
+            _clean_job(lc, found, legacy, sweep)
+        else:
+            _clean_query(lc, found, legacy, sweep)
+    except LedgerError as exc:
+        outcome.error = str(exc)
+    return outcome
+
+
+def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") -> None:
+    store = lc.store
+    job = read_job(store, found.owner)
+    if job is None:
+        sweep.outcome.skipped = "removed meanwhile (its driver ended it)"
+        return
+    if not _may_clean(store, {job.driver: job}, legacy, sweep.outcome):
+        return
+    end_job(store, found.owner)  # from here on no task of the job registers a ledger
+    record = _fence(store, job.stream, found.owner) if job.stream else None
+    entries = found.entries(store)
+    held = held_ledgers(store, record, [e.ledger_id for e in entries]) if record is not None else set()
+    if record is not None and job_outcome(record, found.owner) == COMMITTED:
+        log.info("write job %s: its commit had landed on stream %r before its driver died", found.owner, job.stream)
+    sweep(entries, held)
+    remove_job(store, found.owner)
+
+
+def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") -> None:
+    """The entries are listed before the runs are looked at: an entry is registered after its run was
+    recorded, so a run that starts while this runs has none of its entries in the list."""
+    store = lc.store
+    entries = found.entries(store)
+    runs = query_runs(store, found.owner)
+    if not _may_clean(store, runs, legacy, sweep.outcome):
+        return
+    records = [_fence(store, run.stream, run_key(found.owner, driver)) for driver, run in runs.items() if run.stream]
+    ids = [e.ledger_id for e in entries]
+    held: set[int] = set()
+    for record in _distinct(records + _legacy_streams(store, entries, legacy and not runs)):
+        held |= held_ledgers(store, record, ids)
+    sweep(entries, held)
+    for driver in runs:
+        forget_run(store, found.owner, driver)
+    remove_query(store, found.owner)
+
+
+def _may_clean(store: MetadataStore, runs: dict[str, Registration], legacy: bool, outcome: Cleaned) -> bool:
+    """Looked at again just before anything changes: no driver of it may be alive."""
+    drivers = [driver for driver in runs if driver]
+    if any(registry.writer_alive(store, driver) for driver in drivers):
+        outcome.skipped = "its driver is alive"
+        return False
+    if not drivers and not legacy:
+        outcome.skipped = "it names no driver (written by an older version); clean it with --legacy"
+        return False
+    return True
+
+
+def _fence(store: MetadataStore, stream: str, key: str) -> StreamRecord | None:
+    """Record key (a job, or a query's run) aborted on the stream unless it committed, so that no commit of
+    it lands from now on (the CAS bumps the stream's version: a commit in flight re-reads and finds it).
+    Sync first (rule 16), so a commit that landed before is seen. None if the stream is gone."""
+    try:
+        store.sync(layout.stream_path(stream))
+        return update_stream(store, stream, lambda record: aborted_job(record, key), read_back=True).value
+    except NoSuchStreamError:
+        return None
+
+
+def _legacy_streams(store: MetadataStore, entries: list[TaskEntry], wanted: bool) -> list[StreamRecord]:
+    """For a query registry that names no run: the streams its ledgers are tagged with."""
+    if not wanted:
+        return []
+    names = set()
+    for entry in entries:
+        try:
+            names.add(store.read_ledger(entry.ledger_id).value.custom.get(STREAM_TAG))
+        except NoSuchLedgerError:
+            continue
+    records = []
+    for name in sorted(name for name in names if name):
+        try:
+            found = find_stream(store, name)
+        except LedgerError:
+            continue  # not a stream name: nothing holds the ledger
+        if found is not None:
+            records.append(found.value)
+    return records
+
+
+def _distinct(records: list[StreamRecord | None]) -> list[StreamRecord]:
+    return list({record.name: record for record in records if record is not None}.values())
+
+
+@dataclasses.dataclass
+class Sweep:
+    """Goes through a registry's entries: forgets those of ledgers a stream holds, drops the others."""
+
+    lc: LedgerClient
+    passwords: Sequence[bytes]
+    patient: bool
+    outcome: Cleaned
+
+    def __call__(self, entries: list[TaskEntry], held: set[int]) -> None:
+        for entry in entries:
+            if entry.ledger_id in held:
+                forget_entry(self.lc.store, entry)
+                self.outcome.kept.append(entry.ledger_id)
+            elif withdraw(self.lc.store, entry):
+                if self._discard(entry.ledger_id):
+                    self.outcome.deleted.append(entry.ledger_id)
+                forget_entry(self.lc.store, entry)
+
+    def _discard(self, ledger_id: int) -> bool:
+        """Fence and recover the ledger if it is OPEN (its writer may be a task that is only paused), then
+        delete it. False if it does not exist."""
+        try:
+            meta = self.lc.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        if not meta.is_closed:
+            password = _password_of(meta, self.passwords)
+            if self.patient:
+                recover(self.lc, ledger_id, password)
+            else:
+                self.lc.recover_ledger(ledger_id, password)
+        try:
+            self.lc.delete_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        return True
+
+
+def _password_of(meta: LedgerMetadata, passwords: Sequence[bytes]) -> bytes:
+    for password in passwords:
+        if not meta.password_hash or password_hash(password) == meta.password_hash:
+            return password
+    raise PasswordNeededError(
+        f"ledger {meta.ledger_id} is OPEN and must be fenced before it is deleted, which takes its password: "
+        "give it with --password (repeat for several)"
+    )
