@@ -2,6 +2,12 @@
 
 Spark hands the options over lower-cased; every error names the option as the user spells it and
 lists the allowed values.
+
+Time (Kafka's names and meanings): startingTimestamp (batch and streaming reads) starts at the stream's first
+offset whose append time is at or after it, endingTimestamp (batch reads) ends before the first offset at or
+after it; both in milliseconds since the epoch. startingOffsetsByTimestampStrategy says what happens when no
+offset is at or after startingTimestamp: error (the default, as Kafka's) fails the read, latest starts at the
+stream's end. When no offset is at or after endingTimestamp, the read goes to the end (Kafka's latest).
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from metadata.store import DEFAULT_URI, MetadataUri
 from metadata.streams import check_stream_name
 
 COMPRESSIONS = ("none", "lz4", "zstd")
+TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
@@ -28,6 +35,7 @@ SPELLING = {
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
         "entryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
         "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
+        "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
     )
 }
 
@@ -64,6 +72,10 @@ class LedgerOptions:
     # writes: the stream's retention, stored by the commit (None: keep the stream's; -1: remove that limit)
     retention_ms: int | None = None
     retention_bytes: int | None = None
+    # reads: append times (ms since the epoch) that become offsets when the read is planned (time_search.py)
+    starting_timestamp: int | None = None   # inclusive, like startingOffsets
+    ending_timestamp: int | None = None     # exclusive, like endingOffsets
+    timestamp_strategy: str = "error"       # no offset at or after startingTimestamp: error | latest
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "LedgerOptions":
@@ -97,10 +109,14 @@ class LedgerOptions:
             fail_on_data_loss=_boolean(given, "failondataloss", True),
             retention_ms=_limit(given, "retentionms", "milliseconds"),
             retention_bytes=_limit(given, "retentionbytes", "bytes"),
+            starting_timestamp=_timestamp(given, "startingtimestamp"),
+            ending_timestamp=_timestamp(given, "endingtimestamp"),
+            timestamp_strategy=_choice(given, "startingoffsetsbytimestampstrategy", TIMESTAMP_STRATEGIES, "error"),
         )
         parsed.client_options()  # refuses half a TLS setting or an unusable token file now, on the driver
         parsed._check_quorums()
         parsed._check_offsets()
+        parsed._check_times(given)
         parsed._check_source()
         return parsed
 
@@ -133,6 +149,29 @@ class LedgerOptions:
                 "startingOffsets/endingOffsets are stream offsets; they cannot be used with the ledgers option"
             )
 
+    def _check_times(self, given: Mapping[str, str]) -> None:
+        """One start and one end each, in order, and only where there are stream offsets to find."""
+        check_one_start(given)
+        if self.ending_timestamp is not None and "endingoffsets" in given:
+            raise InvalidOptionError(
+                "both endingOffsets and endingTimestamp are given; they say the same thing (where the read ends): "
+                "give one of them"
+            )
+        starting, ending = self.starting_timestamp, self.ending_timestamp
+        if starting is not None and ending is not None and ending < starting:
+            raise InvalidOptionError(
+                f"endingTimestamp={ending} is before startingTimestamp={starting}; endingTimestamp is exclusive and "
+                "must be >= startingTimestamp (both in milliseconds since the epoch)"
+            )
+        if self.ledgers and (starting is not None or ending is not None):
+            raise InvalidOptionError(
+                "startingTimestamp/endingTimestamp find stream offsets; they cannot be used with the ledgers option"
+            )
+
+    @property
+    def has_times(self) -> bool:
+        return self.starting_timestamp is not None or self.ending_timestamp is not None
+
     def _check_source(self) -> None:
         if self.ledgers and self.stream:
             raise InvalidOptionError(
@@ -163,6 +202,9 @@ class LedgerOptions:
                 raise InvalidOptionError(f"the {name} option is for reading; remove it from the write")
         if self.starting_offset is not None or self.ending_offset is not None:
             raise InvalidOptionError("startingOffsets/endingOffsets are for reading; remove them from the write")
+        if self.has_times:
+            raise InvalidOptionError("startingTimestamp/endingTimestamp are for reading; remove them from the write "
+                                     "(every entry a write appends carries its append time anyway)")
 
 
 def _metadata(uri: str) -> str:
@@ -254,6 +296,33 @@ def _choice(given: Mapping[str, str], key: str, allowed: tuple[str, ...], defaul
     if value is not None and value not in allowed:
         raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are {', '.join(allowed)}")
     return None if value == "none" else value
+
+
+def check_one_start(given: Mapping[str, str]) -> None:
+    """startingOffsets and startingTimestamp both say where a read starts: refuse both rather than pick one
+    (Kafka's source lets startingTimestamp win silently). given: the options as given, lower-cased."""
+    if given.get("startingtimestamp") is not None and given.get("startingoffsets") is not None:
+        raise InvalidOptionError(
+            f"both startingOffsets={given['startingoffsets']!r} and startingTimestamp={given['startingtimestamp']!r} "
+            "are given; they say the same thing (where the read starts): give one of them"
+        )
+
+
+def _timestamp(given: Mapping[str, str], key: str) -> int | None:
+    """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them."""
+    text = given.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidOptionError(
+            f"option {SPELLING[key]}={text!r}: allowed values are times in milliseconds since the epoch (an integer "
+            f">= 0), for example {SPELLING[key]}=1700000000000 (2023-11-14 22:13:20 UTC)"
+        )
+    return value
 
 
 def _offset(given: Mapping[str, str], key: str, keyword: str) -> int | None:

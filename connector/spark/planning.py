@@ -8,10 +8,19 @@ A read that starts at offset k inside a ledger reads only the entries holding of
 raw ledger has one offset per entry; an arrow ledger's row index (row_index.py) gives the entries of
 its rows, and a ledger without one is planned whole with the row to seek to, which the executor finds
 by a binary search (read.py).
+
+Time: filters on _timestamp (pushed down, spark.sql.python.filterPushdown.enabled) narrow ReadBounds.times
+(microseconds, Spark's timestamp unit), and a ledger whose first..last append time (recorded at its close,
+connector/client/entry_time.py) lies outside them is not planned at all. A ledger without entry times (written
+before they existed) has a null _timestamp on every row, which no comparison accepts: any _timestamp filter
+prunes it. A ledger whose times are not recorded (the OPEN tail, one closed by a recovery) is always planned.
+startingTimestamp/endingTimestamp become offsets before planning (read.py, time_search.py); the partitions
+carry them (lo, hi), since the executors' reader was pickled before partitions() ran.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Iterable
 
 from pyspark.sql.datasource import (
@@ -44,6 +53,10 @@ class IntRange:
             values = frozenset(values)
             new_values = values if new_values is None else new_values & values
         return IntRange(new_lo, new_hi, new_values)
+
+    @property
+    def bounded(self) -> bool:
+        return self.lo is not None or self.hi is not None or self.values is not None
 
     def contains(self, value: int) -> bool:
         return (
@@ -97,21 +110,52 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def micros(value: object) -> object:
+    """A timestamp filter's value as microseconds since the epoch (Spark's unit); anything else unchanged. Spark
+    hands TimestampType literals over as aware datetimes; a naive one (TIMESTAMP_NTZ) is read as UTC."""
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+        return (aware - EPOCH) // datetime.timedelta(microseconds=1)
+    return value
+
+
+def in_micros(flt: Filter) -> Filter | None:
+    """The filter with its timestamp value(s) in microseconds, None if it has a value that is not a timestamp."""
+    value = getattr(flt, "value", None)
+    if isinstance(value, tuple):
+        converted = tuple(micros(v) for v in value)
+        return dataclasses.replace(flt, value=converted) if all(_is_int(v) for v in converted) else None
+    converted = micros(value)
+    return dataclasses.replace(flt, value=converted) if _is_int(converted) and not _is_int(value) else None
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadBounds:
-    """What a read is limited to: ledger ids, entry ids and stream offsets."""
+    """What a read is limited to: ledger ids, entry ids, stream offsets and append times (microseconds)."""
 
     ledgers: IntRange = IntRange()
     entries: IntRange = IntRange()
     offsets: IntRange = IntRange()
+    times: IntRange = IntRange()
 
     @classmethod
     def from_offsets(cls, starting: int | None, ending: int | None) -> "ReadBounds":
         """startingOffsets is inclusive, endingOffsets exclusive (as in the Kafka source)."""
         return cls(offsets=IntRange(starting, None if ending is None else ending - 1))
 
+    def with_offsets(self, lo: int | None = None, hi: int | None = None) -> "ReadBounds":
+        """These bounds narrowed to offsets lo..hi (inclusive; None: no bound)."""
+        return dataclasses.replace(self, offsets=self.offsets.narrowed(lo=lo, hi=hi))
+
     def pushed(self, role: str, flt: Filter) -> "ReadBounds | None":
-        """These bounds narrowed by a filter on the column playing role ledgers/entries/offsets."""
+        """These bounds narrowed by a filter on the column playing role ledgers/entries/offsets/times."""
+        if role == "times":
+            flt = in_micros(flt)
+            if flt is None:
+                return None
         narrowed = narrow_by_filter(getattr(self, role), flt)
         return None if narrowed is None else dataclasses.replace(self, **{role: narrowed})
 
@@ -123,6 +167,8 @@ class LedgerSpan:
     Offsets are None for a ledger read by id (not in a stream); last_offset is None while unknown
     (the OPEN tail of a live stream writer). length is the ledger's size in bytes, -1 while unknown.
     row_index: where the entries' rows start, for an arrow ledger closed with one.
+    time_range: the first and last append time (ms) its writer recorded at close, None if unknown;
+    untimed: its entries carry no times (every row's _timestamp is null).
     """
 
     ledger_id: int
@@ -131,19 +177,24 @@ class LedgerSpan:
     last_offset: int | None = None
     length: int = -1
     row_index: RowIndex | None = None
+    time_range: tuple[int, int] | None = None
+    untimed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class LedgerPartition(InputPartition):
     """Entries first_entry..last_entry of one ledger; first_offset is the ledger's first offset.
     seek_row: the first row (within the ledger) the read needs, for an arrow ledger without a row index:
-    the executor skips the entries below it by a binary search."""
+    the executor skips the entries below it by a binary search. lo, hi: offsets the driver found when it planned
+    (startingTimestamp...), which the executor keeps to as well as its reader's bounds (None: no such bound)."""
 
     ledger_id: int
     first_entry: int
     last_entry: int
     first_offset: int | None = None
     seek_row: int | None = None
+    lo: int | None = None
+    hi: int | None = None
 
 
 def plan_partitions(
@@ -166,7 +217,7 @@ def plan_partitions(
 
 
 def _entries_to_read(span: LedgerSpan, bounds: ReadBounds, offset_per_entry: bool) -> tuple[int, int] | None:
-    if span.last_entry_id < 0 or not bounds.ledgers.contains(span.ledger_id):
+    if span.last_entry_id < 0 or not bounds.ledgers.contains(span.ledger_id) or not _in_times(span, bounds.times):
         return None
     entries = bounds.entries.clip(0, span.last_entry_id)
     if entries is None:
@@ -188,6 +239,18 @@ def _entries_to_read(span: LedgerSpan, bounds: ReadBounds, offset_per_entry: boo
     if offsets[1] is not None:
         last = min(last, span.row_index.last_entry(offsets[1] - span.first_offset))
     return (first, last) if first <= last else None
+
+
+def _in_times(span: LedgerSpan, times: IntRange) -> bool:
+    """Whether rows of the span can pass the _timestamp filters that narrowed times."""
+    if not times.bounded:
+        return True
+    if span.untimed:
+        return False   # null _timestamp everywhere: no comparison holds
+    if span.time_range is None:
+        return True
+    first, last = span.time_range
+    return times.clip(first * 1000, last * 1000) is not None
 
 
 def _row_to_seek(span: LedgerSpan, bounds: ReadBounds) -> int | None:

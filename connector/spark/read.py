@@ -7,9 +7,17 @@ Spark still evaluates every filter, so pruning only has to be conservative.
 A read starting inside an arrow ledger is planned from the entry its row index names (planning.py); in
 a ledger closed without an index, the executor finds the first entry it needs by a binary search over
 single-entry reads (seek_entry), a few entries instead of every one below the start.
+
+Time: with includeMetadata every row has _timestamp, its entry's append time (null for ledgers written before
+entry times existed). startingTimestamp/endingTimestamp become offsets on the driver when the read is planned,
+by a binary search over the stream's ledgers and then the entries of one (connector/client/time_search.py:
+O(log) metadata and entry reads); pushed filters on _timestamp prune ledgers by the times recorded at their
+close (planning.py).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -18,18 +26,20 @@ from pyspark.sql.datasource import DataSourceReader, Filter
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NoSuchLedgerError
+from connector.client.time_search import NoOffsetForTimeError, first_offset_at_or_after
 from connector.spark.data_loss import planned, read_or_lost
 from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
-from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, arrow_schema_of
+from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
 from metadata.model import StreamRecord
-from metadata.streams import iter_ledgers
+from metadata.streams import iter_ledgers, read_stream
 
-ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets"}
-RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets"}
+ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets", (TIMESTAMP,): "times"}
+RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets", (TIMESTAMP,): "times"}
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")   # Spark's TimestampType in Arrow (schema.arrow_schema_of)
 RAW_BATCH_BYTES = 4 * 1024 * 1024
 SEARCH_MIN_ENTRIES = 16  # fewer entries are read in one go sooner than searched one at a time
 
@@ -47,21 +57,79 @@ class LedgerReader(DataSourceReader):
         opts = self.options
         with LedgerClient(opts.metadata, **opts.client_options()) as lc:
             if opts.ledgers:
-                spans = ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
+                bounds, spans = self.bounds, ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
             else:
                 # startingOffsets below the stream's first offset, or a plan a truncation overtakes: failOnDataLoss
-                spans = planned(lc.store, opts.stream, opts.starting_offset, opts.fail_on_data_loss,
-                                lambda record, _: self._stream_spans(lc, record))
-        return plan_partitions(spans, self.bounds, opts.split_entries, offset_per_entry=self.raw)
+                bounds, spans = planned(lc.store, opts.stream, opts.starting_offset, opts.fail_on_data_loss,
+                                        lambda record, _: self._stream_spans(lc, record))
+        partitions = plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)
+        if bounds.offsets != self.bounds.offsets:   # found when planning: the executors learn them from the partition
+            partitions = [dataclasses.replace(p, lo=bounds.offsets.lo, hi=bounds.offsets.hi) for p in partitions]
+        return partitions
 
-    def _stream_spans(self, lc: LedgerClient, record: StreamRecord) -> list[LedgerSpan]:
-        ledgers = iter_ledgers(lc.store, record, self.bounds.offsets.lo, self.bounds.offsets.hi)
-        return stream_spans(lc, record, ledgers, self.options.password, self.options.recover)[1]
+    def _stream_spans(self, lc: LedgerClient, record: StreamRecord) -> tuple[ReadBounds, list[LedgerSpan]]:
+        bounds = self._timed_bounds(lc, record)
+        if bounds is None:
+            return self.bounds, []
+        ledgers = iter_ledgers(lc.store, record, bounds.offsets.lo, bounds.offsets.hi)
+        return bounds, stream_spans(lc, record, ledgers, self.options.password, self.options.recover)[1]
+
+    def _timed_bounds(self, lc: LedgerClient, record: StreamRecord) -> ReadBounds | None:
+        """The bounds with startingTimestamp/endingTimestamp turned into offsets (Kafka's offsetsForTimes);
+        None if the read starts past the stream's end (no offset at or after startingTimestamp, strategy
+        latest)."""
+        opts, bounds = self.options, self.bounds
+        if not opts.has_times:
+            return bounds
+        if opts.starting_timestamp is not None:
+            start = first_offset_at_or_after(lc, record, opts.starting_timestamp, opts.password, entry_row(self.raw))
+            if start is None:
+                return no_offset_at(record.name, opts.starting_timestamp, opts.timestamp_strategy)
+            bounds = bounds.with_offsets(lo=start)
+        if opts.ending_timestamp is not None:
+            end = first_offset_at_or_after(lc, record, opts.ending_timestamp, opts.password, entry_row(self.raw))
+            if end is not None:   # else up to the end, as Kafka's endingTimestamp without a match
+                bounds = bounds.with_offsets(hi=end - 1)
+        return bounds
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerPartition):
             return iter(())  # partitions() planned nothing (no rows, or all pruned): Spark reads a placeholder
-        return read_partition(self.options, self.schema, self.raw, partition, self.bounds)
+        # This reader was pickled before partitions() ran: the offsets it planned (startingTimestamp...) are the
+        # partition's.
+        bounds = self.bounds.with_offsets(partition.lo, partition.hi)
+        return read_partition(self.options, self.schema, self.raw, partition, bounds)
+
+
+def entry_row(raw: bool):
+    """For a time search: None for a raw stream (an entry is an offset), else an arrow entry's first row."""
+    return None if raw else (lambda payload: entry_header(payload)[0])
+
+
+def offset_at_time(options: LedgerOptions, raw: bool) -> int | None:
+    """A streaming query's start for startingTimestamp: the stream's first offset at or after it; None with
+    strategy latest when there is none (the query starts at the end); raises with strategy error."""
+    with LedgerClient(options.metadata, **options.client_options()) as lc:
+        record = read_stream(lc.store, options.stream).value
+        found = first_offset_at_or_after(lc, record, options.starting_timestamp, options.password, entry_row(raw))
+    return found if found is not None else no_offset_at(options.stream, options.starting_timestamp,
+                                                        options.timestamp_strategy)
+
+
+def no_offset_at(stream: str, time_ms: int, strategy: str) -> None:
+    """startingTimestamp after the stream's last append time: error (Kafka's default), or None (latest: the read
+    starts at the stream's end)."""
+    if strategy == "latest":
+        return None
+    raise NoOffsetForTimeError(
+        f"stream {stream!r} has no offset whose append time is at or after startingTimestamp={time_ms} "
+        f"({_iso(time_ms)}): every row was appended before it; set startingOffsetsByTimestampStrategy=latest to "
+        "start at the stream's end instead (a streaming query then reads what comes next)"
+    )
+
+
+def _iso(time_ms: int) -> str:
+    return datetime.datetime.fromtimestamp(time_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def read_partition(
@@ -145,27 +213,32 @@ def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds
                     columns[LEDGER_ID] = _constant(partition.ledger_id, count)
                     columns[ENTRY_ID] = _constant(entry.entry_id, count)
                     columns[OFFSET] = pa.array(np.arange(offset + start, offset + end, dtype=np.int64))
+                    columns[TIMESTAMP] = _time_column(entry.time_ms, count)   # one time for all rows of an entry
                 yield assemble(columns, target)
             offset += batch.num_rows
 
 
 def raw_batches(entries, partition: LedgerPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """One row per entry: ledger id, entry id, payload (and the stream offset, null for a ledger read by id)."""
+    """One row per entry: ledger id, entry id, payload (and the stream offset, null for a ledger read by id, and
+    the append time, null for a ledger without entry times)."""
     entry_ids: list[int] = []
     payloads: list[bytes] = []
+    times: list[int | None] = []
     size = 0
     for entry in entries:
         entry_ids.append(entry.entry_id)
         payloads.append(entry.payload)
+        times.append(entry.time_ms)
         size += len(entry.payload)
         if size >= RAW_BATCH_BYTES:
-            yield _raw_batch(entry_ids, payloads, partition, target)
-            entry_ids, payloads, size = [], [], 0
+            yield _raw_batch(entry_ids, payloads, times, partition, target)
+            entry_ids, payloads, times, size = [], [], [], 0
     if entry_ids:
-        yield _raw_batch(entry_ids, payloads, partition, target)
+        yield _raw_batch(entry_ids, payloads, times, partition, target)
 
 
-def _raw_batch(entry_ids: list[int], payloads: list[bytes], partition: LedgerPartition, target: pa.Schema) -> pa.RecordBatch:
+def _raw_batch(entry_ids: list[int], payloads: list[bytes], times: list[int | None], partition: LedgerPartition,
+               target: pa.Schema) -> pa.RecordBatch:
     ids = np.asarray(entry_ids, dtype=np.int64)
     offsets = pa.nulls(len(ids), pa.int64()) if partition.first_offset is None else pa.array(ids + partition.first_offset)
     columns = {
@@ -173,6 +246,7 @@ def _raw_batch(entry_ids: list[int], payloads: list[bytes], partition: LedgerPar
         "entry_id": pa.array(ids),
         "payload": pa.array(payloads, pa.binary()),
         OFFSET: offsets,
+        TIMESTAMP: pa.array([None if t is None else t * 1000 for t in times], TIMESTAMP_TYPE),
     }
     return assemble(columns, target)
 
@@ -189,6 +263,12 @@ def assemble(columns: dict[str, pa.Array], target: pa.Schema) -> pa.RecordBatch:
         column = columns[field.name]
         arrays.append(column if column.type.equals(field.type) else column.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _time_column(time_ms: int | None, count: int) -> pa.Array:
+    if time_ms is None:
+        return pa.nulls(count, TIMESTAMP_TYPE)
+    return pa.array(np.full(count, time_ms * 1000, dtype=np.int64), TIMESTAMP_TYPE)
 
 
 def _constant(value: int, count: int) -> pa.Array:

@@ -3,6 +3,10 @@
 A stream of format `arrow` records the Arrow schema of its rows as base64 of the Arrow IPC schema
 message. The Arrow types are the ones Spark itself uses (`to_arrow_schema` with UTC timestamps), so
 rows written by Spark read back with exactly the schema Spark expects.
+
+includeMetadata adds where each row lives (_ledger_id, _entry_id, _offset) and when it was appended
+(_timestamp, the writer's append time of its entry: all rows of one entry share it; null for rows of
+ledgers written before entry times existed), as Kafka's source adds offset and timestamp.
 """
 from __future__ import annotations
 
@@ -10,14 +14,18 @@ import base64
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, MapType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType, BinaryType, DataType, LongType, MapType, StructField, StructType, TimestampType,
+)
 
 from connector.spark.errors import SchemaMismatchError
 
 LEDGER_ID = "_ledger_id"
 ENTRY_ID = "_entry_id"
 OFFSET = "_offset"
-METADATA_COLUMNS = (LEDGER_ID, ENTRY_ID, OFFSET)
+TIMESTAMP = "_timestamp"
+METADATA_COLUMNS = (LEDGER_ID, ENTRY_ID, OFFSET, TIMESTAMP)
+TIMESTAMP_FIELD = StructField(TIMESTAMP, TimestampType(), True)   # null: written without entry times
 
 RAW_SCHEMA = StructType(
     [
@@ -55,14 +63,15 @@ def stream_read_schema(data: StructType, include_metadata: bool) -> StructType:
             f"the stream has column(s) {', '.join(clash)}, which includeMetadata would add again; "
             "read without includeMetadata"
         )
-    return StructType(data.fields + [StructField(c, LongType(), False) for c in METADATA_COLUMNS])
+    return StructType(data.fields + [StructField(c, LongType(), False) for c in (LEDGER_ID, ENTRY_ID, OFFSET)]
+                      + [TIMESTAMP_FIELD])
 
 
 def raw_read_schema(include_metadata: bool) -> StructType:
-    """Raw entries; includeMetadata adds the stream offset (null for ledgers read by id)."""
+    """Raw entries; includeMetadata adds the stream offset (null for ledgers read by id) and the append time."""
     if not include_metadata:
         return RAW_SCHEMA
-    return StructType(RAW_SCHEMA.fields + [StructField(OFFSET, LongType(), True)])
+    return StructType(RAW_SCHEMA.fields + [StructField(OFFSET, LongType(), True), TIMESTAMP_FIELD])
 
 
 def appendable_schema(stream: str, recorded: pa.Schema, incoming: pa.Schema) -> pa.Schema:

@@ -9,7 +9,8 @@ no second LAC read, which could answer less than the first (DESIGN rule 17).
 
 Callers pass the ledgers they need (streams.iter_ledgers for an offset range, or the head's tail), so a
 read that starts at offset k reads no page and no ledger metadata below k (rule 15); a span carries the
-row index of a closed arrow ledger, so that the read skips its entries below k too (planning.py).
+row index of a closed arrow ledger, so that the read skips its entries below k too (planning.py), and the
+append times its writer recorded at close, so that _timestamp filters prune it (planning.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import dataclasses
 from typing import Iterable
 
 from connector.client import LedgerClient
+from connector.client.entry_time import LedgerTimes, carries_times
 from connector.spark.commit import ARROW, sealed
 from connector.spark.encoding import entry_header
 from connector.spark.planning import LedgerSpan
@@ -31,26 +33,40 @@ from metadata.streams import iter_ledgers, update_stream
 @dataclasses.dataclass(frozen=True)
 class ReadableEnd:
     """How far a ledger can be read: its last entry, whether it is closed there, its length in bytes (-1 if
-    unknown) and its row index (None if it has none)."""
+    unknown), its row index (None if it has none), its first and last append time (None if not recorded) and
+    whether its entries carry no times at all."""
 
     last_entry: int
     closed: bool
     length: int = -1
     row_index: RowIndex | None = None
+    time_range: tuple[int, int] | None = None
+    untimed: bool = False
 
 
 def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> ReadableEnd:
     meta = lc.ledger_metadata(ledger_id)
     check_password(meta, password, f"ledger {ledger_id}")
+    untimed = not carries_times(meta)
     if meta.is_closed:
-        return ReadableEnd(meta.last_entry_id, True, meta.length, RowIndex.of(meta))
+        return ReadableEnd(meta.last_entry_id, True, meta.length, RowIndex.of(meta), _time_range(meta), untimed)
     if recover_dangling and lc.is_dangling(meta):
-        return ReadableEnd(recover(lc, ledger_id, password), True)
-    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False)
+        return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
+    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False,
+                       untimed=untimed)
+
+
+def _time_range(meta: LedgerMetadata) -> tuple[int, int] | None:
+    times = LedgerTimes.of(meta)
+    return None if times is None or times.first is None else (times.first, times.last)
 
 
 def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling: bool) -> list[LedgerSpan]:
-    return [LedgerSpan(i, readable_end(lc, i, password, recover_dangling).last_entry) for i in ledger_ids]
+    spans = []
+    for ledger_id in ledger_ids:
+        end = readable_end(lc, ledger_id, password, recover_dangling)
+        spans.append(LedgerSpan(ledger_id, end.last_entry, time_range=end.time_range, untimed=end.untimed))
+    return spans
 
 
 def stream_spans(
@@ -66,7 +82,7 @@ def stream_spans(
             last_offset = _closed_last_offset(lc, record.format, ledger, end.last_entry, password)
             record = update_stream(lc.store, record.name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
         spans.append(LedgerSpan(ledger.ledger_id, end.last_entry, ledger.first_offset, last_offset, end.length,
-                                end.row_index))
+                                end.row_index, end.time_range, end.untimed))
     return record, spans
 
 

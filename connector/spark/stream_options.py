@@ -28,7 +28,7 @@ from typing import Mapping
 
 from connector.checkpoint import local_path  # noqa: F401 - also imported from here
 from connector.spark.errors import InvalidOptionError
-from connector.spark.options import LedgerOptions, _integer
+from connector.spark.options import LedgerOptions, _integer, check_one_start
 
 LATEST = "latest"
 EARLIEST = "earliest"
@@ -57,6 +57,7 @@ class StreamOptions:
         given = {str(k).lower(): v for k, v in options.items() if v is not None}
         ours = {k: given.pop(k) for k in list(given) if k in SPELLING and k != "startingoffsets"}
         starting = str(given.get("startingoffsets", EARLIEST)).strip().lower()
+        check_one_start(given)   # before startingOffsets=latest is taken off: with startingTimestamp, one is too many
         if starting == LATEST:
             given.pop("startingoffsets")
         batch = LedgerOptions.parse(given)

@@ -56,7 +56,7 @@ from connector.spark.data_loss import checked_start, data_lost, planned
 from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
-from connector.spark.read import read_partition
+from connector.spark.read import offset_at_time, read_partition
 from connector.spark.spans import batch_spans, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 from metadata.errors import LedgerError
@@ -90,6 +90,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Pickled to executors for read(): holds options and the schema, never a client."""
 
     def __init__(self, options: LedgerOptions, stream_options: StreamOptions, schema: StructType, raw: bool):
+        if options.ending_timestamp is not None:
+            raise InvalidOptionError("endingTimestamp is for batch reads; a streaming query reads on as data arrives")
         self.options = options
         self.stream_options = stream_options
         self.schema = schema
@@ -120,7 +122,11 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return StreamExtent(first, end, per_offset)
 
     def initialOffset(self) -> dict:
+        # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest)
+        found = offset_at_time(self.options, self.raw) if self.options.starting_timestamp is not None else None
         extent = self._extent()
+        if self.options.starting_timestamp is not None:   # never past the end this source announces (rule 17)
+            return self._offset(extent.end if found is None else min(found, extent.end))
         starting = self.stream_options.starting
         if starting == LATEST:
             return self._offset(extent.end)

@@ -30,7 +30,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from connector.client import LedgerClient, NotEnoughNodesError
+from connector.client import LedgerClient, NotEnoughNodesError, entry_time
 from connector.spark.commit import (
     COMMITTED, TaskLedger, aborted_job, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
@@ -197,9 +197,14 @@ def write_task_ledger(
     sweep finds it whatever happens to this task. On any failure the task withdraws its entry and deletes
     its own ledger; the driver's sweep covers them if that fails too. The close stores the ledger's row
     index (row_index.py), so that a read starting inside the ledger skips the entries below its start.
+
+    Every entry carries its append time (entry_time.py: one time for all rows of the entry, from the task's
+    clock, never decreasing), and the close records the ledger's first and last time, so that time searches
+    (startingTimestamp) and _timestamp filters choose ledgers from their metadata.
     """
     builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
     row_index = RowIndexBuilder()
+    times = entry_time.Stamper(entry_time.AppendClock())
     entry: TaskEntry | None = None
     ledger = None
     in_flight: collections.deque = collections.deque()
@@ -210,16 +215,16 @@ def write_task_ledger(
                     entry = register_task_ledger(lc.store, registry)
                     ledger = create_task_ledger(
                         lc, entry, ensemble_size=opts.ensemble_size, write_quorum=opts.write_quorum,
-                        ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=tags,
+                        ack_quorum=opts.ack_quorum, password=opts.password, custom_metadata=entry_time.marked(tags),
                     )
                 row_index.add(entry_header(payload)[0])
-                in_flight.append(ledger.append_async(payload))
+                in_flight.append(ledger.append_async(times.stamp(payload)))
                 if len(in_flight) >= MAX_IN_FLIGHT:
                     in_flight.popleft().result()
             for future in in_flight:
                 future.result()
             if ledger is not None:
-                ledger.close(custom_metadata={ROW_INDEX_KEY: row_index.index().encode()})
+                ledger.close(custom_metadata={ROW_INDEX_KEY: row_index.index().encode(), **times.close_metadata()})
         except BaseException:
             if entry is not None:
                 _delete_own(lc, entry, ledger)

@@ -13,12 +13,12 @@ from tests.harness.poll import poll_until
 
 
 def write_raw_stream(uri: str, name: str, ledgers: int, entries: int, keep_open: bool = False):
-    """A raw stream of `ledgers` ledgers of `entries` 10-byte entries each; the writer returned (still owning
-    the stream, its last ledger OPEN) if keep_open."""
+    """A raw stream of `ledgers` ledgers of `entries` 10-byte entries each (2 bytes of payload, 8 of append time);
+    the writer returned (still owning the stream, its last ledger OPEN) if keep_open."""
     client = LedgerClient(uri)
     writer = client.open_stream_writer(name, max_ledger_entries=entries)
     for i in range(ledgers * entries):
-        writer.append(f"entry-{i:04d}".encode())
+        writer.append(f"{i % 100:02d}".encode())
     if keep_open:
         return client, writer
     writer.close()

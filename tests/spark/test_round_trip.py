@@ -56,7 +56,7 @@ def two_ledgers(spark, shared_uri, stream):
 
 def test_metadata_columns_and_offsets(spark, shared_uri, stream, two_ledgers):
     back = read(spark, shared_uri, stream, includeMetadata="true")
-    assert back.columns == ["id", "s", "_ledger_id", "_entry_id", "_offset"]
+    assert back.columns == ["id", "s", "_ledger_id", "_entry_id", "_offset", "_timestamp"]
     assert back.filter("_offset != id").count() == 0  # offsets follow partition order, one per row
     ledgers = [r[0] for r in back.groupBy("_ledger_id").agg(F.min("id")).orderBy("min(id)").collect()]
     assert len(ledgers) == 2
@@ -85,7 +85,7 @@ def test_raw_ledgers_and_metadata_view(spark, shared_uri, stream, two_ledgers):
     assert view[0].ensemble_size == 3 and view[0].custom["spark.partition"] == "0"
     ids = ",".join(str(v.ledger_id) for v in view)
     raw = read(spark, shared_uri, None, ledgers=ids, includeMetadata="true")
-    assert raw.columns == ["ledger_id", "entry_id", "payload", "_offset"]
+    assert raw.columns == ["ledger_id", "entry_id", "payload", "_offset", "_timestamp"]
     entries = raw.collect()
     assert len(entries) == sum(v.last_entry_id + 1 for v in view)
     assert all(e.payload[:4] == MAGIC and e._offset is None for e in entries)

@@ -89,7 +89,7 @@ def test_fail_on_data_loss(spark, shared_uri, stream, fail):
 def test_byte_limit_caps_micro_batches_and_the_latest_offset_is_reported(spark, shared_uri, stream):
     with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=50) as writer:
         for i in range(100):
-            writer.append(bytes([i % 256]) * 100)   # 100-byte entries: 100 bytes per offset
+            writer.append(bytes([i % 256]) * 92)   # 92 bytes and 8 of append time: 100 bytes per offset
     query = stream_query(spark, shared_uri, stream, "bytes_limited", maxBytesPerTrigger="2500").trigger(
         availableNow=True).start()
     assert query.awaitTermination(120)

@@ -57,11 +57,11 @@ def test_incompatible_append_names_both_schemas(other):
 def test_metadata_columns():
     data = StructType([StructField("a", LongType())])
     assert stream_read_schema(data, False) == data
-    assert stream_read_schema(data, True).fieldNames() == ["a", "_ledger_id", "_entry_id", "_offset"]
+    assert stream_read_schema(data, True).fieldNames() == ["a", "_ledger_id", "_entry_id", "_offset", "_timestamp"]
     with pytest.raises(SchemaMismatchError, match="_offset"):
         stream_read_schema(StructType([StructField("_offset", LongType())]), True)
     assert raw_read_schema(False).simpleString() == "struct<ledger_id:bigint,entry_id:bigint,payload:binary>"
-    assert raw_read_schema(True).fieldNames()[-1] == "_offset"
+    assert raw_read_schema(True).fieldNames()[-2:] == ["_offset", "_timestamp"]
 
 
 def test_arrow_schema_uses_utc_timestamps():
