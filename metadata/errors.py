@@ -14,6 +14,10 @@ class MetadataError(LedgerError):
     """ZooKeeper could not be reached or holds something unexpected."""
 
 
+class ZooKeeperUnreachableError(MetadataError):
+    """ZooKeeper stayed out of reach for longer than a metadata call waits for it (MetadataStore.wait_seconds)."""
+
+
 class MetadataConflictError(MetadataError):
     """A compare-and-set lost: someone else changed the record since it was read."""
 

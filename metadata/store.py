@@ -10,11 +10,13 @@ from typing import Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency,
+    BadVersionError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError, NoNodeError, OperationTimeoutError,
+    RolledBackError, RuntimeInconsistency, SessionExpiredError,
 )
 from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import DataWatch
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
 from metadata import layout, serde
@@ -23,12 +25,19 @@ from metadata.errors import (
     MetadataConflictError,
     MetadataError,
     NoSuchLedgerError,
+    ZooKeeperUnreachableError,
 )
 from metadata.model import LedgerMetadata, Versioned
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
 METADATA_ENV = "LEDGER_METADATA"  # the metadata URI every command and node uses when not given one
 ZK_AUTH_ENV = "LEDGER_ZK_AUTH"   # user:secret, used when the metadata URI carries no credentials
+ZK_WAIT_ENV = "LEDGER_ZK_WAIT_SECONDS"  # how long a metadata call waits for an unreachable ZooKeeper
+DEFAULT_ZK_WAIT_SECONDS = 60.0
+# A request that got no answer: the connection dropped or the session expired before its reply came, or it
+# timed out. It may or may not have taken effect (DESIGN rule 16).
+NO_REPLY = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+_CONNECTED_POLL = 0.05  # seconds between looks at the session state while waiting for ZooKeeper
 _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
 )
@@ -117,17 +126,49 @@ def zk_credentials(uri: MetadataUri) -> ZkCredentials | None:
     return ZkCredentials.parse(from_env, f"${ZK_AUTH_ENV}") if from_env else None
 
 
+def zk_wait_seconds() -> float:
+    """$LEDGER_ZK_WAIT_SECONDS, else DEFAULT_ZK_WAIT_SECONDS: how long a call waits for ZooKeeper to come back."""
+    text = os.environ.get(ZK_WAIT_ENV)
+    if not text:
+        return DEFAULT_ZK_WAIT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise MetadataError(f"${ZK_WAIT_ENV}={text!r}: give the seconds to wait for ZooKeeper, a number above 0")
+    return seconds
+
+
+def no_reply(exc: BaseException) -> bool:
+    """exc is a request's MetadataError that got no answer: it may have taken effect or not (rule 16), so a
+    caller that must know reads the record back once ZooKeeper is reachable again."""
+    return isinstance(exc, MetadataError) and isinstance(exc.__cause__, NO_REPLY)
+
+
 class MetadataStore:
     """One kazoo session, chrooted at the URI's root. Use as a context manager or call close().
+
+    While ZooKeeper is unreachable a call waits for it, at most wait_seconds ($LEDGER_ZK_WAIT_SECONDS, default
+    60 s), then raises ZooKeeperUnreachableError. A request is only sent on a connected session (kazoo would
+    otherwise queue it until ZooKeeper came back, however long that takes), so a write that raises so was
+    never sent. A read, or a write whose repetition changes nothing (set_data, delete, ensure_path), whose
+    reply is lost to a dropped connection or an expired session is sent again on the next session within the
+    same bound. Any other write whose reply is lost raises MetadataError with the kazoo error as its cause
+    (no_reply() says so): it may have landed, and only its caller can tell, by reading the record back
+    (update_loop.update_ledger, streams.update_stream).
 
     With credentials (in the URI or $LEDGER_ZK_AUTH) the session authenticates by digest and every znode it
     creates (the root, the layout directories, ledgers, streams, registrations) carries an ACL that only those
     credentials satisfy, so a client without them can neither read nor change the metadata.
     """
 
-    def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0):
+    def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0,
+                 wait_seconds: float | None = None):
         self.uri = MetadataUri.parse(uri)
         self.credentials = zk_credentials(self.uri)
+        self.wait_seconds = zk_wait_seconds() if wait_seconds is None else wait_seconds
+        self._closed = False
         self._ensure_root(connect_timeout)
         self.zk = self._client(
             self.uri.hosts + self.uri.root, session_timeout,
@@ -137,7 +178,7 @@ class MetadataStore:
         self._start(self.zk, connect_timeout)
         try:
             for path in layout.ALL_DIRS:
-                self._call(self.zk.ensure_path, path)
+                self._retried(self.zk.ensure_path, path)
             if self.credentials is not None:
                 self._check_root_protected()
         except BaseException:
@@ -152,7 +193,7 @@ class MetadataStore:
 
     def _check_root_protected(self) -> None:
         """Credentials on a root created without them would protect nothing: say so instead of pretending."""
-        acls, _ = self._call(self.zk.get_acls, "/")
+        acls, _ = self._retried(self.zk.get_acls, "/")
         if any(acl.id.scheme == "world" for acl in acls):
             raise MetadataError(
                 f"metadata root {self.uri.root} at {self.uri.hosts} was created without credentials and is open "
@@ -175,12 +216,13 @@ class MetadataStore:
         root_client = self._client(self.uri.hosts, 10.0)
         self._start(root_client, connect_timeout)
         try:
-            self._call(root_client.ensure_path, self.uri.root)
+            self._translate(root_client.ensure_path, self.uri.root)
         finally:
             root_client.stop()
             root_client.close()
 
     def close(self) -> None:
+        self._closed = True
         self.zk.stop()
         self.zk.close()
 
@@ -194,7 +236,7 @@ class MetadataStore:
 
     def read(self, path: str, decode: Callable[[bytes], object]) -> Versioned | None:
         try:
-            data, stat = self._call(self.zk.get, path)
+            data, stat = self._retried(self.zk.get, path)
         except NoNodeError:
             return None
         return Versioned(decode(data), stat.version)
@@ -223,29 +265,30 @@ class MetadataStore:
 
     def set_data(self, path: str, data: bytes) -> None:
         """Overwrite a znode whatever its version (for records only their owner writes)."""
-        self._call(self.zk.set, path, data)
+        self._retried(self.zk.set, path, data)
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
-        """Delete a znode (with its children if recursive); False if it was not there."""
+        """Delete a znode (with its children if recursive); False if it was not there (or a first attempt whose
+        reply was lost deleted it)."""
         try:
-            self._call(self.zk.delete, path, recursive=recursive)
+            self._retried(self.zk.delete, path, recursive=recursive)
         except NoNodeError:
             return False
         return True
 
     def exists(self, path: str) -> bool:
-        return self._call(self.zk.exists, path) is not None
+        return self._retried(self.zk.exists, path) is not None
 
     def modified_at(self, path: str) -> float | None:
         """When the znode was last written (ZooKeeper's mtime, by the server's clock), None if it is not there."""
-        stat = self._call(self.zk.exists, path)
+        stat = self._retried(self.zk.exists, path)
         return None if stat is None else stat.mtime / 1000.0
 
     def children(self, path: str) -> list[str]:
-        return self._call(self.zk.get_children, path)
+        return self._retried(self.zk.get_children, path)
 
     def ensure_path(self, path: str) -> None:
-        self._call(self.zk.ensure_path, path)
+        self._retried(self.zk.ensure_path, path)
 
     def transaction(self) -> "Transaction":
         """Operations that ZooKeeper applies all or none of (a multi), in one request."""
@@ -262,7 +305,47 @@ class MetadataStore:
         """changed(data, stat) now and on every change of the znode at path, across reconnects."""
         DataWatch(self.zk, path, changed)
 
+    def wait_until_connected(self, deadline: float, since: float | None = None) -> None:
+        """Return once the session is connected; ZooKeeperUnreachableError if it is not by deadline (monotonic;
+        since: when ZooKeeper was first missed, for the message). A closed store, or one ZooKeeper refused to
+        authenticate, does not wait: its calls fail at once."""
+        started = time.monotonic() if since is None else since
+        while not self.zk.connected:
+            if self._closed or self.zk.client_state == KeeperState.AUTH_FAILED:
+                return
+            if time.monotonic() >= deadline:
+                raise ZooKeeperUnreachableError(
+                    f"ZooKeeper at {self.uri.hosts} was unreachable for {time.monotonic() - started:.0f}s "
+                    f"(a metadata call waits for it at most {self.wait_seconds:g}s, ${ZK_WAIT_ENV}). Check that "
+                    "ZooKeeper is running and reachable from this host, then retry"
+                )
+            time.sleep(_CONNECTED_POLL)
+
+    def resync(self, path: str, deadline: float, since: float) -> None:
+        """After a write whose reply was lost (at since): wait for the session until deadline, then `sync`, so
+        that the next read sees the write if it landed. A request of the lost connection cannot land after
+        that: ZooKeeper answers a session's requests in order, and drops them all when the session expires."""
+        self._retried(self.zk.sync, path, deadline=deadline, since=since)
+
     def _call(self, fn, *args, **kwargs):
+        """One request on a connected session (waiting wait_seconds for one); a lost reply raises."""
+        self.wait_until_connected(time.monotonic() + self.wait_seconds)
+        return self._translate(fn, *args, **kwargs)
+
+    def _retried(self, fn, *args, deadline: float | None = None, since: float | None = None, **kwargs):
+        """A request that may be sent twice (a read, or a write that changes nothing the second time): after a
+        lost reply it is sent again once the session is connected, until deadline (default: wait_seconds)."""
+        deadline = time.monotonic() + self.wait_seconds if deadline is None else deadline
+        while True:
+            self.wait_until_connected(deadline, since)
+            try:
+                return self._translate(fn, *args, **kwargs)
+            except MetadataError as exc:
+                if not no_reply(exc) or self._closed or time.monotonic() >= deadline:
+                    raise
+                since = since or time.monotonic()
+
+    def _translate(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError):
@@ -349,10 +432,10 @@ class MetadataStore:
     def sync(self, path: str) -> None:
         """ZooKeeper `sync`: this session's server catches up with the leader, so the reads that follow see
         every write committed before the call (a follower may otherwise lag behind; DESIGN rule 8)."""
-        self._call(self.zk.sync, path)
+        self._retried(self.zk.sync, path)
 
     def list_ledgers(self) -> list[int]:
-        return sorted(layout.ledger_id_from_name(n) for n in self._call(self.zk.get_children, layout.LEDGERS))
+        return sorted(layout.ledger_id_from_name(n) for n in self._retried(self.zk.get_children, layout.LEDGERS))
 
     def iter_ledgers(self) -> Iterator[Versioned[LedgerMetadata]]:
         for ledger_id in self.list_ledgers():
@@ -386,7 +469,7 @@ class Transaction:
         set_data's ZnodeStat); when none applied, raises the error of the operation that failed (as
         MetadataStore's methods do: kazoo's NoNodeError, NodeExistsError, BadVersionError pass through)."""
         results = self._store._call(self._request.commit)
-        self._store._call(_raise_failure, results)
+        self._store._translate(_raise_failure, results)
         return results
 
 

@@ -42,14 +42,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from metadata import layout, serde
 from metadata.errors import (
     LedgerError, MetadataConflictError, MetadataError, NoSuchStreamError, OffsetsGoneError, StreamExistsError,
+    ZooKeeperUnreachableError,
 )
 from metadata.model import StreamLedger, StreamPage, StreamRecord, Versioned
-from metadata.store import MetadataStore
+from metadata.store import ZK_WAIT_ENV, MetadataStore
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
-READ_BACK_SECONDS = 60.0  # how long an update whose reply was lost waits for ZooKeeper to learn its outcome
 _NO_REPLY = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 # A page holds PAGE_LEDGERS ledgers (5-7 KiB); the head keeps at most PAGE_LEDGERS plus what one update added,
 # and one update seals at most PAGES_PER_UPDATE pages. An old single-record stream (up to ZooKeeper's 1 MB,
@@ -204,12 +204,13 @@ def update_stream(
     read_back=True is for a transform that recognizes its own update in a record (a commit finds its job or
     batch id there) and returns None for it. A write whose reply was lost (connection lost, session expired,
     request timed out) has an unknown outcome, not a failed one (DESIGN rule 16): the loop waits for
-    ZooKeeper (at most READ_BACK_SECONDS), syncs, re-reads and transforms again, so it returns only once the
-    update is known to be in the stream, and raises UpdateOutcomeUnknownError if ZooKeeper stays away. A
+    ZooKeeper (at most the store's wait_seconds, $LEDGER_ZK_WAIT_SECONDS), syncs, re-reads and transforms again,
+    so it returns only once the update is known to be in the stream, and raises UpdateOutcomeUnknownError if
+    ZooKeeper stays away. A
     request of the lost connection cannot land after that read: ZooKeeper drops the old connection's requests
     once the session reconnects, and all of them once it expires. Without read_back a lost reply raises.
     """
-    deadline = None
+    deadline = lost = None
     for _ in range(max_attempts):
         try:
             current = _find_or_create(store, name, create)
@@ -220,9 +221,12 @@ def update_stream(
         except MetadataConflictError:
             continue
         except MetadataError as exc:
+            if lost is not None and isinstance(exc, ZooKeeperUnreachableError):
+                raise _outcome_unknown(store, name, lost) from exc  # away again before the read-back
             if not (read_back and isinstance(exc.__cause__, _NO_REPLY)):
                 raise
-            deadline = deadline or time.monotonic() + READ_BACK_SECONDS
+            deadline = deadline or time.monotonic() + store.wait_seconds
+            lost = exc
             _sync_when_reachable(store, name, deadline, exc)
     raise MetadataConflictError(f"stream {name!r} kept changing under {max_attempts} update attempts")
 
@@ -242,19 +246,20 @@ def _find_or_create(store: MetadataStore, name: str, create: StreamRecord | None
 
 def _sync_when_reachable(store: MetadataStore, name: str, deadline: float, lost: MetadataError) -> None:
     """Wait until the session is connected again, then sync, so that the next read sees every landed write."""
-    while time.monotonic() < deadline:
-        if store.connected:  # a request queued while disconnected would wait for ZooKeeper without bound
-            try:
-                store.sync(layout.stream_path(name))
-                return
-            except MetadataError as exc:
-                if not isinstance(exc.__cause__, _NO_REPLY):
-                    raise
-        time.sleep(0.05)
-    raise UpdateOutcomeUnknownError(
+    try:
+        store.resync(layout.stream_path(name), deadline, deadline - store.wait_seconds)
+    except MetadataError as exc:
+        if not isinstance(exc, ZooKeeperUnreachableError) and not isinstance(exc.__cause__, _NO_REPLY):
+            raise
+        raise _outcome_unknown(store, name, lost) from lost
+
+
+def _outcome_unknown(store: MetadataStore, name: str, lost: MetadataError) -> UpdateOutcomeUnknownError:
+    return UpdateOutcomeUnknownError(
         f"stream {name!r}: an update got no reply from ZooKeeper ({lost}) and ZooKeeper stayed out of reach for "
-        f"{READ_BACK_SECONDS:.0f}s, so whether it landed is unknown; read the stream once ZooKeeper is back"
-    ) from lost
+        f"{store.wait_seconds:g}s (${ZK_WAIT_ENV}), so whether it landed is unknown; read the stream once ZooKeeper "
+        "is back"
+    )
 
 
 def list_streams(store: MetadataStore) -> list[str]:
