@@ -209,7 +209,6 @@ class TimeSearch:
         return kept
 
 
-
 def first_offset_at_or_after(client: "LedgerClient", record: StreamRecord, time_ms: int, password: bytes = b"",
                              entry_row: EntryRow | None = None) -> int | None:
     """The stream's first offset whose time is at or after time_ms, None if none is (see the module's docstring)."""

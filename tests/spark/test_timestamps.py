@@ -21,12 +21,11 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType, Tim
 
 from connector.client import LedgerClient
 from connector.client.entry_time import AppendClock
-from connector.spark.encoding import EntryBuilder, entries_of
+from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import decode_schema
-from connector.spark.encoding import entry_header
 from metadata import streams
-from metadata.model import StreamLedger, StreamRecord
+from metadata.model import StreamLedger
 from tests.harness.poll import poll_until
 from tests.spark.helpers import read, write
 
