@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 60.0        # a registration no registry has named for this long ends
 WATCH_INTERVAL = 0.5       # seconds between a keeper's looks at the driver process
-_IDLE_CHECK = 10.0         # seconds between looks at whether a registry still names the driver
 KEEPER_START_SECONDS = 60.0  # how long a job start waits for a new keeper's registration to appear
 KEEPER_MODULE = "connector.spark.driver_keeper"
 _WORKER_MODULE = "pyspark."  # Spark's Python workers and daemons run `python -m pyspark.<module>`
@@ -112,7 +111,7 @@ def registered_driver(store: MetadataStore, uri: str) -> Iterator[str]:
         with _InProcess.for_uri(store, uri) as driver_id:
             yield driver_id
     else:
-        with _keeper(store, driver, uri) as driver_id:
+        with keeper_registration(store, driver, uri) as driver_id:
             yield driver_id
 
 
@@ -161,7 +160,7 @@ class _InProcess:
     def _end_when_idle(self) -> None:
         idle_since = time.monotonic()
         while not self.ended:
-            time.sleep(_IDLE_CHECK)
+            time.sleep(_idle_check(IDLE_SECONDS))
             if not _idle(self.store, self.driver_id):
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since >= IDLE_SECONDS:
@@ -174,6 +173,11 @@ class _InProcess:
                 idle_since = time.monotonic()
 
 
+def _idle_check(idle_seconds: float) -> float:
+    """Seconds between looks at whether a registry still names the driver."""
+    return min(idle_seconds / 4, 10.0)
+
+
 def _idle(store: MetadataStore, driver_id: str) -> bool:
     try:
         return not driver_in_use(store, driver_id)
@@ -182,8 +186,12 @@ def _idle(store: MetadataStore, driver_id: str) -> bool:
 
 
 def _end(registration, store: MetadataStore) -> None:
-    with contextlib.suppress(LedgerError):
-        registration.close()
+    """End the session, and with it the registration (ZooKeeper deletes a session's ephemerals when it
+    closes). Deleting it first, when connected, makes that certain even if the close request is lost; when
+    ZooKeeper is away, waiting for it would only keep this process alive."""
+    if store.connected:
+        with contextlib.suppress(LedgerError):
+            registration.close()
     store.close()
 
 
@@ -245,7 +253,9 @@ _started: list[subprocess.Popen] = []  # keepers this process started, reaped wh
 
 
 @contextlib.contextmanager
-def _keeper(store: MetadataStore, driver: DriverProcess, uri: str) -> Iterator[str]:
+def keeper_registration(store: MetadataStore, driver: DriverProcess, uri: str) -> Iterator[str]:
+    """The registration a keeper process holds for the driver process on uri's metadata root (store: a
+    session there): the running keeper's, or a new keeper's. Held while the body creates its registry."""
     files = KeeperFiles.of(driver, uri)
     with files.locked():
         _started[:] = [keeper for keeper in _started if keeper.poll() is None]
@@ -258,7 +268,8 @@ def _keeper(store: MetadataStore, driver: DriverProcess, uri: str) -> Iterator[s
 def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: KeeperFiles) -> dict:
     driver_id = driver.new_driver_id()
     command = [sys.executable, "-m", KEEPER_MODULE, "--driver-id", driver_id, "--pid", str(driver.pid),
-               "--create-time", repr(driver.create_time), "--files", str(files.base)]
+               "--create-time", repr(driver.create_time), "--files", str(files.base),
+               "--idle-seconds", repr(IDLE_SECONDS)]
     with open(files.log, "w") as log_file:
         keeper = subprocess.Popen(command, env={**os.environ, METADATA_ENV: uri}, stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=log_file, start_new_session=True)
@@ -278,7 +289,7 @@ def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: 
     return {"driver": driver_id, "keeper": keeper.pid}
 
 
-def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles) -> int:
+def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles, idle_seconds: float = IDLE_SECONDS) -> int:
     """The keeper: hold driver_id's registration while the driver process lives and a registry names it."""
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -293,12 +304,12 @@ def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles) -> int:
                 log.info("driver process %d is gone", driver.pid)
                 files.remove()  # nothing of that driver starts a job any more
                 return 0
-            if time.monotonic() - checked < _IDLE_CHECK:
+            if time.monotonic() - checked < _idle_check(idle_seconds):
                 continue
             checked = time.monotonic()
             if not _idle(store, driver_id):
                 idle_since = checked
-            elif checked - idle_since >= IDLE_SECONDS and _end_idle(store, driver_id, files):
+            elif checked - idle_since >= idle_seconds and _end_idle(store, driver_id, files):
                 log.info("no registry names %s any more", driver_id)
                 return 0
         return 0
@@ -313,6 +324,6 @@ def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles) -> bool:
         if not locked or not _idle(store, driver_id):
             return False
         state = files.read_state()
-        if state is not None and state.get("driver") == driver_id:
-            files.state.unlink(missing_ok=True)
+        if state is None or state.get("driver") == driver_id:
+            files.remove()  # a job start waiting for the lock finds no keeper and starts one
         return True

@@ -7,7 +7,7 @@ import logging
 import pathlib
 import sys
 
-from connector.spark.driver import DriverProcess, KeeperFiles, keep
+from connector.spark.driver import IDLE_SECONDS, DriverProcess, KeeperFiles, keep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,10 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--create-time", type=float, required=True)
     parser.add_argument("--files", required=True)
+    parser.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    return keep(args.driver_id, DriverProcess(args.pid, args.create_time), KeeperFiles(pathlib.Path(args.files)))
+    files = KeeperFiles(pathlib.Path(args.files))
+    return keep(args.driver_id, DriverProcess(args.pid, args.create_time), files, args.idle_seconds)
 
 
 if __name__ == "__main__":

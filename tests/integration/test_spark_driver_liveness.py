@@ -1,0 +1,114 @@
+"""The Spark driver's liveness registration (connector/spark/driver.py), which the janitor trusts to tell a
+driver that is gone from one that is only slow: held by a keeper process for as long as the driver process
+lives (also while it is paused), or by the driver process itself; ended once no registry names it.
+
+Real ZooKeeper; the "driver" is a real process standing in for a Spark driver's JVM, paused and killed.
+"""
+import signal
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+
+from connector.spark import driver
+from connector.spark.driver import DriverProcess, KeeperFiles, keeper_registration, registered_driver
+from connector.spark.jobs import remove_job, start_job
+from metadata import registry
+from tests.harness.poll import poll_until
+
+
+@pytest.fixture
+def jvm():
+    """A process standing in for a driver's JVM."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield process
+    process.send_signal(signal.SIGCONT)
+    process.kill()
+    process.wait(30)
+
+
+def stand_in(process: subprocess.Popen) -> DriverProcess:
+    return DriverProcess(process.pid, psutil.Process(process.pid).create_time())
+
+
+def keeper_of(files: KeeperFiles) -> psutil.Process:
+    return psutil.Process(files.read_state()["keeper"])
+
+
+def test_a_keeper_holds_the_registration_while_the_driver_lives_paused_or_not_and_ends_with_it(
+        jvm, store, metadata_uri):
+    driver_process = stand_in(jvm)
+    with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    keeper = keeper_of(files)
+    assert registry.writer_alive(store, driver_id)
+    with keeper_registration(store, driver_process, metadata_uri) as again:
+        assert again == driver_id  # one registration serves every job of the driver
+
+    jvm.send_signal(signal.SIGSTOP)  # a paused driver is alive: the keeper (a session of its own) goes on
+    poll_until(lambda: psutil.Process(jvm.pid).status() == psutil.STATUS_STOPPED, 30, what="the driver to stop")
+    assert registry.writer_alive(store, driver_id) and keeper.is_running()
+
+    jvm.kill()
+    jvm.wait(30)
+    poll_until(lambda: not registry.writer_alive(store, driver_id), 30, what="the registration to go")
+    poll_until(lambda: not keeper.is_running() or keeper.status() == psutil.STATUS_ZOMBIE, 30,
+               what="the keeper to exit")
+    assert not files.state.exists()
+
+
+def test_a_keeper_ends_once_no_registry_names_its_driver(jvm, store, metadata_uri, monkeypatch):
+    monkeypatch.setattr(driver, "IDLE_SECONDS", 1.0)
+    driver_process = stand_in(jvm)
+    with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    keeper = keeper_of(files)
+    remove_job(store, "job-1")  # the job ended
+    poll_until(lambda: not registry.writer_alive(store, driver_id), 60, what="the idle registration to end")
+    poll_until(lambda: not keeper.is_running() or keeper.status() == psutil.STATUS_ZOMBIE, 30,
+               what="the keeper to exit")
+    assert not files.state.exists()
+    with keeper_registration(store, driver_process, metadata_uri) as next_id:  # the driver's next job
+        assert next_id != driver_id and registry.writer_alive(store, next_id)
+
+
+def test_this_processs_registration_lasts_while_a_registry_names_it_then_ends(store, metadata_uri, monkeypatch):
+    """Here the driver is this process (no Spark worker above it): it holds the registration itself."""
+    monkeypatch.setattr(driver, "IDLE_SECONDS", 0.4)
+    checks = threading.Semaphore(0)
+    idle = driver._idle
+
+    def counted(*args):
+        checks.release()
+        return idle(*args)
+
+    monkeypatch.setattr(driver, "_idle", counted)
+    with registered_driver(store, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    assert driver_id.startswith("spark-driver-") and f"-{psutil.Process().pid}-" in driver_id
+    for _ in range(5):  # five looks over more than the idle time: the job names it, it stays
+        assert checks.acquire(timeout=30)
+    assert registry.writer_alive(store, driver_id)
+
+    remove_job(store, "job-1")
+    poll_until(lambda: not registry.writer_alive(store, driver_id), 30, what="the idle registration to end")
+    with registered_driver(store, metadata_uri) as next_id:
+        assert next_id != driver_id and registry.writer_alive(store, next_id)
+        start_job(store, "job-2", "events", next_id)
+    remove_job(store, "job-2")
+
+
+def test_the_driver_is_the_first_process_above_spark_workers():
+    """Spark calls prepare() in its Python workers (`python -m pyspark.daemon ...` and their forks), which come
+    and go: the driver is the first process above them (the JVM). Here this test process stands for the JVM,
+    and two processes whose command lines read like a Spark daemon and its worker for Spark's workers."""
+    find = "from connector.spark.driver import DriverProcess; print(DriverProcess.find().pid)"
+    worker = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {find!r}, '-m', 'pyspark.worker'])"
+    out = subprocess.run([sys.executable, "-c", worker, "-m", "pyspark.daemon"], capture_output=True, text=True)
+    assert out.stdout.split() == [str(psutil.Process().pid)], out.stderr
+    plain = subprocess.run([sys.executable, "-c", find], capture_output=True, text=True)
+    assert plain.stdout.split() != [str(psutil.Process().pid)]  # not under Spark: that process is the driver
