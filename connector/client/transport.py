@@ -253,7 +253,13 @@ class GrpcTransport:
         return channel
 
     def _lookup(self, node: str) -> str:
-        # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed.
+        # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed; never while
+        # ZooKeeper is away, when it would hold up every call of the loop until it is back.
+        if not self._store.connected:
+            if node in self._address_map:
+                return self._address_map[node]
+            raise NodeError(f"storage node {node}: its address is unknown while ZooKeeper is unreachable; the "
+                            "client moves to another node")
         self._addresses = {n: self._address_map.get(n, reg.address)
                            for n, reg in registry.list_nodes(self._store).items()}
         if node not in self._addresses:
