@@ -7,6 +7,7 @@ from fencing (DESIGN rule 14).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable
 
@@ -18,9 +19,16 @@ from metadata.errors import MetadataConflictError
 from metadata.model import Cookie, NodeRegistration, Versioned
 from metadata.store import MetadataStore
 
+log = logging.getLogger(__name__)
+
 
 class EphemeralRegistration:
-    """Keeps one ephemeral znode in place, re-creating it after the session is lost."""
+    """Keeps one ephemeral znode in place, with the latest data, re-creating it after the session is lost.
+
+    An outage longer than the session timeout expires the session and ZooKeeper deletes the znode; kazoo then
+    starts a new session, and its CONNECTED event re-creates the znode. Data set by update() while ZooKeeper
+    was away (a node turning read-only) is written once it is back, whether the session survived or not.
+    """
 
     def __init__(self, store: MetadataStore, path: str, data: bytes):
         self._store = store
@@ -28,21 +36,30 @@ class EphemeralRegistration:
         self._data = data
         self._lock = threading.Lock()
         self._closed = False
+        self._stale = False  # the znode may hold older data than _data (an update that did not reach it)
         self._put()
         store.add_listener(self._on_state)
 
     def update(self, data: bytes) -> None:
         with self._lock:
             self._data = data
-        try:
-            self._store.set_data(self._path, data)
-        except NoNodeError:
-            self._put()
+            self._stale = True
+        self._publish()
 
     def close(self) -> None:
         self._closed = True
         self._store.remove_listener(self._on_state)
         self._store.delete(self._path)
+
+    def _publish(self) -> None:
+        with self._lock:
+            data = self._data
+        try:
+            self._store.set_data(self._path, data)
+        except NoNodeError:
+            self._put()
+            return
+        self._written(data)
 
     def _put(self) -> None:
         with self._lock:
@@ -53,6 +70,12 @@ class EphemeralRegistration:
             # Left over from our own previous session until ZooKeeper expires it: replace it.
             self._store.delete(self._path)
             self._store.create(self._path, data, ephemeral=True)
+        self._written(data)
+
+    def _written(self, data: bytes) -> None:
+        with self._lock:
+            if self._data == data:
+                self._stale = False
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED and not self._closed:
@@ -61,10 +84,15 @@ class EphemeralRegistration:
 
     def _reregister(self) -> None:
         try:
-            if not self._store.exists(self._path) and not self._closed:
+            if self._closed:
+                return
+            if not self._store.exists(self._path):
                 self._put()
-        except Exception:  # the next reconnect tries again
-            pass
+            elif self._stale:
+                self._publish()
+        except Exception as exc:  # the next reconnect tries again
+            log.warning("ephemeral registration %s not restored yet (tried again on the next reconnect): %s",
+                        self._path, exc)
 
 
 def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegistration:
