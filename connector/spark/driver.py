@@ -73,7 +73,10 @@ class DriverProcess:
         """The nearest process from this one up that is not one of Spark's Python workers."""
         process = psutil.Process()
         while _is_spark_worker(process):
-            parent = process.parent()
+            try:
+                parent = process.parent()
+            except psutil.Error:  # gone meanwhile: the driver is going away; this process stands for it
+                break
             if parent is None:
                 break
             process = parent
