@@ -35,10 +35,10 @@ from connector.spark.encoding import decode_entry
 from connector.spark.jobs import job_registry
 from connector.spark.options import LedgerOptions
 from connector.spark.write import LedgerWriter, write_task_ledger
-from metadata import registry, streams
+from metadata import registry, serde, streams
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.errors import MetadataError
-from metadata.model import LedgerState
+from metadata.model import LedgerState, NodeRegistration, NodeState
 from metadata.store import MetadataStore
 from tests.harness.node_process import NodeProcess
 from tests.harness.poll import poll_until
@@ -273,6 +273,26 @@ def test_a_node_whose_session_expired_registers_again_and_serves(cluster, outage
         assert [writer.append(b"x%d" % i) for i in range(3)] == [0, 1, 2]
         writer.close()
         assert [e.payload for e in client.open_ledger(writer.ledger_id).read()] == [b"x0", b"x1", b"x2"]
+
+
+def test_a_registration_changed_while_zookeeper_was_away_is_written_once_it_is_back(cluster, outage_of):
+    """A node's state published during an outage (it turned read-only) cannot be written then; once ZooKeeper
+    is back the registration holds it, though the session survived and the znode never went away."""
+    outage = outage_of("stop", seconds=6)
+    with MetadataStore(cluster.client_uri, wait_seconds=2) as store:
+        registration = registry.register_node(store, NodeRegistration("node-9", "127.0.0.1:1"))
+        outage.begin()
+        try:
+            poll_until(lambda: not store.connected, 30, what="the store to lose ZooKeeper")
+            read_only = NodeRegistration("node-9", "127.0.0.1:1", NodeState.READ_ONLY)
+            with pytest.raises(MetadataError, match="unreachable"):
+                registration.update(serde.encode_node(read_only))
+        finally:
+            outage.end()
+        with MetadataStore(cluster.uri) as observer:
+            poll_until(lambda: registry.list_nodes(observer)["node-9"].state is NodeState.READ_ONLY, 30,
+                       what="the registration to say read-only")
+        registration.close()
 
 
 # -- a Spark job's commit -----------------------------------------------------------------------------
