@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import sys
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -177,7 +178,8 @@ class PruningLedgerReader(LedgerReader):
     """A reader with the metadata columns: filters on them prune partitions.
 
     Spark refuses any reader that implements pushFilters unless spark.sql.python.filterPushdown.enabled
-    is true, so only reads that ask for the metadata columns (the only ones pushdown can use) get it.
+    is true, so only reads that ask for the metadata columns (the only ones pushdown can use) get it, and
+    only while that setting is on (pushdown_enabled).
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -191,7 +193,32 @@ class PruningLedgerReader(LedgerReader):
 
 
 def ledger_reader(options: LedgerOptions, schema: StructType, raw: bool) -> LedgerReader:
-    return (PruningLedgerReader if options.include_metadata else LedgerReader)(options, schema, raw)
+    pruning = options.include_metadata and pushdown_enabled()
+    return (PruningLedgerReader if pruning else LedgerReader)(options, schema, raw)
+
+
+# pyspark/sql/worker/: the worker that plans a Python data source read, and the one that pushes filters to
+# its reader (started only while spark.sql.python.filterPushdown.enabled is on).
+PLANNER, PUSHER = "plan_data_source_read.py", "data_source_pushdown_filters.py"
+
+
+def pushdown_enabled() -> bool:
+    """Whether Spark will ask this read for pushFilters (spark.sql.python.filterPushdown.enabled).
+
+    Spark refuses a reader that implements pushFilters while the setting is off
+    (DATA_SOURCE_PUSHDOWN_DISABLED), but does not tell DataSource.reader() which it is. Its workers do: the
+    filter-pushing worker runs only while it is on, and the planning worker holds it in the local
+    `enable_pushdown` of the function that calls reader(). Called from anywhere else (or by a pyspark that
+    renamed them), the answer is no: the read then works either way, only without pruning (Spark still
+    applies every filter itself)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(PUSHER):
+            return True
+        if frame.f_code.co_filename.endswith(PLANNER):
+            return bool(frame.f_locals.get("enable_pushdown", False))
+        frame = frame.f_back
+    return False
 
 
 def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:

@@ -99,3 +99,20 @@ def test_reads_without_metadata_columns_need_no_pushdown_setting(spark, shared_u
         assert read(spark, shared_uri, stream).filter("id >= 10").count() == 990
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def test_metadata_columns_need_no_pushdown_setting_and_prune_when_it_is_on(spark, shared_uri, stream, two_ledgers):
+    """Issue 16: includeMetadata failed with DATA_SOURCE_PUSHDOWN_DISABLED while the setting was off, even
+    without a filter. Off: Spark filters the rows itself, every ledger is planned; on: whole ledgers pruned."""
+    def offsets_from_500():
+        return read(spark, shared_uri, stream, includeMetadata="true").filter(F.col("_offset") >= 500)
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        assert read(spark, shared_uri, stream, includeMetadata="true").count() == 1000
+        off = offsets_from_500()
+        assert off.count() == 500 and off.rdd.getNumPartitions() == 2
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    on = offsets_from_500()
+    assert on.count() == 500 and on.rdd.getNumPartitions() == 1
