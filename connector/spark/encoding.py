@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from connector.spark.errors import SchemaMismatchError
+from connector.spark.errors import RowTooLargeError, SchemaMismatchError
 
 MAGIC = b"LDA1"
 HEADER = struct.Struct("<4sQI")
@@ -40,6 +40,20 @@ def encode_entry(first_row: int, batches: list[pa.RecordBatch], compression: str
         for batch in batches:
             ipc.write_batch(batch)
     return HEADER.pack(MAGIC, first_row, rows) + sink.getvalue().to_pybytes()
+
+
+def split_rows(batches: list[pa.RecordBatch], count: int) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch]]:
+    """The first `count` rows and the rest (zero-copy slices)."""
+    first: list[pa.RecordBatch] = []
+    second: list[pa.RecordBatch] = []
+    for batch in batches:
+        take = min(count, batch.num_rows)
+        if take:
+            first.append(batch.slice(0, take))
+        if take < batch.num_rows:
+            second.append(batch.slice(take))
+        count -= take
+    return first, second
 
 
 def entry_header(payload: bytes) -> tuple[int, int]:
@@ -70,10 +84,12 @@ class EntryBuilder:
     the ledger-relative index of its first row.
     """
 
-    def __init__(self, schema: pa.Schema, target_bytes: int, compression: str | None = None):
+    def __init__(self, schema: pa.Schema, target_bytes: int, compression: str | None = None,
+                 max_bytes: int | None = None):
         self.schema = schema
         self.target_bytes = target_bytes
         self.compression = compression
+        self.max_bytes = max_bytes   # no entry is larger: rows are cut into more entries, a row alone fails
         self.rows_written = 0
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
@@ -88,17 +104,35 @@ class EntryBuilder:
             self._pending.append(piece)
             self._pending_bytes += piece.nbytes
             if self._pending_bytes >= self.target_bytes:
-                yield self._cut()
+                yield from self._cut()
 
     def finish(self) -> Iterator[bytes]:
         if self._pending:
-            yield self._cut()
+            yield from self._cut()
 
-    def _cut(self) -> bytes:
-        entry = encode_entry(self.rows_written, self._pending, self.compression)
-        self.rows_written += sum(b.num_rows for b in self._pending)
-        self._pending, self._pending_bytes = [], 0
-        return entry
+    def _cut(self) -> Iterator[bytes]:
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        yield from self._entries(pending)
+
+    def _entries(self, batches: list[pa.RecordBatch]) -> Iterator[bytes]:
+        """One entry of these rows, or (over max_bytes: sizes are estimated from the batches, one big row
+        among small ones makes its slice large) two halves, each cut again if it still is."""
+        entry = encode_entry(self.rows_written, batches, self.compression)
+        rows = sum(b.num_rows for b in batches)
+        if self.max_bytes is not None and len(entry) > self.max_bytes:
+            if rows == 1:
+                raise RowTooLargeError(
+                    f"row {self.rows_written} of this task is {len(entry):,} bytes as an entry, more than the "
+                    f"{self.max_bytes:,} bytes an entry may hold (option maxEntryBytes: the storage nodes' "
+                    "--max-entry-bytes); nothing of this write becomes visible. Keep values that large "
+                    "elsewhere and store a reference, or split them over several rows"
+                )
+            first, second = split_rows(batches, rows // 2)
+            yield from self._entries(first)
+            yield from self._entries(second)
+            return
+        self.rows_written += rows
+        yield entry
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if batch.schema.equals(self.schema):

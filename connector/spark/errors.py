@@ -12,6 +12,10 @@ class SchemaMismatchError(LedgerError):
     """A DataFrame does not fit the schema the stream recorded, or an entry does not fit the stream."""
 
 
+class RowTooLargeError(LedgerError):
+    """One row is larger than a whole entry may be (the storage nodes' --max-entry-bytes)."""
+
+
 class StreamOwnedError(LedgerError):
     """The stream's last ledger is OPEN and its writer is alive: a batch write cannot take its place."""
 

@@ -27,13 +27,14 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
+NODE_ENTRY_LIMIT = 8 * 1024 * 1024  # a storage node's default --max-entry-bytes
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
     name.lower(): name
     for name in (
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
-        "entryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
+        "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
         "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
         "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
     )
@@ -55,6 +56,8 @@ class LedgerOptions:
     write_quorum: int = 3
     ack_quorum: int = 2
     entry_bytes: int = 1024 * 1024
+    # writes: the storage nodes' --max-entry-bytes; an entry is cut below it, a row that alone is larger fails
+    max_entry_bytes: int = NODE_ENTRY_LIMIT
     compression: str | None = None
     starting_offset: int | None = None  # inclusive; None = earliest
     ending_offset: int | None = None  # exclusive; None = latest
@@ -96,6 +99,8 @@ class LedgerOptions:
             write_quorum=_integer(given, "writequorum", 3, minimum=1),
             ack_quorum=_integer(given, "ackquorum", 2, minimum=1),
             entry_bytes=_integer(given, "entrybytes", 1024 * 1024, minimum=MIN_ENTRY_BYTES, maximum=MAX_ENTRY_BYTES),
+            max_entry_bytes=_integer(given, "maxentrybytes", NODE_ENTRY_LIMIT, minimum=MIN_ENTRY_BYTES,
+                                     maximum=512 * 1024 * 1024),
             compression=_choice(given, "compression", COMPRESSIONS, "none"),
             starting_offset=_offset(given, "startingoffsets", "earliest"),
             ending_offset=_offset(given, "endingoffsets", "latest"),

@@ -202,7 +202,8 @@ def write_task_ledger(
     clock, never decreasing), and the close records the ledger's first and last time, so that time searches
     (startingTimestamp) and _timestamp filters choose ledgers from their metadata.
     """
-    builder = EntryBuilder(schema, opts.entry_bytes, opts.compression)
+    builder = EntryBuilder(schema, opts.entry_bytes, opts.compression,
+                           max_bytes=opts.max_entry_bytes - entry_time.FRAME.size)
     row_index = RowIndexBuilder()
     times = entry_time.Stamper(entry_time.AppendClock())
     entry: TaskEntry | None = None

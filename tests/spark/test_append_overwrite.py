@@ -49,3 +49,20 @@ def test_stream_written_by_one_application_is_read_by_another(spark, shared_uri,
     out = run_application("tests.spark.other_session", shared_uri, stream, log=tmp_path / "reader.log", timeout=240)
     result = json.loads(out.strip().splitlines()[-1])
     assert result == {"count": 1234, "sum_id": sum(range(1234)), "sum_twice": 2 * sum(range(1234))}
+
+
+def test_a_row_larger_than_an_entry_fails_clearly_and_leaves_nothing(spark, shared_uri, stream):
+    """Issue 16: a 9 MiB cell (the nodes take entries of at most 8 MiB) failed with NotEnoughNodesError, the
+    too-large entry taken for failed nodes. Now the task fails naming the row's size and the limit, before
+    the entry is sent; the stream keeps what it had and no ledger of the failed job is left."""
+    write(spark.range(0, 100).select("id", F.lit("small").alias("s")), shared_uri, stream)
+    kept = stream_ledgers(shared_uri, stream)
+    huge = spark.range(0, 3, numPartitions=1).select(
+        "id", F.when(F.col("id") == 1, F.expr("repeat('x', 9 * 1024 * 1024)")).otherwise("small").alias("s"))
+    with pytest.raises(Exception) as failed:
+        write(huge, shared_uri, stream)
+    message = str(failed.value)
+    assert "RowTooLargeError" in message and "8,388,60" in message and "maxEntryBytes" in message, message[-3000:]
+    assert "NotEnoughNodesError" not in message
+    assert read(spark, shared_uri, stream).count() == 100
+    assert sorted(stream_ledgers(shared_uri, stream)) == sorted(kept)

@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 
 from connector.spark.encoding import EntryBuilder, decode_entry, encode_entry, entries_of, entry_header
-from connector.spark.errors import SchemaMismatchError
+from connector.spark.errors import RowTooLargeError, SchemaMismatchError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 
@@ -55,3 +55,35 @@ def test_builder_casts_compatible_batches_and_rejects_others():
 
 def test_empty_input_makes_no_entry():
     assert list(entries_of([batch(0, 0)], EntryBuilder(SCHEMA, 1024))) == []
+
+
+def big_row_among_small(size: int) -> pa.RecordBatch:
+    """100 small rows with one row of `size` bytes at index 50."""
+    values = ["x" * 200] * 100
+    values[50] = "y" * size
+    return pa.record_batch([pa.array(range(100), pa.int64()), pa.array(values)], schema=SCHEMA)
+
+
+def test_an_entry_over_the_limit_is_cut_again_so_a_large_row_that_fits_alone_is_written():
+    """Entries are cut by estimated size: one large row makes its slice's entry large; the builder cuts that
+    entry's rows in halves until each entry fits under max_bytes."""
+    builder = EntryBuilder(SCHEMA, target_bytes=64 * 1024, max_bytes=100 * 1024)
+    entries = list(entries_of([big_row_among_small(90 * 1024)], builder))
+    assert max(len(e) for e in entries) <= 100 * 1024
+    decoded = [decode_entry(e) for e in entries]
+    assert [i for d in decoded for b in d.batches for i in b.column(0).to_pylist()] == list(range(100))
+    assert [d.first_row for d in decoded] == [sum(x.row_count for x in decoded[:k]) for k in range(len(decoded))]
+    assert builder.rows_written == 100
+    unlimited = entries_of([big_row_among_small(90 * 1024)], EntryBuilder(SCHEMA, 64 * 1024))
+    assert max(len(e) for e in unlimited) > 100 * 1024   # what the limit cut
+
+
+def test_a_row_larger_than_an_entry_may_be_fails_naming_its_size_and_the_limit():
+    """Issue 16: a 9 MiB cell was taken for failed nodes (NotEnoughNodesError); now it fails before its entry
+    is sent, and no entry holding it or a row after it was produced."""
+    builder = EntryBuilder(SCHEMA, target_bytes=64 * 1024, max_bytes=100 * 1024)
+    produced = []
+    with pytest.raises(RowTooLargeError, match=r"row 50 of this task is 1[0-9,]+ bytes .* than the 102,400 bytes"):
+        for entry in entries_of([big_row_among_small(120 * 1024)], builder):
+            produced.append(decode_entry(entry))
+    assert [i for d in produced for b in d.batches for i in b.column(0).to_pylist()] == list(range(50))
