@@ -74,11 +74,12 @@ def raw_read_schema(include_metadata: bool) -> StructType:
     return StructType(RAW_SCHEMA.fields + [StructField(OFFSET, LongType(), True), TIMESTAMP_FIELD])
 
 
-def appendable_schema(stream: str, recorded: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+def appendable_schema(stream: str, recorded: pa.Schema, incoming: pa.Schema, other_remedy: str = "") -> pa.Schema:
     """The schema to record after appending rows of `incoming`; raises if they do not fit.
 
     Names and types must match in order. Nullability may differ: the recorded schema then becomes
-    nullable throughout, which accepts both the old and the new rows.
+    nullable throughout, which accepts both the old and the new rows. `other_remedy` ends the error's
+    advice with what this kind of writer can do besides matching the schema.
     """
     if recorded.equals(incoming):
         return recorded
@@ -86,7 +87,7 @@ def appendable_schema(stream: str, recorded: pa.Schema, incoming: pa.Schema) -> 
     if old.simpleString() != new.simpleString():
         raise SchemaMismatchError(
             f"cannot append to stream {stream!r}: it holds rows of {old.simpleString()}, the DataFrame has "
-            f"{new.simpleString()}; select/cast the columns to match, or write with mode(\"overwrite\")"
+            f"{new.simpleString()}; select/cast the columns to match{other_remedy}"
         )
     return arrow_schema_of(_nullable(old))
 

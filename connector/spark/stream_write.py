@@ -90,7 +90,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
         with LedgerClient(options.metadata, **options.client_options()) as lc:
-            check_target(lc, options, arrow, overwrite=False)
+            check_target(lc, options, arrow, overwrite=False, streaming=True)
             ensure_stream(lc.store, options.stream)
             clean_stream(lc, options.stream, options.password)  # the janitor: queries on it whose driver is gone
             query_id = stream_options.query_id()

@@ -176,14 +176,20 @@ def ensure_stream(store: MetadataStore, name: str) -> None:
     update_stream(store, name, lambda record: None, create=new_stream(name))
 
 
-def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool) -> None:
+BATCH_REMEDY = ', or replace the stream\'s rows with mode("overwrite")'
+STREAMING_REMEDY = ", or write the query to a new stream (a streaming sink only appends)"
+
+
+def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool,
+                 streaming: bool = False) -> None:
     """The stream can take these rows: enough nodes, a settled tail, a compatible schema, the password."""
     _check_nodes(lc.store, options.ensemble_size)
     found = find_stream(lc.store, options.stream)
     if found is not None:
         record = _settled(lc, found.value, options)
         if not overwrite and record.schema:
-            appendable_schema(record.name, decode_schema(record.schema), arrow)
+            appendable_schema(record.name, decode_schema(record.schema), arrow,
+                              STREAMING_REMEDY if streaming else BATCH_REMEDY)
         _check_password(lc, record, options.password)
 
 

@@ -53,8 +53,27 @@ def test_wrong_password(spark, shared_uri, stream):
 def test_incompatible_append_fails_before_writing(spark, shared_uri, stream):
     write(small(spark), shared_uri, stream)
     before = stream_ledgers(shared_uri, stream)
-    with pytest.raises(Exception, match=r"cannot append to stream .*struct<id:bigint>.*struct<id:string>"):
+    with pytest.raises(Exception, match=r"cannot append to stream .*struct<id:bigint>.*struct<id:string>.*"
+                                        r"to match, or replace the stream's rows with mode\(\"overwrite\"\)"):
         write(small(spark).select(F.col("id").cast("string").alias("id")), shared_uri, stream)
+    assert stream_ledgers(shared_uri, stream) == before
+
+
+def test_incompatible_streaming_append_does_not_suggest_overwrite(spark, shared_uri, stream, tmp_path):
+    """Issue 16: a streaming sink only appends, so its schema mismatch must not suggest mode("overwrite")."""
+    write(small(spark), shared_uri, stream)
+    before = stream_ledgers(shared_uri, stream)
+    query = (spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+             .select(F.col("value").cast("string").alias("id")).writeStream.format("ledger")
+             .option("metadata", shared_uri).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .start(stream))
+    try:
+        with pytest.raises(Exception) as failed:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    message = next(line for line in str(failed.value).splitlines() if "cannot append to stream" in line)
+    assert "write the query to a new stream" in message and "mode(" not in message, message
     assert stream_ledgers(shared_uri, stream) == before
 
 
