@@ -146,6 +146,8 @@ class GrpcTransport:
         self._addresses: dict[str, str] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._streams: dict[tuple[str, bool], _AddStream] = {}
+        self._stream_channels: dict[tuple[str, bool], grpc.aio.Channel] = {}  # the channel each stream runs on
+        self._retired: list[grpc.aio.Channel] = []   # forgotten, closed once no add stream runs on them
         self._sinks: dict[bool, dict[int, AddSink]] = {False: {}, True: {}}
 
     # -- adds --------------------------------------------------------------------------------------------------
@@ -160,7 +162,8 @@ class GrpcTransport:
         stream = self._streams.get((node, recovery))
         if stream is None or stream.broken:
             try:
-                call = self._channel(node).stream_stream(
+                channel = self._channel(node)
+                call = channel.stream_stream(
                     "/ledger.v1.StorageNode/Add", request_serializer=None,
                     response_deserializer=pb.AddResponse.FromString)(metadata=self._metadata)
             except NodeError as exc:
@@ -169,6 +172,8 @@ class GrpcTransport:
             stream = _AddStream(node, call, lambda result: self._route(node, recovery, result),
                                 lambda reason: self._stream_broken(node, recovery, reason))
             self._streams[(node, recovery)] = stream
+            self._stream_channels[(node, recovery)] = channel
+            self._close_retired()
         stream.send(entries)
 
     def _route(self, node: str, recovery: bool, result: pb.AddResult) -> None:
@@ -178,7 +183,9 @@ class GrpcTransport:
 
     def _stream_broken(self, node: str, recovery: bool, reason: str) -> None:
         self._streams.pop((node, recovery), None)
+        self._stream_channels.pop((node, recovery), None)
         self._forget(node)
+        self._close_retired()
         self._fail_node(node, recovery, reason)
 
     def _fail_node(self, node: str, recovery: bool, reason: str) -> None:
@@ -270,16 +277,35 @@ class GrpcTransport:
         """Drop what is cached for a node that failed, so that a restarted node is looked up again."""
         self._addresses.pop(node, None)
         channel = self._channels.pop(node, None)
-        if channel is not None and not any(n == node for n, _ in self._streams):
-            asyncio.ensure_future(channel.close())
+        if channel is not None:
+            self._retired.append(channel)
+            self._close_retired()
+
+    def _close_retired(self) -> None:
+        """Close the forgotten channels no add stream runs on any more. One that still carries a stream (the
+        node failed a read, its adds go on) is closed when that stream ends: never left open for good, which
+        a long-lived writer would pay for with a channel per node failure."""
+        in_use = set(map(id, self._stream_channels.values()))
+        keep = [channel for channel in self._retired if id(channel) in in_use]
+        for channel in self._retired:
+            if id(channel) not in in_use:
+                asyncio.ensure_future(channel.close())
+        self._retired = keep
+
+    @property
+    def open_channels(self) -> int:
+        """Channels not closed yet: cached ones and forgotten ones an add stream still runs on."""
+        return len(self._channels) + len(self._retired)
 
     async def close(self) -> None:
         for stream in self._streams.values():
             stream.close()
         self._streams.clear()
-        for channel in self._channels.values():
+        self._stream_channels.clear()
+        for channel in [*self._channels.values(), *self._retired]:
             await channel.close()
         self._channels.clear()
+        self._retired.clear()
 
 
 def _caller_cancelled() -> bool:

@@ -1,0 +1,71 @@
+"""The client's transport never leaves a channel open for good (cost over time: a long-lived writer).
+
+When a call to a node fails UNAVAILABLE the transport forgets the node: the next call opens a new channel.
+A forgotten channel that still carries an add stream (the node failed a read while its adds went on) used to
+be dropped without being closed, so each such failure left one channel, and its socket, open for the life
+of the process. Now it is closed as soon as no add stream runs on it. Real nodes, the real transport,
+observed (a subclass that records the channels it opens), never replaced.
+"""
+from __future__ import annotations
+
+from connector.client import LedgerClient
+from connector.client.transport import GrpcTransport
+from protos import ledger_pb2 as pb
+from tests.harness.poll import poll_until
+
+FORGETS = 5
+
+
+class _RecordingTransport(GrpcTransport):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.opened: dict[str, list] = {}
+
+    def _channel(self, node):
+        channel = super()._channel(node)
+        seen = self.opened.setdefault(node, [])
+        if not any(c is channel for c in seen):
+            seen.append(channel)
+        return channel
+
+
+class _RecordingClient(LedgerClient):
+    def transport(self) -> GrpcTransport:
+        return _RecordingTransport(self.store, self.tls, self.auth_token, self.node_addresses)
+
+
+def closed(channel) -> bool:
+    return channel._channel.closed()
+
+
+def test_forgotten_channels_are_closed_once_no_add_stream_runs_on_them(cluster, metadata_uri):
+    nodes = {n.node_id: n for n in cluster(4)}
+    with _RecordingClient(metadata_uri) as lc:
+        transport: _RecordingTransport = lc._ctx.transport
+        writer = lc.create_ledger(3, 3, 2)
+        for i in range(20):
+            writer.append(f"before {i}".encode())
+        node = writer.metadata.fragments[-1].ensemble[0]
+        request = pb.ReadLacRequest(ledger_id=writer.ledger_id)
+
+        async def forget_then_read():   # on the client's loop, where _unary forgets a node it found UNAVAILABLE
+            transport._forget(node)
+            await transport.read_lac(node, request, 10.0)
+
+        for _ in range(FORGETS):   # the node failed a read each time, its adds went on
+            lc._runtime.run(forget_then_read())
+        for i in range(20):
+            writer.append(f"after {i}".encode())
+        stream_channel, *read_channels = transport.opened[node]
+        assert len(read_channels) == FORGETS
+        # the add stream still runs on the first channel; the ones only reads used are closed but the newest
+        poll_until(lambda: all(closed(c) for c in read_channels[:-1]), timeout=10,
+                   what="the forgotten channels no stream runs on to be closed")
+        assert not closed(stream_channel) and not closed(read_channels[-1])
+
+        nodes[node].kill()   # its add stream breaks: the writer replaces the node, the stream's channel closes
+        for i in range(20):
+            writer.append(f"without {i}".encode())
+        poll_until(lambda: closed(stream_channel), timeout=30, what="the broken stream's channel to be closed")
+        assert node not in writer.metadata.fragments[-1].ensemble
+        writer.close()
