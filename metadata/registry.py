@@ -51,6 +51,13 @@ class EphemeralRegistration:
         self._store.remove_listener(self._on_state)
         self._store.delete(self._path)
 
+    def end_with_session(self) -> None:
+        """Stop keeping the znode in place without deleting it: the owner is about to close its session, which
+        removes exactly the ephemeral znodes that session owns, at once when ZooKeeper is reachable, at the
+        session's expiry when it is not. Unlike close(), this never waits for ZooKeeper."""
+        self._closed = True
+        self._store.remove_listener(self._on_state)
+
     def _publish(self) -> None:
         with self._lock:
             data = self._data

@@ -94,9 +94,13 @@ class LedgerClient:
         if self._closed:
             return
         self._closed = True
-        self._runtime.run(self._shutdown())
-        self._writer_registration.close()
-        self.store.close()
+        try:
+            self._runtime.run(self._shutdown())
+        finally:
+            # The writer's liveness znode ends with the session: closing must not wait for an unreachable
+            # ZooKeeper (a delete would, up to the store's bound) and must close the session whatever happens.
+            self._writer_registration.end_with_session()
+            self.store.close()
 
     async def _shutdown(self) -> None:
         """Stop what this client started on the shared loop: its pipelines, recoveries and connections."""
