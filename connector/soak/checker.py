@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 from connector.client import LedgerClient, LedgerError
 from connector.client.retry import Retry
@@ -111,6 +111,14 @@ class FinalState:
         """A Spark stream's ledgers: each once, each there, their row offsets contiguous (rows themselves are
         check_spark's)."""
         self.stream_ledgers[name] = held
+        for sl, where in self._held_in_order(name, held, _listed_end):
+            if sl.ledger_id not in self.ledgers:
+                self.violations.append(Violation("lost", f"{where}, which is gone"))
+
+    def _held_in_order(self, name: str, held: list[StreamLedger],
+                       end: Callable[[StreamLedger], int | None]) -> Iterator[tuple[StreamLedger, str]]:
+        """The stream's ledgers, each held once (a second time is *duplicated*), each starting where the one
+        before ended (`end`: its last offset, None when it cannot be told); yields each with its description."""
         seen: set[int] = set()
         next_offset = held[0].first_offset if held else 0
         for sl in held:
@@ -123,38 +131,38 @@ class FinalState:
                 kind = "duplicated" if sl.first_offset < next_offset else "divergent"
                 self.violations.append(Violation(kind, f"{where} from offset {sl.first_offset}, the ledger before "
                                                        f"it ends at offset {next_offset - 1}"))
-            if sl.ledger_id not in self.ledgers:
-                self.violations.append(Violation("lost", f"{where}, which is gone"))
-            next_offset = (sl.last_offset if sl.last_offset is not None else sl.first_offset) + 1
+            yield sl, where
+            last = end(sl)
+            if last is not None:
+                next_offset = last + 1
+
+    def _last_entry(self, ledger_id: int) -> int | None:
+        """The ledger's last entry: where it closed, or the last one found in it; None if it is gone."""
+        meta = self.ledgers.get(ledger_id)
+        if meta is None:
+            return None
+        return meta.last_entry_id if meta.is_closed else len(self.digests[ledger_id]) - 1
 
     def add_stream(self, name: str, held: list[StreamLedger], read: Iterable[tuple[int, int, int, str]]) -> None:
         """A stream's ledgers as its metadata lists them (after add_ledger of each), and what a stream read
         returned: (offset, ledger, entry, digest) in the order it came."""
         self.stream_ledgers[name] = held
         expected: dict[int, tuple[int, int, str]] = {}
-        seen: set[int] = set()
-        next_offset = held[0].first_offset if held else 0
-        for sl in held:
-            where = f"stream {name!r} holds ledger {sl.ledger_id}"
-            if sl.ledger_id in seen:
-                self.violations.append(Violation("duplicated", f"{where} twice"))
-                continue
-            seen.add(sl.ledger_id)
-            if sl.first_offset != next_offset:
-                kind = "duplicated" if sl.first_offset < next_offset else "divergent"
-                self.violations.append(Violation(kind, f"{where} from offset {sl.first_offset}, the ledger before "
-                                                       f"it ends at offset {next_offset - 1}"))
-            meta = self.ledgers.get(sl.ledger_id)
-            if meta is None:
+
+        def end(sl: StreamLedger) -> int | None:   # a raw ledger's offsets are its entries
+            last = self._last_entry(sl.ledger_id)
+            return None if last is None else sl.first_offset + last
+
+        for sl, where in self._held_in_order(name, held, end):
+            last = self._last_entry(sl.ledger_id)
+            if last is None:
                 self.violations.append(Violation("lost", f"{where}, which is gone"))
                 continue
-            last = meta.last_entry_id if meta.is_closed else len(self.digests[sl.ledger_id]) - 1
             if sl.last_offset is not None and sl.last_offset - sl.first_offset != last:
                 self.violations.append(Violation("divergent", f"{where} as offsets {sl.first_offset}.."
                                                               f"{sl.last_offset}, the ledger closed at entry {last}"))
             for entry_id, entry_digest in enumerate(self.digests[sl.ledger_id][:last + 1]):
                 expected[sl.first_offset + entry_id] = (sl.ledger_id, entry_id, entry_digest)
-            next_offset = sl.first_offset + last + 1
         self.stream_offsets[name] = expected
         by_offset: dict[int, tuple[int, int, str]] = {}
         for offset, ledger_id, entry_id, entry_digest in read:
@@ -167,6 +175,11 @@ class FinalState:
                 self.violations.append(Violation("divergent", f"stream {name!r} offset {offset}: a stream read "
                                                               f"gives {by_offset.get(offset)}, the ledgers "
                                                               f"{expected.get(offset)}"))
+
+
+def _listed_end(sl: StreamLedger) -> int:
+    """Where a ledger ends as the stream lists it (an OPEN tail: at its first offset)."""
+    return sl.last_offset if sl.last_offset is not None else sl.first_offset
 
 
 def stream_ledgers(store, record) -> list[StreamLedger]:
