@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-from connector.client.ops.close import close_own
+from connector.client.ops.close import close_own, close_recovered
 from connector.client.ops.ensemble_change import change_ensemble
 from metadata.errors import MetadataError
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
@@ -66,3 +66,20 @@ def test_an_ensemble_change_whose_reply_was_lost_is_found_or_written_once(store,
     fragments = store.read_ledger(created.value.ledger_id).value.fragments
     assert len(fragments) == 2 and fragments[1].first_entry_id == 5 and "b" not in fragments[1].ensemble
     assert stored.value.fragments == fragments and stored.version == created.version + 1   # one change, kept
+
+
+@pytest.mark.parametrize("lose", ["after", "before"])
+def test_a_recoverys_close_whose_reply_was_lost_keeps_its_write_back_fragments_once(store, lose):
+    """Rule 12: the closing CAS stores the write-back's ensemble change with the close; found after a lost
+    reply, it is adopted as stored, not written again."""
+    created = open_ledger(store)
+    ledger_id = created.value.ledger_id
+    in_recovery = store.write_ledger(created.value.replace(state=LedgerState.IN_RECOVERY), created.version)
+    read = in_recovery.value.fragments
+    write_back = read + (Fragment(3, ("a", "d", "c")),)
+    store.lose = lose
+    stored = update_ledger(store, ledger_id, close_recovered(6, 700, read, write_back), in_recovery)
+    reread = store.read_ledger(ledger_id)
+    assert reread == stored and reread.version == in_recovery.version + 1
+    assert reread.value.state is LedgerState.CLOSED and reread.value.last_entry_id == 6
+    assert reread.value.fragments == write_back
