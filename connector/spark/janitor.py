@@ -197,7 +197,7 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
     if not _may_clean(store, {job.driver: job}, legacy, sweep.outcome):
         return
     end_job(store, found.owner)  # from here on no task of the job registers a ledger
-    record = _fence(store, job.stream, found.owner) if job.stream else None
+    record = record_aborted(store, job.stream, found.owner) if job.stream else None
     entries = found.entries(store)
     held = held_ledgers(store, record, [e.ledger_id for e in entries]) if record is not None else set()
     if record is not None and job_outcome(record, found.owner) == COMMITTED:
@@ -214,7 +214,8 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     runs = query_runs(store, found.owner)
     if not _may_clean(store, runs, legacy, sweep.outcome):
         return
-    records = [_fence(store, run.stream, run_key(found.owner, driver)) for driver, run in runs.items() if run.stream]
+    records = [record_aborted(store, run.stream, run_key(found.owner, driver))
+               for driver, run in runs.items() if run.stream]
     ids = [e.ledger_id for e in entries]
     held: set[int] = set()
     for record in _distinct(records + _legacy_streams(store, entries, legacy and not runs)):
@@ -237,10 +238,11 @@ def _may_clean(store: MetadataStore, runs: dict[str, Registration], legacy: bool
     return True
 
 
-def _fence(store: MetadataStore, stream: str, key: str) -> StreamRecord | None:
+def record_aborted(store: MetadataStore, stream: str, key: str) -> StreamRecord | None:
     """Record key (a job, or a query's run) aborted on the stream unless it committed, so that no commit of
     it lands from now on (the CAS bumps the stream's version: a commit in flight re-reads and finds it).
-    Sync first (rule 16), so a commit that landed before is seen. None if the stream is gone."""
+    Sync first (rule 16), so a commit that landed before is seen. The stream as stored then; None if the
+    stream is gone (no commit can land on it either). Used by the janitor and by a job's own abort."""
     try:
         store.sync(layout.stream_path(stream))
         return update_stream(store, stream, lambda record: aborted_job(record, key), read_back=True).value

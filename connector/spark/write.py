@@ -32,12 +32,12 @@ from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NotEnoughNodesError, entry_time
 from connector.spark.commit import (
-    COMMITTED, TaskLedger, aborted_job, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
+    COMMITTED, TaskLedger, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
 )
 from connector.spark.driver import registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
-from connector.spark.janitor import clean_stream
+from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
     register_task_ledger, remove_job, start_job, task_entries, withdraw,
@@ -49,8 +49,8 @@ from connector.spark.recovery import (
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
-from metadata import layout, registry
-from metadata.errors import LedgerError, NoSuchStreamError
+from metadata import registry
+from metadata.errors import LedgerError
 from metadata.model import NodeState, StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import drop_below, find_stream, held_ledgers, update_stream
@@ -153,21 +153,12 @@ class LedgerWriter(DataSourceArrowWriter):
             remove_job(lc.store, self.job_id)
 
     def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:
-        """The stream once the job's outcome is decided: aborted by this CAS, unless its commit landed first.
-
-        Rule 16: sync, so that a commit that landed before is seen; the CAS that marks the job aborted bumps
-        the stream's version, so a commit of the job still in flight (it read an older version) cannot land
-        after the ledgers are deleted. None if the stream is gone: no commit can land on it either.
-        """
-        stream = self.options.stream
-        store.sync(layout.stream_path(stream))
-        try:
-            record = update_stream(store, stream, lambda r: aborted_job(r, self.job_id), read_back=True).value
-        except NoSuchStreamError:
-            return None
-        if job_outcome(record, self.job_id) == COMMITTED:
+        """The stream once the job's outcome is decided: aborted by this CAS, unless its commit landed first
+        (janitor.record_aborted, rule 16); None if the stream is gone."""
+        record = record_aborted(store, self.options.stream, self.job_id)
+        if record is not None and job_outcome(record, self.job_id) == COMMITTED:
             log.warning("abort of write job %s: its commit had landed on stream %r; its rows stay committed",
-                        self.job_id, stream)
+                        self.job_id, self.options.stream)
         return record
 
 
