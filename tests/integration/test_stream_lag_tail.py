@@ -72,9 +72,12 @@ class LineReader:
 
 
 def follow(metadata_uri: str, *argv: str) -> subprocess.Popen:
+    """`ledger stream tail --follow` as a terminal runs it: with Ctrl-C's default disposition, which a test run
+    started in the background by a shell without job control (SIGINT ignored, inherited) would not give it."""
     env = dict(os.environ, LEDGER_METADATA=metadata_uri)
     return subprocess.Popen(CLI + ["stream", "tail", "events", "--follow", "--poll", "0.1", *argv], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_tail_prints_rows_from_an_offset_as_json_lines(live, capsys):
