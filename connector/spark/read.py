@@ -193,8 +193,22 @@ class PruningLedgerReader(LedgerReader):
 
 
 def ledger_reader(options: LedgerOptions, schema: StructType, raw: bool) -> LedgerReader:
-    pruning = options.include_metadata and pushdown_enabled()
+    pruning = options.include_metadata and pushdown_enabled() and pruning_is_scan_scoped()
     return (PruningLedgerReader if pruning else LedgerReader)(options, schema, raw)
+
+
+def pruning_is_scan_scoped() -> bool:
+    """Whether Spark keeps the read planned during filter pushdown (the pushed reader and its partitions) to
+    the one scan that pushed the filters, so pruning by them is safe.
+
+    Spark 4.x stores that plan on the DataFrame's data source object and reuses it for every later scan of
+    the same DataFrame that pushes no filter of its own: a query filtering on _offset then a plain count of
+    the same DataFrame read only the first query's partitions (22,048 of 40,000 rows). Spark scopes the plan
+    to its scan in the change that adds DataSourceReader.pushLimit (SPARK-58551, Spark 5.0): its presence is
+    the test. Without it, filters on the metadata columns are applied by Spark on every row (right answers,
+    no pruning); startingOffsets/endingOffsets and startingTimestamp/endingTimestamp still narrow a read,
+    since they belong to the DataFrame, not to one query."""
+    return hasattr(DataSourceReader, "pushLimit")
 
 
 # pyspark/sql/worker/: the worker that plans a Python data source read, and the one that pushes filters to

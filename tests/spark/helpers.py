@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from connector.client import LedgerClient
+from connector.spark.read import pruning_is_scan_scoped
 from connector.spark.recovery import STREAM_TAG
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -16,6 +17,12 @@ def stream_ledgers(uri: str, stream: str) -> list[int]:
     """Every ledger tagged with the stream, committed or not."""
     with LedgerClient(uri) as lc:
         return [i for i in lc.list_ledgers() if lc.ledger_metadata(i).custom.get(STREAM_TAG) == stream]
+
+
+def planned(pruned: int, unpruned: int) -> int:
+    """The partitions a read filtered on metadata columns plans: pruned where this Spark keeps a pushdown's
+    plan to its own scan (connector.spark.read.pruning_is_scan_scoped), every one otherwise."""
+    return pruned if pruning_is_scan_scoped() else unpruned
 
 
 def read(spark, uri: str, stream: str | None, **options):
