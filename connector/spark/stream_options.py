@@ -1,7 +1,7 @@
 """Options only streaming queries take, parsed on top of the batch options (options.py).
 
-Spark hands a streaming sink its checkpointLocation as an option, and a streaming source accepts
-`latest` for startingOffsets; both would be unknown to a batch read or write.
+Spark hands a streaming sink its checkpointLocation (and a named query's queryName) as options, and a
+streaming source accepts `latest` for startingOffsets; they would be unknown to a batch read or write.
 
 The sink's query id is the one Spark keeps in <checkpointLocation>/metadata: with the batch id it tells
 a replayed batch from a new one (DESIGN section 5: after a restart Spark may commit a batch id again),
@@ -35,7 +35,7 @@ EARLIEST = "earliest"
 SPELLING = {
     name.lower(): name
     for name in ("checkpointLocation", "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "maxBytesPerTrigger",
-                 "minOffsetsPerTrigger", "maxTriggerDelay", "startingOffsets")
+                 "minOffsetsPerTrigger", "maxTriggerDelay", "startingOffsets", "queryName")
 }
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds; Kafka's default "15m"
 # Kafka's source reads maxTriggerDelay with Spark's timeStringAsMs: an integer and a unit, milliseconds without one.
@@ -51,6 +51,7 @@ class StreamOptions:
     checkpoint_location: str | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY  # seconds
+    query_name: str | None = None   # writeStream.queryName(...): Spark hands it to the sink as an option
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> tuple[LedgerOptions, "StreamOptions"]:
@@ -68,6 +69,7 @@ class StreamOptions:
             checkpoint_location=ours.get("checkpointlocation"),
             min_offsets_per_trigger=_integer(ours, "minoffsetspertrigger", None, minimum=1, spelling=SPELLING),
             max_trigger_delay=_max_trigger_delay(ours),
+            query_name=ours.get("queryname"),
         )
 
     def query_id(self) -> str:

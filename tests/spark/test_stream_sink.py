@@ -131,3 +131,20 @@ def test_a_commit_that_raises_then_restart_leaves_no_duplicates(spark, shared_ur
                        ignore_row_order=True, ignore_nullable=True)
     registered, tagged = ledgers_of(shared_uri, stream)
     assert registered == tagged
+
+
+def test_a_named_query_writes_to_the_sink(spark, shared_uri, stream, tmp_path):
+    """Seen on main: `.queryName("orders")` failed the query with `unknown option(s) queryname`, because
+    Spark hands the name to the sink among its options."""
+    write_input(tmp_path / "in", "a.json", range(5))
+    query = (spark.readStream.schema("id long, value string").json(str(tmp_path / "in"))
+             .writeStream.format("ledger").queryName("orders").option("metadata", shared_uri)
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start(stream))
+    try:
+        assert query.name == "orders"
+        query.awaitTermination(300)
+    finally:
+        query.stop()
+    assert query.exception() is None, str(query.exception())
+    assert_df_equality(stream_rows(spark, shared_uri, stream), expected(spark, range(5)), ignore_row_order=True,
+                       ignore_nullable=True)
