@@ -106,14 +106,35 @@ class NodeState(str, enum.Enum):
     READ_ONLY = "read_only"
 
 
+HEALTH_OK = "ok"
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeRegistration:
+    """What a storage node publishes about itself in its ephemeral znode (`ledger nodes` lists it).
+
+    A node whose journal broke (a failed fsync: it serves nothing until restarted) registers as READ_ONLY,
+    so that no ensemble picks it, with health "broken: <why>"; the state enum stays the one older clients
+    can decode. The disk fields: bytes its data directory takes, the capacity it judges its fill by (its
+    --disk-quota-bytes, else the filesystem's size) and that fill (what --read-only-threshold applies to).
+    Registrations written before these fields existed read as "" / 0 (unknown).
+    """
+
     node_id: str
     address: str
     state: NodeState = NodeState.AVAILABLE
     data_dir: str = ""
     pid: int = 0
     metrics_address: str = ""
+    read_only_reason: str = ""
+    disk_used_bytes: int = 0
+    disk_capacity_bytes: int = 0
+    disk_fill: float = 0.0
+    health: str = ""           # HEALTH_OK, "broken: ...", or "" from a node too old to say
+
+    @property
+    def broken(self) -> bool:
+        return self.health.startswith("broken")
 
 
 @dataclasses.dataclass(frozen=True)

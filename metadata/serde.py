@@ -95,6 +95,11 @@ def encode_node(reg: NodeRegistration) -> bytes:
             "data_dir": reg.data_dir,
             "pid": reg.pid,
             "metrics_address": reg.metrics_address,
+            "read_only_reason": reg.read_only_reason,
+            "disk_used_bytes": reg.disk_used_bytes,
+            "disk_capacity_bytes": reg.disk_capacity_bytes,
+            "disk_fill": reg.disk_fill,
+            "health": reg.health,
         },
     )
 
@@ -107,7 +112,13 @@ def decode_node(data: bytes) -> NodeRegistration:
         state=NodeState(r["state"]),
         data_dir=r["data_dir"],
         pid=r["pid"],
+        # Fields added later: a registration written by an older node lacks them.
         metrics_address=r.get("metrics_address", ""),
+        read_only_reason=r.get("read_only_reason", ""),
+        disk_used_bytes=r.get("disk_used_bytes", 0),
+        disk_capacity_bytes=r.get("disk_capacity_bytes", 0),
+        disk_fill=r.get("disk_fill", 0.0),
+        health=r.get("health", ""),
     )
 
 

@@ -22,7 +22,9 @@ Rule 5: a record is acknowledged only after the fsync of its group; the index an
 updated by the flusher in journal order before any waiter of that group is completed. A failed write that
 cannot be undone, a failed fsync and a failed segment roll (creating the file, syncing its first mark or
 the directory entry) all break the journal: the group fails, so does the one gathering behind it, and no
-later add is journaled, because the state of what is on disk is unknown (restart the node).
+later add is journaled, because the state of what is on disk is unknown; the node then refuses every request
+that reads or changes its state until it is restarted (storage.py `refusal`), and replay at the restart
+trusts only what is on disk.
 
 Durable marks (torn groups after a power cut): a group is one pwritev acknowledged only after its
 fdatasync, so a power cut during it may leave any subset of its pages on disk: damage with valid records
@@ -74,6 +76,10 @@ _DROP_CHUNK = 4 << 20                       # drop cold pages in steps of at lea
 # fdatasync suffices: the appended data and the file size are what must be durable; the segment's
 # directory entry is synced when the segment is created (a failure there breaks the journal).
 _datasync = getattr(os, "fdatasync", os.fsync)
+# Test-only fault injection (issue 15 item 5; the one place it exists): when this environment variable names
+# a file (a relative name is taken inside the node's data directory), every group fsync fails with EIO while
+# that file exists, as on a failing disk. Read once, when the journal starts; never set in production.
+FSYNC_FAULT_ENV = "LEDGER_NODE_TEST_FSYNC_FAULT_FILE"
 
 
 class RecordType(enum.IntEnum):
@@ -389,6 +395,8 @@ class SegmentWriter:
         self.segment = 0
         self.size = 0
         self.fsync_seconds = 0.0          # of the last write, for the fsync latency histogram
+        fault = os.environ.get(FSYNC_FAULT_ENV)
+        self._fsync_fault = directory.parent / fault if fault else None
         self._roll()
 
     @property
@@ -432,10 +440,13 @@ class SegmentWriter:
             raise JournalWriteError(f"journal write failed: {exc}") from exc
         started = time.perf_counter()
         try:
+            if self._fsync_fault is not None and self._fsync_fault.exists():
+                raise OSError(errno.EIO, f"injected by {FSYNC_FAULT_ENV}: {self._fsync_fault} exists")
             _datasync(self._fd)
         except OSError as exc:
-            # After a failed fsync the page cache state is unknown: never write to this journal again.
-            self._broken = f"journal fsync failed earlier ({exc}); restart the node"
+            # After a failed fsync what is on disk is unknown (the kernel may have dropped the dirty pages):
+            # never write to this journal again, nor serve from it (storage.py); a restart replays the disk.
+            self._broken = f"journal fsync failed ({exc}); check the disk, then restart the node"
             raise JournalWriteError(f"journal fsync failed: {exc}") from exc
         self.fsync_seconds = time.perf_counter() - started
         self.size = mark_at + MARK_SIZE + total

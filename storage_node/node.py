@@ -19,6 +19,7 @@ from metadata.store import MetadataStore
 from storage_node.config import NodeConfig
 from storage_node.cookie import check_cookie, record_snapshot, snapshot_recorded
 from storage_node.data_dir_lock import DataDirLock
+from storage_node.errors import JournalWriteError
 from storage_node.gc import run_periodically
 from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
@@ -29,13 +30,28 @@ SHUTDOWN_GRACE_SECONDS = 3.0
 ZOOKEEPER_SHUTDOWN_SECONDS = 5.0
 
 
-def disk_fill(config: NodeConfig) -> float:
-    """The filesystem's fill, or the data directory's fill of --disk-quota-bytes if that is higher."""
+DISK_PUBLISH_STEP = 0.01      # republish the disk use when it moved by 1% of capacity (not on every check)
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskUse:
+    used_bytes: int          # what the data directory takes (as du counts it)
+    capacity_bytes: int      # what the node judges its fill by: --disk-quota-bytes, else the filesystem's size
+    fill: float              # the filesystem's fill, or the data directory's of the quota if that is higher
+    free_bytes: int          # the filesystem's free space
+    filesystem_bytes: int    # the filesystem's size
+
+
+def measure_disk(config: NodeConfig) -> DiskUse:
+    """The disk as the node judges it (rule 9). Blocking: it walks the data directory."""
     usage = shutil.disk_usage(config.data_dir)
+    used = directory_bytes(config.data_dir)
     fill = (usage.total - usage.free) / usage.total
+    capacity = usage.total
     if config.disk_quota_bytes:
-        fill = max(fill, directory_bytes(config.data_dir) / config.disk_quota_bytes)
-    return fill
+        fill = max(fill, used / config.disk_quota_bytes)
+        capacity = config.disk_quota_bytes
+    return DiskUse(used, capacity, fill, usage.free, usage.total)
 
 
 def directory_bytes(path: pathlib.Path) -> int:
@@ -52,22 +68,38 @@ def directory_bytes(path: pathlib.Path) -> int:
 
 class DiskWatch:
     """Rule 9: read-only while the disk is over the threshold (--read-only, ENOSPC and the operator's flag
-    are separate reasons, so the disk coming back under the threshold does not lift them)."""
+    are separate reasons, so the disk coming back under the threshold does not lift them by itself).
+
+    A journal write that failed with ENOSPC (the disk filled between two checks) is lifted once the disk is
+    under the threshold and the filesystem's free space grew by DISK_PUBLISH_STEP of its size since the
+    failure: space was freed, not merely a smaller group left room. A write that still does not fit fails
+    again, harmlessly (the group is undone and its adds answered ERROR), and turns the node read-only again."""
 
     def __init__(self, config: NodeConfig, storage: Storage):
         self.config = config
         self.storage = storage
+        self.last = DiskUse(0, 0, 0.0, 0, 0)
 
-    def check(self) -> None:
-        fill = disk_fill(self.config)
-        full = fill >= self.config.read_only_threshold
-        if full and not self.storage.is_read_only_because("disk"):
-            self.storage.set_read_only(
-                "disk", f"disk of {self.config.data_dir} is {fill:.1%} full{self._of_quota()}, over "
+    async def check(self) -> DiskUse:
+        self.apply(await asyncio.to_thread(measure_disk, self.config))
+        return self.last
+
+    def apply(self, use: DiskUse) -> None:
+        self.last = use
+        storage = self.storage
+        full = use.fill >= self.config.read_only_threshold
+        if full and not storage.is_read_only_because("disk"):
+            storage.set_read_only(
+                "disk", f"disk of {self.config.data_dir} is {use.fill:.1%} full{self._of_quota()}, over "
                         f"--read-only-threshold {self.config.read_only_threshold}"
             )
-        elif not full and self.storage.is_read_only_because("disk"):
-            self.storage.set_read_only("disk", "")
+        elif not full and storage.is_read_only_because("disk"):
+            storage.set_read_only("disk", "")
+        failed_with = storage.enospc_free_bytes
+        if (not full and storage.is_read_only_because("enospc") and failed_with is not None
+                and use.free_bytes >= failed_with + DISK_PUBLISH_STEP * use.filesystem_bytes):
+            storage.set_read_only("enospc", "")
+            storage.enospc_free_bytes = None
 
     def _of_quota(self) -> str:
         quota = self.config.disk_quota_bytes
@@ -183,11 +215,11 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
     # ahead of that thread's own result, so the flag is in place before the node registers.
     await asyncio.to_thread(registry.watch_readonly, store, config.node_id,
                             lambda on: loop.call_soon_threadsafe(operator_flag, on))
+    storage.on_change = changed.set           # a journal write failed: read-only (ENOSPC) or broken now
     disk = DiskWatch(config, storage)
-    disk.check()
-    published = storage.read_only_reason
-    reg = NodeRegistration(config.node_id, service.address, _state(published), str(config.data_dir), os.getpid(),
-                           metrics_address)
+    reg = _registration(NodeRegistration(config.node_id, service.address, data_dir=str(config.data_dir),
+                                         pid=os.getpid(), metrics_address=metrics_address),
+                        storage, await disk.check())
     await service.set_serving(True)
     registration = await asyncio.to_thread(registry.register_node, store, reg)
     security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
@@ -204,14 +236,17 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
         while not stop.is_set():
             changed.clear()
             await _first_of(stop.wait(), changed.wait(), timeout=config.disk_check_interval)
-            disk.check()
+            use = await disk.check()
             _refresh_gauges(storage)
-            if storage.read_only_reason != published:
-                published = storage.read_only_reason
-                reg = dataclasses.replace(reg, state=_state(published))
+            if storage.broken:
+                await service.set_serving(False)     # gRPC health too: it serves nothing until restarted
+            current = _registration(reg, storage, use)
+            if _worth_publishing(reg, current):
+                reg = current
                 await _publish(registration, reg)
-            if loop.time() >= next_checkpoint:
-                await storage.checkpoint()
+            if loop.time() >= next_checkpoint and not storage.broken:
+                with contextlib.suppress(JournalWriteError):   # broke meanwhile: the next round publishes it
+                    await storage.checkpoint()
                 next_checkpoint = loop.time() + config.checkpoint_interval
     finally:
         collector.cancel()
@@ -263,8 +298,26 @@ def _refresh_gauges(storage: Storage) -> None:
     metrics.fenced_ledgers.set(storage.fenced_count())
 
 
-def _state(read_only_reason: str) -> NodeState:
-    return NodeState.READ_ONLY if read_only_reason else NodeState.AVAILABLE
+def _registration(reg: NodeRegistration, storage: Storage, use: DiskUse) -> NodeRegistration:
+    """reg with the node's state, read-only reason, health and disk use now. A broken node registers
+    READ_ONLY (no ensemble may pick it; a state every client can decode) with health "broken: ..."."""
+    writable = not (storage.read_only_reason or storage.broken)
+    return dataclasses.replace(
+        reg, state=NodeState.AVAILABLE if writable else NodeState.READ_ONLY,
+        read_only_reason=storage.read_only_reason, health=storage.health, disk_used_bytes=use.used_bytes,
+        disk_capacity_bytes=use.capacity_bytes, disk_fill=round(use.fill, 4),
+    )
+
+
+def _worth_publishing(published: NodeRegistration, current: NodeRegistration) -> bool:
+    """Whether to write the registration again: a change of state, reason or health, or of the disk use by a
+    step (DISK_PUBLISH_STEP of capacity), so that ZooKeeper is not written on every disk check."""
+    if (published.state, published.read_only_reason, published.health) != (current.state,
+                                                                         current.read_only_reason, current.health):
+        return True
+    moved = abs(current.disk_used_bytes - published.disk_used_bytes)
+    return (abs(current.disk_fill - published.disk_fill) >= DISK_PUBLISH_STEP
+            or moved >= DISK_PUBLISH_STEP * max(current.disk_capacity_bytes, 1))
 
 
 async def _publish(registration: registry.EphemeralRegistration, reg: NodeRegistration) -> None:

@@ -1,7 +1,8 @@
 """The gRPC StorageNode service: one thin method per RPC, delegating to Storage.
 
 Malformed messages arrive as `Malformed` (see server.py) and get BAD_REQUEST; a node that is not
-ready yet, and any unexpected failure, answers ERROR, which clients treat as unknown (rule 8).
+ready yet, one whose journal broke (it serves nothing until restarted, Storage.refusal), and any unexpected
+failure answer ERROR, which clients treat as unknown (rule 8) and as a failure of that node.
 """
 from __future__ import annotations
 
@@ -50,13 +51,16 @@ def _answers_error(response_type):
         async def guarded(self, request, context):
             if isinstance(request, Malformed):
                 return response_type(status=pb.BAD_REQUEST, message=request.reason)
-            if not self.storage.ready:
-                return response_type(status=pb.ERROR, message=self.not_ready_message())
+            refusal = self.storage.refusal()
+            if refusal:
+                return response_type(status=pb.ERROR, message=refusal)
             try:
-                return await method(self, request, context)
+                response = await method(self, request, context)
             except Exception as exc:
                 traceback.print_exc(file=sys.stderr)
                 return response_type(status=pb.ERROR, message=f"node {self.config.node_id} failed: {exc!r}")
+            refusal = self.storage.refusal()   # the journal broke while it waited (a fence, a LAC long poll)
+            return response_type(status=pb.ERROR, message=refusal) if refusal else response
         return guarded
     return wrap
 
@@ -73,9 +77,6 @@ class StorageNodeService:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", SERVICE_NAME):
             await self.health.set(name, status)
-
-    def not_ready_message(self) -> str:
-        return f"node {self.config.node_id} is not ready (starting up or shutting down); retry"
 
     # -- Add ----------------------------------------------------------------------------------
 
@@ -121,9 +122,9 @@ class StorageNodeService:
     def _add(self, request) -> tuple[list, object]:
         if isinstance(request, Malformed):
             return [(-1, -1, pb.BAD_REQUEST, request.reason)], None
-        if not self.storage.ready:
-            message = self.not_ready_message()
-            return [(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
+        refusal = self.storage.refusal()
+        if refusal:
+            return [(e.ledger_id, e.entry_id, pb.ERROR, refusal) for e in request.entries], None
         try:
             return self.storage.add_batch(request.entries)
         except Exception as exc:
@@ -162,8 +163,9 @@ class StorageNodeService:
         if isinstance(request, Malformed):
             yield pb.ReadRangeResponse(status=pb.BAD_REQUEST, message=request.reason, done=True)
             return
-        if not self.storage.ready:
-            yield pb.ReadRangeResponse(status=pb.ERROR, message=self.not_ready_message(), done=True)
+        refusal = self.storage.refusal()
+        if refusal:
+            yield pb.ReadRangeResponse(status=pb.ERROR, message=refusal, done=True)
             return
         ledger_id, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         if id_problem(ledger_id) or first < 0 or last < first or request.max_bytes_per_message < 0:
@@ -188,6 +190,10 @@ class StorageNodeService:
             if size + len(payload) > limit and len(parts) > 1:
                 yield b"".join(parts)
                 parts, size = [_RANGE_HEAD], 0
+                refusal = self.storage.refusal()
+                if refusal:   # broke meanwhile: the entries not sent are unknown to the client (rule 11)
+                    yield pb.ReadRangeResponse(status=pb.ERROR, message=refusal, done=True)
+                    return
             parts += wire.read_range_entry(status, message, ledger_id, entry_id, lac, digest, payload)
             size += len(payload)
             entries += status == pb.OK

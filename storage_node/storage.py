@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import shutil
 import sys
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
@@ -91,6 +92,8 @@ class Storage:
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
+        self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
+        self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -111,7 +114,11 @@ class Storage:
         self.ready = True
 
     async def checkpoint(self) -> None:
+        """Snapshot the index at the durable position. Refused (JournalWriteError) once the journal broke:
+        the disk is not trusted any more, and compaction must then not delete the files it copied."""
         async with self._checkpoint_lock:
+            if self.broken:
+                raise JournalWriteError(f"no checkpoint: {self.broken}")
             # Encoded on the loop thread, so it matches the durable position exactly.
             blob = encode_snapshot(self.journal.durable, self.ledgers)
             await asyncio.get_running_loop().run_in_executor(None, save_snapshot, self.data_dir, blob)
@@ -120,9 +127,37 @@ class Storage:
         if self.journal is None:
             return
         await self.journal.close()
-        await self.checkpoint()
+        if not self.broken:      # a broken journal's disk is not trusted: the restart replays what it holds
+            await self.checkpoint()
         self._readers.close()
         self.ready = False
+
+    @property
+    def broken(self) -> str:
+        """Why the journal broke (a failed fsync, roll or apply; rule 5), "" while it works. A broken node
+        serves nothing until it is restarted: see refusal()."""
+        journal = self.journal
+        return (journal.broken or "") if journal is not None else ""
+
+    @property
+    def health(self) -> str:
+        """What the node registers as its health: "ok", or "broken: <why>"."""
+        broken = self.broken
+        return f"broken: {broken}" if broken else "ok"
+
+    def refusal(self) -> str:
+        """Why every request that reads or changes the node's state is answered ERROR now, "" while it serves.
+
+        A node whose journal broke refuses them all until restarted: after a failed fsync what is on disk
+        is unknown, so it acknowledges nothing more and answers no read, LAC or fence from a state the disk
+        may not hold (a client counts ERROR as a node failure: a writer changes ensemble, a reader and a
+        recovery go to another replica, and it is never a negative, rule 8)."""
+        broken = self.broken
+        if broken:
+            return f"node {self.config.node_id} refuses to serve until it is restarted: {broken}"
+        if not self.ready:
+            return f"node {self.config.node_id} is not ready (starting up or shutting down); retry"
+        return ""
 
     def set_read_only(self, source: str, reason: str) -> None:
         """Turn one source of read-only mode on (a reason) or off (""); the node is writable without any."""
@@ -254,7 +289,12 @@ class Storage:
     def _on_write_error(self, exc: JournalWriteError) -> None:
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            try:
+                self.enospc_free_bytes = shutil.disk_usage(self.data_dir).free
+            except OSError:
+                self.enospc_free_bytes = 0
             self.set_read_only("enospc", "the disk is full (a journal write failed with ENOSPC)")
+        self.on_change()
 
     # -- fencing and LAC --------------------------------------------------------------------------
 
@@ -413,6 +453,8 @@ class Storage:
     async def compact(self, threshold: float) -> CompactionResult:
         """One compaction round; the steps and why a crash at any of them is safe: storage_node/compaction.py."""
         async with self._compaction_lock:
+            if self.broken:
+                return CompactionResult((), (), 0, 0)
             loop = asyncio.get_running_loop()
             sealed_below = self.journal.durable.segment
             sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)

@@ -15,7 +15,7 @@ from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
 from metadata import registry, streams
 from metadata.errors import LedgerError
-from metadata.model import LedgerMetadata
+from metadata.model import LedgerMetadata, NodeRegistration
 
 STREAM_TAG = "stream"  # the custom metadata tag every stream ledger carries (stream writer, Spark tasks)
 CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before a command gives up with one line saying so
@@ -153,21 +153,43 @@ def holding_stream(client: LedgerClient, meta: LedgerMetadata) -> str | None:
     return name
 
 
+NODE_COLUMNS = ("node", "address", "state", "disk", "health", "read-only reason", "metrics")
+
+
 def run_nodes(args) -> int:
+    """The registered nodes of any cluster, from the metadata (BookKeeper's listbookies with its bookie info)."""
     with _client(args) as client:
         nodes = registry.list_nodes(client.store)
         retired = registry.decommissioned_nodes(client.store)
-        if not args.json:
-            print(f"{'node':<16}  {'address':<22}  {'state':<10}  {'metrics':<22}  notes")
+    if args.json:
         for node_id, reg in sorted(nodes.items()):
-            notes = "decommissioned" if node_id in retired else ""
-            if args.json:
-                print(json.dumps(dict(dataclasses.asdict(reg), state=reg.state.value,
-                                      decommissioned=node_id in retired)))
-            else:
-                print(f"{node_id:<16}  {reg.address:<22}  {reg.state.value:<10}  {reg.metrics_address or '-':<22}  "
-                      f"{notes}".rstrip())
+            print(json.dumps(dict(dataclasses.asdict(reg), state=reg.state.value, decommissioned=node_id in retired)))
+        return 0
+    rows = [NODE_COLUMNS] + [node_row(reg, node_id in retired) for _, reg in sorted(nodes.items())]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(NODE_COLUMNS))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
+
+
+def node_row(reg: NodeRegistration, decommissioned: bool = False) -> tuple[str, ...]:
+    """One line of `ledger nodes`; "-" for what the node did not say (an older node's registration)."""
+    state = reg.state.value + (", decommissioned" if decommissioned else "")
+    disk = f"{human_bytes(reg.disk_used_bytes)} {reg.disk_fill:.0%}" if reg.disk_capacity_bytes else "-"
+    return (reg.node_id, reg.address, state, disk, reg.health or "-", reg.read_only_reason or "-",
+            reg.metrics_address or "-")
+
+
+def human_bytes(n: int) -> str:
+    """1.2 GiB, 640.0 KiB, 512 B."""
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 def quorums(meta: LedgerMetadata) -> str:
