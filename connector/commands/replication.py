@@ -5,6 +5,8 @@ key: ledgers whose password is not among those given are reported and left as th
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import time
 
@@ -31,6 +33,8 @@ def register(subparsers) -> None:
     audit.add_argument("--watch", type=float, metavar="SECONDS",
                        help="run as the auditor: audit and repair every SECONDS until interrupted")
     audit.add_argument("--once", action="store_true", help="with --watch: run a single auditor round and exit")
+    audit.add_argument("--json", action="store_true",
+                       help="one JSON object per under-replicated ledger (and per repair), then one summary")
     decommission = command("decommission", "copy every fragment on a node to other nodes, then retire it",
                            run_decommission)
     decommission.add_argument("node_id")
@@ -44,10 +48,10 @@ def run_audit(args) -> int:
     with LedgerClient(args.metadata, **node_security.client_options(args)) as client, \
             Rereplicator(client, _passwords(args)) as worker:
         if args.watch is None:
-            return _audit_round(worker, args.repair)
+            return _audit_round(worker, args.repair, args.json)
         while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
             try:
-                status = _audit_round(worker, repair=True)
+                status = _audit_round(worker, repair=True, as_json=args.json)
             except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
                 print(f"audit round failed: {exc}; next round in {args.watch}s", file=sys.stderr, flush=True)
                 status = 1
@@ -57,22 +61,28 @@ def run_audit(args) -> int:
             time.sleep(args.watch)
 
 
-def _audit_round(worker: Rereplicator, repair: bool) -> int:
+def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False) -> int:
     """One audit (and repair); 0 when nothing is left under-replicated."""
     found = worker.audit()
     for audit in found:
-        print(describe_audit(audit))
-    if not found:
-        print("no under-replicated ledgers")
-        return 0
-    if not repair:
-        print(f"{len(found)} under-replicated ledger(s); run `ledger audit --repair` to re-replicate them")
-        return 1
+        print(json.dumps(audit_json(audit)) if as_json else describe_audit(audit))
+    if not found or not repair:
+        if as_json:
+            print(json.dumps({"under_replicated": len(found)}))
+        elif found:
+            print(f"{len(found)} under-replicated ledger(s); run `ledger audit --repair` to re-replicate them")
+        else:
+            print("no under-replicated ledgers")
+        return 1 if found else 0
     outcomes = worker.repair(found)
     for outcome in outcomes:
-        print(outcome.describe())
+        print(json.dumps(dict(dataclasses.asdict(outcome), repaired=outcome.ok)) if as_json else outcome.describe())
     failed = [o for o in outcomes if not o.ok]
-    print(f"repaired {len(outcomes) - len(failed)} of {len(outcomes)} under-replicated ledger(s)")
+    if as_json:
+        print(json.dumps({"under_replicated": len(found), "repaired": len(outcomes) - len(failed),
+                          "failed": len(failed)}))
+    else:
+        print(f"repaired {len(outcomes) - len(failed)} of {len(outcomes)} under-replicated ledger(s)")
     return 1 if failed else 0
 
 
@@ -93,6 +103,14 @@ def run_decommission(args) -> int:
 
 def _print_outcome(outcome: LedgerRepair) -> None:
     print(outcome.describe(), flush=True)
+
+
+def audit_json(audit: LedgerAudit) -> dict:
+    return {
+        "ledger_id": audit.meta.ledger_id, "state": audit.meta.state.value, "lost": dict(sorted(audit.reasons.items())),
+        "fragments": [{"first_entry_id": r.first_entry_id, "last_entry_id": r.last_entry_id if r.closed else None,
+                       "ensemble": list(r.ensemble), "lost": list(r.lost)} for r in audit.repairs],
+    }
 
 
 def describe_audit(audit: LedgerAudit) -> str:

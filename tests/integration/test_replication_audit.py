@@ -1,6 +1,7 @@
 """`ledger audit` after a node is lost (SIGKILL, directory deleted): it lists the under-replicated ledgers,
 `--repair` and the auditor (`--watch`, a separate process) re-replicate them, including an OPEN ledger with two
 fragments, and then another node can be lost with every entry still reading back."""
+import json
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,12 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
             assert f"ledger {ledger_id}" in listing
         assert f"{lost.node_id} gone (not registered)" in listing
         assert "4 under-replicated ledger(s)" in listing
+        assert main(["audit", "--json", "--metadata", metadata_uri]) == 1
+        *records, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert summary == {"under_replicated": 4} and sorted(r["ledger_id"] for r in records) == sorted(expected)
+        assert all(r["lost"] == {lost.node_id: "gone (not registered)"} for r in records)
+        open_fragment = next(r for r in records if r["ledger_id"] == live.ledger_id)["fragments"][0]
+        assert lost.node_id in open_fragment["ensemble"] and open_fragment["lost"] == [lost.node_id]
 
         # --repair with only the protected ledger's password: that one is repaired, the others are reported.
         assert main(["audit", "--repair", "--password", "pw", "--metadata", metadata_uri]) == 1
