@@ -39,7 +39,7 @@ def test_spark_options_either_parse_or_raise_invalid_option_error(options):
 # Every command that only reads (the ones that write need --yes, --force or --apply, never generated here).
 COMMANDS = st.sampled_from([["show"], ["read"], ["recover"], ["list"], ["nodes"], ["stream", "list"],
                             ["stream", "show"], ["stream", "truncate"], ["stream", "retention"],
-                            ["stream", "compact"], ["stream", "lag"], ["stream", "tail"], ["jobs"]])
+                            ["stream", "compact"], ["stream", "lag"], ["stream", "tail"], ["jobs"], ["audit"]])
 ARGUMENTS = st.lists(st.one_of(
     NUMBERS.map(str),
     st.sampled_from(["--from", "--to", "--password", "--no-recover", "--tls-ca", "--tls-cert", "--tls-key",
