@@ -12,6 +12,7 @@ import sys
 from metadata.errors import LedgerError
 
 COMMAND_MODULES = (
+    "connector.commands.init",
     "connector.commands.cluster",
     "connector.commands.node",
     "connector.commands.admin",

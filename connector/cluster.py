@@ -25,7 +25,7 @@ from metadata import registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
 from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
-from metadata.store import MetadataStore
+from metadata.store import MetadataStore, initialise_root
 from protos import ledger_pb2, ledger_pb2_grpc
 
 STATE_FILE = "cluster.json"
@@ -172,7 +172,8 @@ class LocalCluster:
     # -- start ---------------------------------------------------------------------------------
 
     def start(self, timeout: float = 90.0) -> str:
-        """Start whatever is not running; returns the metadata URI once every node is registered."""
+        """Start whatever is not running, the metadata root initialised; returns the metadata URI once every
+        node is registered."""
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.state is None:
             self.state = ClusterState(zk_port=free_port())
@@ -187,6 +188,7 @@ class LocalCluster:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", free_port()))
         self._save()
         self.start_zookeeper(timeout)
+        initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
         for spec in self.state.nodes:
             self.start_node(spec.node_id)
         self.wait_registered(timeout)

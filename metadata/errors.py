@@ -18,6 +18,10 @@ class ZooKeeperUnreachableError(MetadataError):
     """ZooKeeper stayed out of reach for longer than a metadata call waits for it (MetadataStore.wait_seconds)."""
 
 
+class UninitialisedRootError(MetadataError):
+    """The metadata root does not exist, or was never initialised as a ledger store (`ledger init` does it)."""
+
+
 class MetadataConflictError(MetadataError):
     """A compare-and-set lost: someone else changed the record since it was read."""
 

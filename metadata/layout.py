@@ -1,5 +1,8 @@
 """Znode paths under the metadata root (the chroot of the metadata URI).
 
+    /layout                     the marker `ledger init` writes once the directories below exist: the layout
+                                version and the cluster's instance id (BookKeeper's LAYOUT and INSTANCEID). A
+                                client or node refuses a root without it (metadata/store.py)
     /ledgers/L0000000042        ledger metadata (persistent)
     /idgen/id-0000000042        ledger id allocation (sequential, removed at once)
     /streams/<name>             stream heads: format, schema, owner, commit records, first offset, and the
@@ -28,6 +31,9 @@
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from metadata.model import StreamPage
 
 LEDGERS = "/ledgers"
@@ -44,6 +50,32 @@ COMPACTIONS = "/compactions"
 ALL_DIRS = (
     LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES, COMPACTIONS,
 )
+MARKER = "/layout"
+# The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
+# (and its marker rewritten) by the next store that opens it; a newer version is refused.
+LAYOUT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutMarker:
+    """What /layout holds: written once by `ledger init`, read by every store that opens the root."""
+
+    version: int
+    instance_id: str
+    initialised_at: float
+
+    def encode(self) -> bytes:
+        return json.dumps({"layout_version": self.version, "instance_id": self.instance_id,
+                           "initialised_at": self.initialised_at}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "LayoutMarker | None":
+        """None if data is not a marker record (damaged, or something else's znode)."""
+        try:
+            raw = json.loads(data.decode())
+            return cls(int(raw["layout_version"]), str(raw["instance_id"]), float(raw["initialised_at"]))
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+            return None
 
 
 def ledger_path(ledger_id: int) -> str:

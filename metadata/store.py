@@ -6,6 +6,8 @@ import os
 import re
 import time
 import urllib.parse
+import uuid
+import warnings
 from typing import Callable, Iterator
 
 from kazoo.client import KazooClient
@@ -24,7 +26,9 @@ from metadata.errors import (
     InvalidMetadataUriError,
     MetadataConflictError,
     MetadataError,
+    MetadataFormatError,
     NoSuchLedgerError,
+    UninitialisedRootError,
     ZooKeeperUnreachableError,
 )
 from metadata.model import LedgerMetadata, Versioned
@@ -42,6 +46,9 @@ _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
 )
 _USERINFO = re.compile(r"(zk://[^:@/\s]*:)[^@\s]*@")
+# kazoo warns when a chrooted session starts on a root that does not exist; the store reports that itself, in
+# one line that says what to do (UninitialisedRootError).
+warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning, module="kazoo")
 
 
 def _check_host(uri: str, host: str) -> None:
@@ -140,6 +147,23 @@ def zk_wait_seconds() -> float:
     return seconds
 
 
+@dataclasses.dataclass(frozen=True)
+class RootInitialisation:
+    """What initialise_root found or did: outcome "initialised" (created now), "already" (initialised before:
+    nothing changed) or "adopted" (a root an older version made without a marker: marked now)."""
+
+    outcome: str
+    marker: layout.LayoutMarker
+
+
+def initialise_root(uri: str, *, connect_timeout: float = 15.0) -> RootInitialisation:
+    """Create the metadata root of uri with its layout directories and its marker (`ledger init`): the one
+    thing that creates a root. Idempotent: on an initialised root it changes nothing. With credentials (in the
+    URI or $LEDGER_ZK_AUTH) the whole tree is created readable and writable by them only."""
+    with MetadataStore(uri, connect_timeout=connect_timeout, _initialise=True) as store:
+        return RootInitialisation(store.init_outcome or "initialised", store.layout)
+
+
 def no_reply(exc: BaseException) -> bool:
     """exc is a request's MetadataError that got no answer: it may have taken effect or not (rule 16), so a
     caller that must know reads the record back once ZooKeeper is reachable again."""
@@ -148,6 +172,9 @@ def no_reply(exc: BaseException) -> bool:
 
 class MetadataStore:
     """One kazoo session, chrooted at the URI's root. Use as a context manager or call close().
+
+    The root must have been initialised (initialise_root, `ledger init`): opening a root that does not exist or
+    has no layout marker raises UninitialisedRootError naming it, and creates nothing. The check is one read.
 
     While ZooKeeper is unreachable a call waits for it, at most wait_seconds ($LEDGER_ZK_WAIT_SECONDS, default
     60 s), then raises ZooKeeperUnreachableError. A request is only sent on a connected session (kazoo would
@@ -159,17 +186,19 @@ class MetadataStore:
     (update_loop.update_ledger, streams.update_stream).
 
     With credentials (in the URI or $LEDGER_ZK_AUTH) the session authenticates by digest and every znode it
-    creates (the root, the layout directories, ledgers, streams, registrations) carries an ACL that only those
+    creates (ledgers, streams, registrations; with initialise_root the root and its layout) carries an ACL that only those
     credentials satisfy, so a client without them can neither read nor change the metadata.
     """
 
     def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0,
-                 wait_seconds: float | None = None):
+                 wait_seconds: float | None = None, _initialise: bool = False):
         self.uri = MetadataUri.parse(uri)
         self.credentials = zk_credentials(self.uri)
         self.wait_seconds = zk_wait_seconds() if wait_seconds is None else wait_seconds
         self._closed = False
-        self._ensure_root(connect_timeout)
+        self.init_outcome: str | None = None  # what initialise_root() found or did
+        if _initialise:
+            self._ensure_root(connect_timeout)
         self.zk = self._client(
             self.uri.hosts + self.uri.root, session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
@@ -177,8 +206,7 @@ class MetadataStore:
         )
         self._start(self.zk, connect_timeout)
         try:
-            for path in layout.ALL_DIRS:
-                self._retried(self.zk.ensure_path, path)
+            self.layout = self._initialise_layout() if _initialise else self._open_layout()
             if self.credentials is not None:
                 self._check_root_protected()
         except BaseException:
@@ -210,9 +238,76 @@ class MetadataStore:
                 f"cannot reach ZooKeeper at {self.uri.hosts} within {connect_timeout:.0f}s; "
                 "is it running? (`ledger cluster start` starts a local one)"
             ) from exc
+        except NoAuthError as exc:  # kazoo looks at a chrooted session's root as it starts
+            client.stop()
+            client.close()
+            raise self._refused(exc) from exc
+
+    def _refused(self, exc: NoAuthError) -> MetadataError:
+        return MetadataError(
+            f"ZooKeeper refused access to the metadata under {self.uri.root} (NoAuth): the tree is protected "
+            f"by ACLs; give its credentials as zk://user:secret@host:port{self.uri.root} or in ${ZK_AUTH_ENV}"
+        )
+
+    # -- the root and its layout ------------------------------------------------------------------
+    # A store never creates a root: `ledger init` (initialise_root) does, once, so that a mistyped root is an
+    # error naming it instead of a new empty namespace that nodes register in and writers write to.
+
+    def _open_layout(self) -> layout.LayoutMarker:
+        """The root's layout marker, in one read. A root without one that holds the layout directories was made
+        by a version from before markers (every store then created the directories): it counts as initialised
+        and gets its marker now. Any other root raises UninitialisedRootError."""
+        try:
+            data, _ = self._retried(self.zk.get, layout.MARKER)
+        except NoNodeError:
+            if self._retried(self.zk.exists, layout.LEDGERS) is None:
+                raise UninitialisedRootError(self._uninitialised()) from None
+            return self._write_marker(None)
+        return self._checked_marker(data)
+
+    def _checked_marker(self, data: bytes) -> layout.LayoutMarker:
+        marker = layout.LayoutMarker.decode(data)
+        if marker is None:
+            raise MetadataFormatError(
+                f"metadata root {self.uri.root} at {self.uri.hosts}: its {layout.MARKER} znode holds no layout record "
+                "(damaged, or the root belongs to something else); check the metadata URI"
+            )
+        if marker.version > layout.LAYOUT_VERSION:
+            raise MetadataError(
+                f"metadata root {self.uri.root} at {self.uri.hosts} has layout version {marker.version}, newer than "
+                f"this ledger-store knows ({layout.LAYOUT_VERSION}); upgrade ledger-store on this host"
+            )
+        if marker.version < layout.LAYOUT_VERSION:
+            return self._write_marker(marker)
+        return marker
+
+    def _write_marker(self, previous: layout.LayoutMarker | None) -> layout.LayoutMarker:
+        """Add the layout directories a root lacks, then write its marker: a root from before markers (previous
+        None: a new instance id) or from an older layout version (keeping its instance id)."""
+        for path in layout.ALL_DIRS:
+            self._retried(self.zk.ensure_path, path)
+        if previous is not None:
+            marker = dataclasses.replace(previous, version=layout.LAYOUT_VERSION)
+            self._retried(self.zk.set, layout.MARKER, marker.encode())
+            return marker
+        marker = layout.LayoutMarker(layout.LAYOUT_VERSION, uuid.uuid4().hex, time.time())
+        try:
+            self._retried(self.zk.create, layout.MARKER, marker.encode())
+        except NodeExistsError:  # another store marked it first, or our first attempt landed
+            data, _ = self._retried(self.zk.get, layout.MARKER)
+            return self._checked_marker(data)
+        return marker
+
+    def _uninitialised(self) -> str:
+        init = f"run `ledger init --metadata {self.uri}` to initialise it"
+        if self._retried(self.zk.exists, "/") is None:
+            return (f"metadata root {self.uri.root} does not exist at ZooKeeper {self.uri.hosts}: it was never "
+                    f"initialised (or the URI names the wrong root); {init}")
+        return (f"metadata root {self.uri.root} at ZooKeeper {self.uri.hosts} exists but was never initialised as a "
+                f"ledger store (no {layout.MARKER} marker); check the URI, or {init}")
 
     def _ensure_root(self, connect_timeout: float) -> None:
-        # The chroot itself must exist before a chrooted client uses it.
+        # The chroot itself must exist before a chrooted client can create anything in it.
         root_client = self._client(self.uri.hosts, 10.0)
         self._start(root_client, connect_timeout)
         try:
@@ -220,6 +315,45 @@ class MetadataStore:
         finally:
             root_client.stop()
             root_client.close()
+
+    def _initialise_layout(self) -> layout.LayoutMarker:
+        """Create the layout directories and the marker in one multi, unless the marker is there. Refuses a root
+        holding znodes that are not a ledger store's (another application's tree)."""
+        ours = {path.lstrip("/") for path in (*layout.ALL_DIRS, layout.MARKER)}
+        for _ in range(5):
+            try:
+                data, _ = self._retried(self.zk.get, layout.MARKER)
+            except NoNodeError:
+                pass
+            else:
+                self.init_outcome = self.init_outcome or "already"
+                return self._checked_marker(data)
+            children = set(self._retried(self.zk.get_children, "/"))
+            foreign = sorted(children - ours)
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise MetadataError(
+                    f"metadata root {self.uri.root} at ZooKeeper {self.uri.hosts} holds znodes that are not a ledger "
+                    f"store's ({shown}): it belongs to something else; choose another root"
+                )
+            marker = layout.LayoutMarker(layout.LAYOUT_VERSION, uuid.uuid4().hex, time.time())
+            request = self.transaction()
+            for path in layout.ALL_DIRS:
+                if path.lstrip("/") not in children:
+                    request.create(path)
+            request.create(layout.MARKER, marker.encode())
+            try:
+                request.commit()
+            except NodeExistsError:
+                continue  # another `ledger init` (or an old-style store) at the same time: look again
+            except MetadataError as exc:
+                if not no_reply(exc):
+                    raise
+                continue  # may have landed: the marker says
+            self.init_outcome = "adopted" if layout.LEDGERS.lstrip("/") in children else "initialised"
+            return marker
+        raise MetadataError(f"metadata root {self.uri.root} at ZooKeeper {self.uri.hosts} kept changing while it "
+                            "was being initialised; retry `ledger init`")
 
     def close(self) -> None:
         self._closed = True
@@ -351,10 +485,7 @@ class MetadataStore:
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
         except NoAuthError as exc:
-            raise MetadataError(
-                f"ZooKeeper refused access to the metadata under {self.uri.root} (NoAuth): the tree is protected "
-                f"by ACLs; give its credentials as zk://user:secret@host:port{self.uri.root} or in ${ZK_AUTH_ENV}"
-            ) from exc
+            raise self._refused(exc) from exc
         except (KazooException, KazooTimeoutError) as exc:
             raise MetadataError(f"ZooKeeper request failed: {type(exc).__name__}: {exc}") from exc
 

@@ -8,13 +8,19 @@ import pathlib
 import pytest
 
 from metadata.embedded import EmbeddedZooKeeper
-from metadata.store import MetadataStore
+from metadata.store import MetadataStore, initialise_root
 from tests.harness.node_process import NodeProcess
 
 # Spark binds to the first non-loopback address unless told otherwise; tests stay on 127.0.0.1.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 _chroots = itertools.count()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "root_credentials(user_secret): metadata_uri's root is initialised with these ZooKeeper "
+                   "digest credentials (user:secret), so only they can read or change it")
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +31,21 @@ def zookeeper(tmp_path_factory) -> EmbeddedZooKeeper:
 
 
 @pytest.fixture
-def metadata_uri(zookeeper, request) -> str:
-    """A fresh metadata root for this test, so tests never see each other's ledgers."""
+def fresh_root(zookeeper) -> str:
+    """The metadata URI of a root of this test's own that nobody initialised (`ledger init` not run)."""
     return zookeeper.uri(f"/t{os.getpid()}-{next(_chroots)}/ledgers")
+
+
+@pytest.fixture
+def metadata_uri(fresh_root, request) -> str:
+    """A fresh metadata root for this test, initialised (as `ledger init` does), so tests never see each other's
+    ledgers. With @pytest.mark.root_credentials("user:secret") the root is created protected by them."""
+    credentials = request.node.get_closest_marker("root_credentials")
+    if credentials is None:
+        initialise_root(fresh_root)
+    else:
+        initialise_root(fresh_root.replace("zk://", f"zk://{credentials.args[0]}@", 1))
+    return fresh_root
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import time
 
 from connector.client import LedgerClient
 from metadata.embedded import EmbeddedZooKeeper
+from metadata.store import initialise_root
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -49,6 +50,7 @@ def run(args) -> int:
         work = pathlib.Path(tmp)
         with EmbeddedZooKeeper(work / "zookeeper") as zk:
             uri = zk.uri("/bench")
+            initialise_root(uri)
             nodes = [_start_node(work / f"node-{i}", uri, f"node-{i}") for i in range(1, 4)]
             try:
                 with LedgerClient(uri, timeout=10.0, add_timeout=30.0) as client:

@@ -20,6 +20,7 @@ import time
 import grpc
 
 from metadata.embedded import EmbeddedZooKeeper
+from metadata.store import initialise_root
 from protos import ledger_pb2 as pb
 from protos import ledger_pb2_grpc
 from protos import wire
@@ -53,6 +54,7 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(dir=base, prefix="ledger-bench-node-") as tmp:
         work = pathlib.Path(tmp)
         with EmbeddedZooKeeper(work / "zookeeper") as zk:
+            initialise_root(zk.uri("/bench"))
             node = _NodeUnderTest(work / "node", zk.uri("/bench"))
             try:
                 cases = [

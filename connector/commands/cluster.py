@@ -1,10 +1,13 @@
 """`ledger cluster start|status|stop`: a local cluster (embedded ZooKeeper + N storage nodes)."""
 from __future__ import annotations
 
+import shlex
 import sys
 
+from connector.client.security import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from connector.cluster import LocalCluster
 from connector.commands import node_security
+from metadata.store import METADATA_ENV
 
 DEFAULT_DIR = "ledger-cluster"
 
@@ -40,12 +43,20 @@ def run_start(args) -> int:
     finally:
         for note in cluster.notes:
             print(f"ledger cluster start: {note}", file=sys.stderr)
-    print(uri)
-    tls = cluster.client_tls
-    if tls is not None:
-        print(f"TLS on: clients need  LEDGER_TLS_CA={tls.ca} LEDGER_TLS_CERT={tls.cert} LEDGER_TLS_KEY={tls.key}",
-              file=sys.stderr)
+    print(uri, flush=True)  # stdout: the URI alone, for scripts (uri=$(ledger cluster start ...))
+    for line in export_lines(uri, cluster.client_tls):
+        print(line, file=sys.stderr)
     return 0
+
+
+def export_lines(uri: str, tls) -> list[str]:
+    """What a shell needs to point every ledger command, node and client at the cluster: paste the lines."""
+    settings = [f"{METADATA_ENV}={shlex.quote(uri)}"]
+    if tls is not None:
+        settings += [f"{TLS_CA_ENV}={shlex.quote(tls.ca)}", f"{TLS_CERT_ENV}={shlex.quote(tls.cert)}",
+                     f"{TLS_KEY_ENV}={shlex.quote(tls.key)}"]
+    return ["# every ledger command, node and client then uses this cluster:",
+            *(f"export {setting}" for setting in settings)]
 
 
 def run_status(args) -> int:

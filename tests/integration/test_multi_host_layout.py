@@ -15,6 +15,7 @@ import sys
 from connector.client import LedgerClient
 from connector.cluster import node_info
 from metadata.embedded import free_port
+from metadata.store import initialise_root
 from tests.harness.node_process import NodeProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -91,6 +92,7 @@ def test_unit_sets_every_storage_node_flag_from_the_env_example():
 def test_spark_on_local_cluster_against_nodes_started_by_the_unit(zookeeper, tmp_path):
     # A multi-host URI, as for a ZooKeeper ensemble: both names reach the one test server.
     uri = f"zk://{zookeeper.address},localhost:{zookeeper.port}/multi-host-{os.getpid()}/ledgers"
+    initialise_root(uri)  # what an operator runs once (`ledger init`) before the nodes' units start
     nodes = [UnitNode(uri, tmp_path / f"node-{i}", f"node-{i}") for i in (1, 2, 3)]
     try:
         for node in nodes:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import subprocess
 
 from metadata.embedded import EmbeddedZooKeeper
+from metadata.store import initialise_root
 from tests.harness.node_process import NodeProcess
 from tests.harness.poll import poll_until
 
 
 def test_a_node_stops_on_sigterm_while_zookeeper_is_down(tmp_path):
     zookeeper = EmbeddedZooKeeper(tmp_path / "zookeeper").start()  # its own: this test takes it down
+    initialise_root(zookeeper.uri())
     node = NodeProcess(zookeeper.uri(), tmp_path / "node", "lonely")
     try:
         node.start()

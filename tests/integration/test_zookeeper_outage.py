@@ -39,7 +39,7 @@ from metadata import registry, serde, streams
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.errors import MetadataError
 from metadata.model import LedgerState, NodeRegistration, NodeState
-from metadata.store import MetadataStore
+from metadata.store import MetadataStore, initialise_root
 from tests.harness.node_process import NodeProcess
 from tests.harness.poll import poll_until
 
@@ -56,6 +56,7 @@ class Cluster:
         self.tmp_path = tmp_path
         self.zookeeper = EmbeddedZooKeeper(tmp_path / "zookeeper").start()
         self.proxy = TcpProxy(self.zookeeper.host, self.zookeeper.port).start()
+        initialise_root(self.uri)
         self.nodes: dict[str, NodeProcess] = {}
 
     @property

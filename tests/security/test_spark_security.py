@@ -26,6 +26,7 @@ def spark():
     return session
 
 
+@pytest.mark.root_credentials(f"ledger:{SECRET}")
 def test_spark_writes_and_reads_over_tls_with_token_and_zookeeper_acls(spark, pki, start_node, metadata_uri,
                                                                          tmp_path, monkeypatch):
     token = tmp_path / "token"

@@ -30,12 +30,13 @@ def anonymous(zookeeper):
     client.close()
 
 
+@pytest.mark.root_credentials(f"ledger:{SECRET}")  # `ledger init` with them: the whole tree is theirs
 def test_an_unauthenticated_client_can_neither_read_nor_change_any_metadata(protected_uri, anonymous, start_node,
                                                                             monkeypatch):
     root = MetadataUri.parse(protected_uri).root
     monkeypatch.setenv("LEDGER_ZK_AUTH", f"ledger:{SECRET}")  # the nodes take it from the environment
     for _ in range(3):
-        start_node()  # creates the root, registers itself (ephemeral znode) and its cookie
+        start_node()  # registers itself (ephemeral znode) and its cookie
     monkeypatch.delenv("LEDGER_ZK_AUTH")
     with LedgerClient(protected_uri) as lc:
         with lc.create_ledger(2, 2, 2, password=b"pw") as w:
@@ -45,7 +46,7 @@ def test_an_unauthenticated_client_can_neither_read_nor_change_any_metadata(prot
         assert [e.payload for e in lc.open_ledger(w.ledger_id, password=b"pw").read(0, 0)] == [b"protected"]
         ledger_path = f"{root}{layout.ledger_path(w.ledger_id)}"
     with MetadataStore(protected_uri) as store:
-        protected = [root, ledger_path] + [f"{root}{d}" for d in layout.ALL_DIRS]
+        protected = [root, ledger_path, f"{root}{layout.MARKER}"] + [f"{root}{d}" for d in layout.ALL_DIRS]
         protected += [f"{root}{layout.NODES}/{n}" for n in store.zk.get_children(layout.NODES)]
         protected += [f"{root}{layout.STREAMS}/{n}" for n in store.zk.get_children(layout.STREAMS)]
     for path in protected:
@@ -65,6 +66,7 @@ def test_an_unauthenticated_client_can_neither_read_nor_change_any_metadata(prot
         assert [e.payload for e in lc.open_ledger(w.ledger_id, password=b"pw").read(0, 0)] == [b"protected"]
 
 
+@pytest.mark.root_credentials(f"ledger:{SECRET}")
 def test_credentials_can_come_from_the_environment(zookeeper, metadata_uri, anonymous, monkeypatch):
     monkeypatch.setenv("LEDGER_ZK_AUTH", f"ledger:{SECRET}")
     with MetadataStore(metadata_uri) as store:

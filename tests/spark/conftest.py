@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from connector.spark import LedgerDataSource
+from metadata.store import initialise_root
 from tests.harness.node_process import NodeProcess
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,6 +45,7 @@ def spark():
 def shared_uri(zookeeper, tmp_path_factory) -> str:
     """The metadata URI of a 3-node cluster that lives as long as the test session."""
     uri = zookeeper.uri(f"/spark-{os.getpid()}/ledgers")
+    initialise_root(uri)
     root = tmp_path_factory.mktemp("spark-cluster")
     nodes = [NodeProcess(uri, root / f"node-{i}", f"node-{i}").start() for i in (1, 2, 3)]
     yield uri

@@ -1,0 +1,40 @@
+"""`ledger init [--metadata URI]`: initialise a metadata root (BookKeeper's `shell initnewcluster`).
+
+Nothing else creates a root: a client, node or command pointed at a root that was never initialised fails
+naming it, so a mistyped URI cannot start an empty second cluster. `ledger cluster start` and the demo
+initialise their own root.
+"""
+from __future__ import annotations
+
+from connector.client import default_metadata_uri
+from metadata.store import MetadataUri, initialise_root
+
+CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "init", help="initialise a metadata root (once per cluster, before its nodes start); idempotent",
+        description="Create the metadata root with its layout and a marker saying it is initialised. Clients, "
+                    "nodes and commands refuse a root without it. On a root that is initialised already it "
+                    "changes nothing and exits 0. With ZooKeeper credentials (zk://user:secret@... or "
+                    "$LEDGER_ZK_AUTH) the whole tree is readable and writable by those credentials only.",
+    )
+    parser.add_argument("--metadata", default=default_metadata_uri(),
+                        help="metadata URI, zk://[user:secret@]host:port/root "
+                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    uri = MetadataUri.parse(args.metadata)
+    done = initialise_root(args.metadata, connect_timeout=CONNECT_TIMEOUT)
+    where = f"metadata root {uri.root} at ZooKeeper {uri.hosts}"
+    about = f"(layout version {done.marker.version}, instance {done.marker.instance_id})"
+    if done.outcome == "already":
+        print(f"{where} is initialised already {about}; nothing to do")
+    elif done.outcome == "adopted":
+        print(f"{where} was made by an older version without a layout marker; marked it initialised {about}")
+    else:
+        print(f"initialised {where} {about}")
+    return 0
