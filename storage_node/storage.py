@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Callable, Iterator
 
+from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 from storage_node.checkpoint import encode_snapshot, save_snapshot
@@ -143,7 +144,7 @@ class Storage:
     def health(self) -> str:
         """What the node registers as its health: "ok", or "broken: <why>"."""
         broken = self.broken
-        return f"broken: {broken}" if broken else "ok"
+        return f"broken: {broken}" if broken else HEALTH_OK
 
     def refusal(self) -> str:
         """Why every request that reads or changes the node's state is answered ERROR now, "" while it serves.

@@ -165,7 +165,7 @@ def run_nodes(args) -> int:
         for node_id, reg in sorted(nodes.items()):
             print(json.dumps(dict(dataclasses.asdict(reg), state=reg.state.value, decommissioned=node_id in retired)))
         return 0
-    rows = [NODE_COLUMNS] + [node_row(reg, node_id in retired) for _, reg in sorted(nodes.items())]
+    rows = [NODE_COLUMNS] + [node_row(reg, node_id in retired) for node_id, reg in sorted(nodes.items())]
     widths = [max(len(row[i]) for row in rows) for i in range(len(NODE_COLUMNS))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -94,6 +94,18 @@ def test_json_listings_nodes_and_version(cluster, metadata_uri, capsys):
     registered = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(r["node_id"] for r in registered) == sorted(n.node_id for n in nodes)
     assert {r["address"] for r in registered} == {n.address for n in nodes}
+    for r in registered:
+        assert (r["state"], r["health"], r["read_only_reason"], r["decommissioned"]) == ("available", "ok", "", False)
+        assert r["disk_used_bytes"] > 0 and r["disk_capacity_bytes"] > 0 and 0 < r["disk_fill"] < 1
+        assert r["metrics_address"]
+    assert main(["nodes", "--metadata", metadata_uri]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["node", "address", "state", "disk", "health", "read-only", "reason", "metrics"]
+    for r, row in zip(sorted(registered, key=lambda r: r["node_id"]), rows):
+        node_id, address, state, used, unit, fill, health, reason, metrics = row.split()
+        assert (node_id, address, state, health, reason, metrics) == (
+            r["node_id"], r["address"], "available", "ok", "-", r["metrics_address"])
+        assert unit in ("B", "KiB", "MiB", "GiB", "TiB") and fill == f"{r['disk_fill']:.0%}"
     with pytest.raises(SystemExit) as version:
         main(["--version"])
     assert version.value.code == 0 and capsys.readouterr().out.startswith("ledger ")

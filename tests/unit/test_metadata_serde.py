@@ -47,6 +47,18 @@ def test_other_records_round_trip():
     assert serde.decode_stream(serde.encode_stream(stream)) == stream
 
 
+def test_a_node_registration_carries_disk_use_and_health_and_an_older_one_without_them_still_reads():
+    node = NodeRegistration("n1", "127.0.0.1:5000", NodeState.READ_ONLY, "/d", 7, "127.0.0.1:9100",
+                            read_only_reason="disk is 96.0% full", disk_used_bytes=5 << 30,
+                            disk_capacity_bytes=8 << 30, disk_fill=0.9612, health="broken: journal fsync failed")
+    assert serde.decode_node(serde.encode_node(node)) == node and node.broken
+    older = {"format_version": 1, "kind": "node", "node_id": "n1", "address": "127.0.0.1:5000",
+             "state": "available", "data_dir": "/d", "pid": 7}
+    decoded = serde.decode_node(json.dumps(older).encode())
+    assert decoded == NodeRegistration("n1", "127.0.0.1:5000", NodeState.AVAILABLE, "/d", 7)
+    assert (decoded.health, decoded.disk_capacity_bytes, decoded.broken) == ("", 0, False)
+
+
 def test_records_carry_a_format_version_and_unknown_versions_are_refused():
     record = json.loads(serde.encode_ledger(LEDGER))
     assert record["format_version"] == serde.FORMAT_VERSION

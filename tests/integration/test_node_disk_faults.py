@@ -1,0 +1,183 @@
+"""Disk faults on real node processes (issue 15 item 5): a failing fsync and a full disk.
+
+A failed journal fsync breaks the node: the adds of that group fail (never OK without durability), and from
+then on it refuses every request that reads or changes its state, registers READ_ONLY with health
+"broken: ...", until it is restarted; a writer changes ensemble away from it and a reader reads the other
+replicas. The fsync fault is the node's test-only injection (storage_node/journal.py FSYNC_FAULT_ENV): every
+group fsync fails with EIO while a file of that name exists in the node's data directory.
+
+A full disk (--disk-quota-bytes, rule 9) turns the node read-only while a writer appends: the writer changes
+ensemble and keeps going; deleting the ledger and letting garbage collection reclaim it makes the node
+writable again.
+"""
+from __future__ import annotations
+
+import json
+
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from connector.cli import main
+from connector.client import LedgerClient
+from metadata import registry
+from metadata.model import NodeState
+from protos import ledger_pb2 as pb
+from storage_node.journal import FSYNC_FAULT_ENV
+from tests.harness.background_writer import BackgroundWriter
+from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+from tests.harness.poll import poll_until
+
+FAULT = "fail-fsync"        # relative: inside each node's data directory, so one node fails and the others do not
+
+
+def registration(store, node):
+    return registry.list_nodes(store).get(node.node_id)
+
+
+def health_status(client: NodeClient) -> int:
+    return health_pb2_grpc.HealthStub(client.channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+
+
+def nodes_listing(metadata_uri: str, capsys, *flags: str) -> str:
+    capsys.readouterr()
+    assert main(["nodes", *flags, "--metadata", metadata_uri]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_failed_fsync_fails_its_adds_and_the_node_serves_nothing_until_restarted(start_node, store, metadata_uri,
+                                                                                  capsys, monkeypatch):
+    monkeypatch.setenv(FSYNC_FAULT_ENV, FAULT)
+    node = start_node()
+    fault = node.data_dir / FAULT
+    durable = {e: payload_for(1, e) for e in range(5)}
+    with NodeClient(node.address) as client:
+        assert [r.status for r in client.add(*(make_entry(1, e, p) for e, p in durable.items()))] == [pb.OK] * 5
+        assert registration(store, node).health == "ok"
+
+        fault.touch()
+        lost = client.add(make_entry(1, 5, payload_for(1, 5)))[0]
+        assert lost.status == pb.ERROR and "journal fsync failed" in lost.message, lost
+        fault.unlink()    # the disk seems fine again; what the failed fsync lost is unknown: still refuse
+        for answer in (client.add(make_entry(1, 6, payload_for(1, 6)))[0], client.add(make_entry(2, 0, b"new"))[0],
+                       client.read(1, 0), client.read(1, 0, fence=True, key=KEY), client.read_lac(1),
+                       client.write_lac(1, 4), client.wait_lac(1, -1, 0), *client.read_range(1, 0, 4)):
+            assert answer.status == pb.ERROR and "restart" in answer.message, answer
+        assert client.node_info().node_id == node.node_id        # what it is, not what it stores: still answered
+        poll_until(lambda: health_status(client) == health_pb2.HealthCheckResponse.NOT_SERVING, 10,
+                   what="gRPC health NOT_SERVING")
+
+    broken = poll_until(lambda: (r := registration(store, node)) and r.broken and r, 10,
+                        what="the registration to show the broken journal")
+    assert broken.state is NodeState.READ_ONLY                   # no ensemble picks it
+    assert broken.health.startswith("broken: journal fsync failed") and "restart the node" in broken.health
+    listing = nodes_listing(metadata_uri, capsys)
+    assert "broken: journal fsync failed" in listing and node.address in listing
+    (listed,) = [json.loads(line) for line in nodes_listing(metadata_uri, capsys, "--json").splitlines()]
+    assert listed["health"] == broken.health and listed["state"] == "read_only"
+
+    node.restart()                                               # SIGKILL, start again: replay what is on disk
+    with NodeClient(node.address) as client:
+        for entry_id, payload in durable.items():
+            read = client.read(1, entry_id)
+            assert (read.status, read.payload) == (pb.OK, payload)
+        assert client.add(make_entry(1, 6, payload_for(1, 6)))[0].status == pb.OK
+        assert health_status(client) == health_pb2.HealthCheckResponse.SERVING
+    healthy = registration(store, node)
+    assert (healthy.state, healthy.health) == (NodeState.AVAILABLE, "ok")
+
+
+def in_write_set(entry_id: int, position: int, ensemble_size: int, write_quorum: int) -> bool:
+    """Rule 1: whether the node at this ensemble position stores the entry."""
+    return (position - entry_id) % ensemble_size < write_quorum
+
+
+def test_a_writer_changes_ensemble_away_from_a_node_whose_fsync_fails(start_node, store, metadata_uri,
+                                                                      monkeypatch):
+    """E=3 WQ=2 AQ=2 (striping) on 4 nodes: every acknowledged entry survives with its payload, read while the
+    broken node refuses (the readers use the other replica), and the node serves its durable entries again
+    once restarted."""
+    monkeypatch.setenv(FSYNC_FAULT_ENV, FAULT)
+    nodes = {n.node_id: n for n in (start_node() for _ in range(4))}
+    with LedgerClient(metadata_uri) as client:
+        writer = client.create_ledger(3, 2, 2)
+        first_ensemble = writer.metadata.last_fragment.ensemble
+        victim = nodes[first_ensemble[1]]
+        background = BackgroundWriter(writer)
+        poll_until(lambda: len(background.acked) >= 300, 30, what="300 acknowledged adds")
+        (victim.data_dir / FAULT).touch()
+        at_fault = len(background.acked)
+        poll_until(lambda: len(background.acked) >= at_fault + 500, 60, what="500 more adds after the fault")
+        background.stop()
+        assert background.error is None, background.error
+        meta = writer.close()
+        assert meta.last_entry_id == max(background.acked)
+        assert victim.node_id in meta.fragments[0].ensemble
+        assert victim.node_id not in meta.last_fragment.ensemble
+        assert poll_until(lambda: registration(store, victim).broken, 10, what="the victim registered broken")
+
+        stored = {e.entry_id: e.payload for e in client.open_ledger(writer.ledger_id).read(0, meta.last_entry_id)}
+        assert stored == background.acked
+
+    # The victim acknowledged every entry of the first fragment in its write set (AQ = WQ): after a restart
+    # without the fault it has each of them, durable.
+    (victim.data_dir / FAULT).unlink()
+    victim.restart()
+    moved_at = meta.fragments[1].first_entry_id
+    position = first_ensemble.index(victim.node_id)
+    held = [e for e in range(moved_at) if in_write_set(e, position, 3, 2)]
+    assert len(held) > 100
+    with NodeClient(victim.address) as node:
+        for entry_id in held:
+            read = node.read(writer.ledger_id, entry_id)
+            assert read.status == pb.OK and read.payload == background.acked[entry_id], (entry_id, read)
+
+
+QUOTA = 8 << 20
+ENTRY = 32 << 10
+
+
+def test_a_node_whose_disk_fills_while_a_writer_appends_goes_read_only_and_back_once_space_is_freed(
+        start_node, store, metadata_uri, capsys):
+    """Rule 9 under a writer (E=3 WQ=3 AQ=2, a fourth node joins): the full node turns read-only, the writer
+    changes ensemble and keeps going, every acknowledged entry reads back; deleting the ledger and letting
+    garbage collection reclaim its journal makes the node writable again."""
+    full = start_node(None, "--disk-quota-bytes", str(QUOTA), "--disk-check-interval", "0.1",
+                      "--journal-segment-bytes", str(1 << 20), "--gc-interval", "0.5", "--gc-grace", "0")
+    others = [start_node() for _ in range(2)]
+    with LedgerClient(metadata_uri) as client:
+        writer = client.create_ledger(3, 3, 2)
+        assert full.node_id in writer.metadata.last_fragment.ensemble
+        spare = start_node()                                       # the replacement the writer moves to
+        payloads = {}
+        futures = []
+        for entry_id in range(600):                                # 18.75 MiB: more than the quota
+            payload = payload_for(entry_id, entry_id, ENTRY)
+            payloads[entry_id] = payload
+            futures.append(writer.append_async(payload))
+            if len(futures) >= 32:
+                assert futures.pop(0).result(timeout=60) == entry_id - 31
+        for future in futures:
+            future.result(timeout=60)
+        meta = writer.close()
+        assert meta.last_entry_id == 599
+        assert full.node_id not in meta.last_fragment.ensemble
+        assert spare.node_id in meta.last_fragment.ensemble
+
+        read_only = poll_until(lambda: (r := registration(store, full)) and r.state is NodeState.READ_ONLY and r, 10,
+                               what="the full node registered read-only")
+        assert "--disk-quota-bytes" in read_only.read_only_reason
+        assert read_only.disk_capacity_bytes == QUOTA and read_only.disk_fill >= 0.95
+        assert read_only.disk_used_bytes >= 0.95 * QUOTA and read_only.health == "ok"
+        listing = nodes_listing(metadata_uri, capsys)
+        (line,) = [row for row in listing.splitlines() if row.startswith(full.node_id + " ")]
+        assert "read_only" in line and "MiB" in line and "--disk-quota-bytes" in line
+
+        stored = {e.entry_id: e.payload for e in client.open_ledger(meta.ledger_id).read(0, 599)}
+        assert stored == payloads
+
+        client.delete_ledger(meta.ledger_id)                      # garbage collection reclaims its journal
+        writable = poll_until(lambda: (r := registration(store, full)) and r.state is NodeState.AVAILABLE and r,
+                              30, what="the node to turn writable once its space was reclaimed")
+        assert writable.read_only_reason == "" and writable.disk_fill < 0.95
+    with NodeClient(full.address) as node:
+        assert node.add(make_entry(77, 0, b"after"))[0].status == pb.OK
+    assert all(registration(store, n).state is NodeState.AVAILABLE for n in others)
