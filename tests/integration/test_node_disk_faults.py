@@ -13,7 +13,9 @@ writable again.
 from __future__ import annotations
 
 import json
+import subprocess
 
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from connector.cli import main
@@ -181,3 +183,50 @@ def test_a_node_whose_disk_fills_while_a_writer_appends_goes_read_only_and_back_
     with NodeClient(full.address) as node:
         assert node.add(make_entry(77, 0, b"after"))[0].status == pb.OK
     assert all(registration(store, n).state is NodeState.AVAILABLE for n in others)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A real 16 MiB filesystem (tmpfs), where the test may mount one (root); skipped elsewhere: the quota
+    test above covers the disk-full path everywhere."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def test_a_journal_write_failing_with_enospc_turns_the_node_read_only_until_space_is_freed(start_node, store,
+                                                                                           small_filesystem):
+    """A disk that fills between two disk checks: the journal write fails with ENOSPC (undone, its adds answered
+    ERROR), the node turns read-only; once space is freed it takes adds again instead of waiting for a restart."""
+    filler = small_filesystem / "filler"
+    filler.write_bytes(b"\0" * (4 << 20))
+    node = start_node(None, "--read-only-threshold", "1.0", "--disk-check-interval", "0.1",
+                      data_dir=small_filesystem / "node")
+    payloads = {}
+    with NodeClient(node.address) as client:
+        for entry_id in range(200):                               # 50 MiB: far more than fits
+            payload = payload_for(3, entry_id, 256 << 10)
+            result = client.add(make_entry(3, entry_id, payload))[0]
+            if result.status != pb.OK:
+                break
+            payloads[entry_id] = payload
+        assert result.status == pb.ERROR and "No space left" in result.message, result
+        assert 10 < len(payloads) < 64
+        refused = client.add(make_entry(3, len(payloads), b"small"))[0]
+        assert refused.status == pb.READ_ONLY and "ENOSPC" in refused.message, refused
+        read_only = poll_until(lambda: (r := registration(store, node)) and r.state is NodeState.READ_ONLY and r, 10,
+                               what="the node registered read-only")
+        assert "ENOSPC" in read_only.read_only_reason and read_only.health == "ok"
+        assert all(client.read(3, e).payload == p for e, p in payloads.items())
+
+        filler.unlink()
+        poll_until(lambda: client.add(make_entry(3, len(payloads), b"small"))[0].status == pb.OK, 10,
+                   what="the node to take adds once space was freed")
+    assert registration(store, node).state is NodeState.AVAILABLE
