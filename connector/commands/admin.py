@@ -153,7 +153,9 @@ def holding_stream(client: LedgerClient, meta: LedgerMetadata) -> str | None:
     return name
 
 
-NODE_COLUMNS = ("node", "address", "state", "disk", "health", "read-only reason", "metrics")
+# The free-text columns come last, so that a long reason does not push the others out of line.
+NODE_COLUMNS = ("node", "address", "state", "disk", "metrics", "health", "read-only reason")
+_SHORT = 16      # health is aligned to its short values ("ok"); a "broken: ..." one runs on into the next column
 
 
 def run_nodes(args) -> int:
@@ -166,9 +168,10 @@ def run_nodes(args) -> int:
             print(json.dumps(dict(dataclasses.asdict(reg), state=reg.state.value, decommissioned=node_id in retired)))
         return 0
     rows = [NODE_COLUMNS] + [node_row(reg, node_id in retired) for node_id, reg in sorted(nodes.items())]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(NODE_COLUMNS))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(NODE_COLUMNS) - 2)]
+    widths.append(max(len(row[-2]) for row in rows if len(row[-2]) <= _SHORT))
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
     return 0
 
 
@@ -176,8 +179,8 @@ def node_row(reg: NodeRegistration, decommissioned: bool = False) -> tuple[str, 
     """One line of `ledger nodes`; "-" for what the node did not say (an older node's registration)."""
     state = reg.state.value + (", decommissioned" if decommissioned else "")
     disk = f"{human_bytes(reg.disk_used_bytes)} {reg.disk_fill:.0%}" if reg.disk_capacity_bytes else "-"
-    return (reg.node_id, reg.address, state, disk, reg.health or "-", reg.read_only_reason or "-",
-            reg.metrics_address or "-")
+    return (reg.node_id, reg.address, state, disk, reg.metrics_address or "-", reg.health or "-",
+            reg.read_only_reason or "-")
 
 
 def human_bytes(n: int) -> str:

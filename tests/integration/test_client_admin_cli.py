@@ -100,11 +100,11 @@ def test_json_listings_nodes_and_version(cluster, metadata_uri, capsys):
         assert r["metrics_address"]
     assert main(["nodes", "--metadata", metadata_uri]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
-    assert header.split() == ["node", "address", "state", "disk", "health", "read-only", "reason", "metrics"]
+    assert header.split() == ["node", "address", "state", "disk", "metrics", "health", "read-only", "reason"]
     for r, row in zip(sorted(registered, key=lambda r: r["node_id"]), rows):
-        node_id, address, state, used, unit, fill, health, reason, metrics = row.split()
-        assert (node_id, address, state, health, reason, metrics) == (
-            r["node_id"], r["address"], "available", "ok", "-", r["metrics_address"])
+        node_id, address, state, used, unit, fill, metrics, health, reason = row.split()
+        assert (node_id, address, state, metrics, health, reason) == (
+            r["node_id"], r["address"], "available", r["metrics_address"], "ok", "-")
         assert unit in ("B", "KiB", "MiB", "GiB", "TiB") and fill == f"{r['disk_fill']:.0%}"
     with pytest.raises(SystemExit) as version:
         main(["--version"])
