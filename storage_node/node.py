@@ -31,6 +31,7 @@ ZOOKEEPER_SHUTDOWN_SECONDS = 5.0
 
 
 DISK_PUBLISH_STEP = 0.01      # republish the disk use when it moved by 1% of capacity (not on every check)
+ENOSPC_FREED = 0.01           # an ENOSPC lifts once this fraction of the filesystem was freed since (DiskWatch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ class DiskWatch:
     are separate reasons, so the disk coming back under the threshold does not lift them by itself).
 
     A journal write that failed with ENOSPC (the disk filled between two checks) is lifted once the disk is
-    under the threshold and the filesystem's free space grew by DISK_PUBLISH_STEP of its size since the
+    under the threshold and the filesystem's free space grew by ENOSPC_FREED of its size since the
     failure: space was freed, not merely a smaller group left room. A write that still does not fit fails
     again, harmlessly (the group is undone and its adds answered ERROR), and turns the node read-only again."""
 
@@ -97,7 +98,7 @@ class DiskWatch:
             storage.set_read_only("disk", "")
         failed_with = storage.enospc_free_bytes
         if (not full and storage.is_read_only_because("enospc") and failed_with is not None
-                and use.free_bytes >= failed_with + DISK_PUBLISH_STEP * use.filesystem_bytes):
+                and use.free_bytes >= failed_with + ENOSPC_FREED * use.filesystem_bytes):
             storage.set_read_only("enospc", "")
             storage.enospc_free_bytes = None
 
@@ -130,7 +131,8 @@ async def _serve_locked(config: NodeConfig, lock: DataDirLock, stop: asyncio.Eve
     metrics = NodeMetrics()
     storage = Storage(config, metrics)
     metrics.watch(
-        data_dir=config.data_dir, read_only=lambda: bool(storage.read_only_reason), data_bytes=storage.data_bytes,
+        data_dir=config.data_dir, read_only=lambda: bool(storage.read_only_reason or storage.broken),
+        data_bytes=storage.data_bytes,
         queue_depth=lambda: storage.journal.queued_records if storage.journal else 0,
     )
     service = StorageNodeService(storage, config)

@@ -235,8 +235,8 @@ class StorageNodeService:
         return pb.NodeInfoResponse(
             node_id=self.config.node_id,
             address=self.address,
-            read_only=bool(storage.read_only_reason),
-            read_only_reason=storage.read_only_reason,
+            read_only=bool(storage.read_only_reason or storage.broken),     # a broken node takes no adds either
+            read_only_reason="; ".join(r for r in (storage.read_only_reason, storage.broken and storage.health) if r),
             disk_total_bytes=disk.total,
             disk_used_bytes=disk.total - disk.free,
             ledger_count=len(storage.ledgers),

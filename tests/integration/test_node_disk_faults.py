@@ -63,7 +63,8 @@ def test_a_failed_fsync_fails_its_adds_and_the_node_serves_nothing_until_restart
                        client.read(1, 0), client.read(1, 0, fence=True, key=KEY), client.read_lac(1),
                        client.write_lac(1, 4), client.wait_lac(1, -1, 0), *client.read_range(1, 0, 4)):
             assert answer.status == pb.ERROR and "restart" in answer.message, answer
-        assert client.node_info().node_id == node.node_id        # what it is, not what it stores: still answered
+        info = client.node_info()                                # what it is, not what it stores: still answered
+        assert info.read_only and "broken: journal fsync failed" in info.read_only_reason
         poll_until(lambda: health_status(client) == health_pb2.HealthCheckResponse.NOT_SERVING, 10,
                    what="gRPC health NOT_SERVING")
 
