@@ -19,7 +19,7 @@ from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
 from metadata.model import Retention
-from metadata.store import DEFAULT_URI, MetadataUri
+from metadata.store import DEFAULT_URI, MetadataUri, zk_wait_seconds
 from metadata.streams import check_stream_name
 
 COMPRESSIONS = ("none", "lz4", "zstd")
@@ -134,6 +134,13 @@ class LedgerOptions:
             }
         except LedgerError as exc:
             raise InvalidOptionError(f"options tlsCa/tlsCert/tlsKey/authTokenFile: {exc}") from exc
+
+    def task_client_options(self) -> dict:
+        """client_options for an executor's task: its client waits for an unreachable ZooKeeper as long as any
+        metadata call does ($LEDGER_ZK_WAIT_SECONDS), not a client's 15 s connect timeout, so a task started
+        during a ZooKeeper restart rides it out instead of failing its job (or killing its streaming query).
+        The driver keeps the short timeout: a wrong URI there fails the job at once."""
+        return dict(self.client_options(), connect_timeout=zk_wait_seconds())
 
     def _check_quorums(self) -> None:
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:

@@ -138,7 +138,7 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """An executor's read of one partition: its entries as Arrow batches of exactly the schema."""
     target = arrow_schema_of(schema)
-    with LedgerClient(options.metadata, **options.client_options()) as lc:
+    with LedgerClient(options.metadata, **options.task_client_options()) as lc:
         try:
             handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
         except NoSuchLedgerError as exc:

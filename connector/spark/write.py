@@ -206,7 +206,7 @@ def write_task_ledger(
     entry: TaskEntry | None = None
     ledger = None
     in_flight: collections.deque = collections.deque()
-    with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+    with LedgerClient(opts.metadata, **opts.task_client_options()) as lc:
         try:
             for payload in entries_of(iterator, builder):
                 if ledger is None:
