@@ -223,7 +223,7 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
                                          pid=os.getpid(), metrics_address=metrics_address),
                         storage, await disk.check())
     await service.set_serving(True)
-    registration = await asyncio.to_thread(registry.register_node, store, reg)
+    registration = _RegistrationWriter(await asyncio.to_thread(registry.register_node, store, reg))
     security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
     if config.auth_token_file:
         security += ", token required"
@@ -245,12 +245,13 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
             current = _registration(reg, storage, use)
             if _worth_publishing(reg, current):
                 reg = current
-                await _publish(registration, reg)
+                registration.publish(reg)
             if loop.time() >= next_checkpoint and not storage.broken:
                 with contextlib.suppress(JournalWriteError):   # broke meanwhile: the next round publishes it
                     await storage.checkpoint()
                 next_checkpoint = loop.time() + config.checkpoint_interval
     finally:
+        registration.close()
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
         # Deregister before the server stops taking calls: by closing the session, never by deleting the path.
@@ -322,9 +323,39 @@ def _worth_publishing(published: NodeRegistration, current: NodeRegistration) ->
             or moved >= DISK_PUBLISH_STEP * max(current.disk_capacity_bytes, 1))
 
 
-async def _publish(registration: registry.EphemeralRegistration, reg: NodeRegistration) -> None:
-    try:
-        await asyncio.to_thread(registration.update, serde.encode_node(reg))
-    except Exception as exc:  # ZooKeeper away: the registration is re-created with this state on reconnect
-        print(f"storage node {reg.node_id}: could not publish state {reg.state.value}: {exc}",
-              file=sys.stderr, flush=True)
+class _RegistrationWriter:
+    """Writes the node's registration on a daemon thread, only ever its latest version and one write at a
+    time (so they land in order). While ZooKeeper is away a write waits for it; the node's loop (disk checks,
+    read-only switches, checkpoints) must not, nor must an exiting node."""
+
+    def __init__(self, registration: registry.EphemeralRegistration):
+        self._registration = registration
+        self._latest: NodeRegistration | None = None
+        self._closed = False
+        self._wake = threading.Condition()
+        threading.Thread(target=self._run, name="registration writer", daemon=True).start()
+
+    def publish(self, reg: NodeRegistration) -> None:
+        with self._wake:
+            self._latest = reg
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while self._latest is None and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                reg, self._latest = self._latest, None
+            try:
+                self._registration.update(serde.encode_node(reg))
+            except Exception as exc:  # ZooKeeper away: the latest data is written when it is back (registry.py)
+                if not self._closed:
+                    print(f"storage node {reg.node_id}: could not publish state {reg.state.value} "
+                          f"({reg.health}) yet: {exc}", file=sys.stderr, flush=True)
