@@ -6,6 +6,7 @@ ledger a stream still holds is refused (naming the stream) unless forced.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import datetime
 import json
@@ -46,8 +47,10 @@ def register(subparsers) -> None:
     read.add_argument("--to", dest="last", type=int, default=None,
                       help="last entry (default and at most: the last readable one)")
     read.add_argument("--password", default="", help="the ledger's password")
-    read.add_argument("--format", choices=("text", "hex", "rows"), default="text",
-                      help="text (UTF-8, else hex), hex, or rows (Arrow entries of Spark streams as JSON rows)")
+    read.add_argument("--format", choices=("text", "hex", "rows", "json"), default="text",
+                      help="text (UTF-8, else hex), hex, rows (Arrow entries of Spark streams as JSON rows), or "
+                           "json (one object per entry: entry_id and payload, or payload_base64)")
+    read.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     read.add_argument("--recover", action="store_true",
                       help="fence and close an OPEN ledger first (its writer can add no more), then read it all")
     read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
@@ -97,11 +100,10 @@ def run_read(args) -> int:
         first, last = readable_range(args.ledger_id, args.first, args.last, reader.last_entry_id, reader.is_closed)
         if first > last:
             return 0
-        show = _FORMATS[args.format]
         out = sys.stdout
         for entry in reader.read(first, last):
-            for line in show(entry):
-                out.write(f"{entry.entry_id}\t{line}\n")
+            for line in entry_lines(args.format, args.ledger_id, entry):
+                out.write(line + "\n")
     return 0
 
 
@@ -254,6 +256,24 @@ _FORMATS = {
     "hex": lambda entry: [entry.payload.hex()],
     "rows": _rows,
 }
+
+
+def entry_lines(fmt: str, ledger_id: int, entry) -> list[str]:
+    """An entry as `ledger read` prints it: one JSON object, or lines of ENTRY_ID<tab>text|hex|row."""
+    if fmt == "json":
+        return [json.dumps({"ledger_id": ledger_id, "entry_id": entry.entry_id, **payload_fields(entry.payload)})]
+    return [f"{entry.entry_id}\t{line}" for line in _FORMATS[fmt](entry)]
+
+
+def payload_fields(payload: bytes) -> dict:
+    """A payload for a JSON record: `payload` when it is printable UTF-8 text, else `payload_base64`."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable():
+        return {"payload": text}
+    return {"payload_base64": base64.b64encode(payload).decode("ascii")}
 
 
 def printable(payload: bytes) -> str:

@@ -13,7 +13,6 @@ ledger's rows are known once it is sealed, so an arrow stream's OPEN tail shows 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Iterator
 
 from connector.client import LedgerClient
 from connector.commands import node_security
+from connector.commands.admin import payload_fields
 from connector.commands.stream import _positive, _seconds
 from connector.lag import ARROW, latest_offset
 from metadata import streams
@@ -86,17 +86,7 @@ def _lines(lc: LedgerClient, name: str, offset: int, password: bytes) -> Iterato
         yield from _arrow_lines(lc, record, offset, password)
         return
     for entry in lc.read_stream(name, offset, password=password):
-        yield entry.offset, json.dumps({OFFSET: entry.offset, **_payload(entry.payload)})
-
-
-def _payload(payload: bytes) -> dict:
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and text.isprintable():
-        return {"payload": text}
-    return {"payload_base64": base64.b64encode(payload).decode("ascii")}
+        yield entry.offset, json.dumps({OFFSET: entry.offset, **payload_fields(entry.payload)})
 
 
 def _arrow_lines(lc: LedgerClient, record: StreamRecord, offset: int, password: bytes) -> Iterator[tuple[int, str]]:

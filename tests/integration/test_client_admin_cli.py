@@ -90,6 +90,13 @@ def test_json_listings_nodes_and_version(cluster, metadata_uri, capsys):
     assert (listed["ledger_id"], listed["state"], listed["last_entry_id"]) == (writer.ledger_id, "CLOSED", 0)
     assert main(["show", str(writer.ledger_id), "--json", "--metadata", metadata_uri]) == 0
     assert json.loads(capsys.readouterr().out)["fragments"][0]["ensemble"]
+    with LedgerClient(metadata_uri) as client, client.create_ledger(3, 3, 2) as binary:
+        binary.append(b"\x00\xff")
+    assert main(["read", str(writer.ledger_id), "--json", "--metadata", metadata_uri]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ledger_id": writer.ledger_id, "entry_id": 0, "payload": "x"}
+    assert main(["read", str(binary.ledger_id), "--format", "json", "--metadata", metadata_uri]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ledger_id": binary.ledger_id, "entry_id": 0,
+                                                   "payload_base64": "AP8="}
     assert main(["nodes", "--json", "--metadata", metadata_uri]) == 0
     registered = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(r["node_id"] for r in registered) == sorted(n.node_id for n in nodes)
