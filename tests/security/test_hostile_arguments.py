@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kazoo.client import KazooClient
 
 from connector.cli import main
 from connector.client import LedgerClient
 from connector.spark.errors import InvalidOptionError
 from connector.spark.options import SPELLING, LedgerOptions
 from metadata.errors import LedgerError
+from metadata.store import MetadataUri
 
 NUMBERS = st.one_of(st.integers(-(1 << 70), 1 << 70), st.sampled_from([0, -1, 1, 2, 3, (1 << 63) - 1, 1 << 63]))
 VALUES = st.one_of(
@@ -36,8 +38,9 @@ def test_spark_options_either_parse_or_raise_invalid_option_error(options):
     assert parsed.ensemble_size >= parsed.write_quorum >= parsed.ack_quorum >= 1
 
 
-# Every command that only reads (the ones that write need --yes, --force or --apply, never generated here).
-COMMANDS = st.sampled_from([["show"], ["read"], ["recover"], ["list"], ["nodes"], ["stream", "list"],
+# Every command that only reads (the ones that write need --yes, --force or --apply, never generated here), and
+# `init`, which changes nothing on an initialised root.
+COMMANDS = st.sampled_from([["init"], ["show"], ["read"], ["recover"], ["list"], ["nodes"], ["stream", "list"],
                             ["stream", "show"], ["stream", "truncate"], ["stream", "retention"],
                             ["stream", "compact"], ["stream", "lag"], ["stream", "tail"], ["jobs"], ["audit"]])
 ARGUMENTS = st.lists(st.one_of(
@@ -51,8 +54,12 @@ ARGUMENTS = st.lists(st.one_of(
 ), max_size=6)
 
 
-def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri, monkeypatch, capsys):
+def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri, zookeeper, monkeypatch, capsys):
     cluster(3)
+    # A root nobody initialised: every command but `init` refuses it in one line and leaves it absent.
+    uninitialised = zookeeper.uri(MetadataUri.parse(metadata_uri).root + "-never-initialised")
+    zk = KazooClient(hosts=zookeeper.address)
+    zk.start(timeout=15)
     monkeypatch.setenv("LEDGER_METADATA", metadata_uri)
     with LedgerClient(metadata_uri) as lc:
         with lc.create_ledger(3, 2, 2) as w:
@@ -60,8 +67,11 @@ def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri
         before = {i: lc.store.read_ledger(i) for i in lc.list_ledgers()}
 
     @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(command=COMMANDS, arguments=ARGUMENTS)
-    def hostile(command, arguments):
+    @given(command=COMMANDS, arguments=ARGUMENTS, elsewhere=st.booleans())
+    def hostile(command, arguments, elsewhere):
+        if elsewhere:
+            arguments = ["--metadata", uninitialised, *arguments]
+        was_there = zk.exists(MetadataUri.parse(uninitialised).root) is not None
         try:
             status = main([*command, *arguments])
         except SystemExit as usage:  # argparse: a usage message, exit status 2
@@ -72,8 +82,14 @@ def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri
         assert status in (0, 1), (command, arguments)
         assert status == 0 or err.startswith("ledger: error:"), err
         assert "Traceback" not in err
+        if command != ["init"] and not was_there:
+            assert zk.exists(MetadataUri.parse(uninitialised).root) is None, (command, arguments)
 
-    hostile()
+    try:
+        hostile()
+    finally:
+        zk.stop()
+        zk.close()
     with LedgerClient(metadata_uri) as lc:
         assert {i: lc.store.read_ledger(i) for i in lc.list_ledgers()} == before
 
