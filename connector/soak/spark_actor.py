@@ -1,6 +1,6 @@
 """The Spark part of `ledger soak --spark`: the actor that drives Spark, and what the checker reads back.
 
-The actor (workload role `spark`) is one process with one small SparkSession (local[2], no UI) that runs
+The actor (workload role `spark`) is one process with one small SparkSession (local[2,4], no UI) that runs
 
 - a streaming query: Spark's `rate` source (ROWS_PER_SECOND rows a second, one partition) -> the ledger
   sink on the stream SPARK_STREAM, checkpoint in --checkpoint, a trigger every TRIGGER. Its rows are
