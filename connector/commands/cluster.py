@@ -1,6 +1,7 @@
 """`ledger cluster start|status|stop`: a local cluster (embedded ZooKeeper + N storage nodes)."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 
@@ -26,6 +27,8 @@ def register(subparsers) -> None:
 
     status = actions.add_parser("status", help="show ZooKeeper and every node's health, role and disk use")
     status.add_argument("--dir", default=DEFAULT_DIR)
+    status.add_argument("--json", action="store_true",
+                        help="one JSON object: metadata, zookeeper, tls and every node's health fields")
     node_security.add_arguments(status)
     status.set_defaults(func=run_status)
 
@@ -61,10 +64,14 @@ def export_lines(uri: str, tls) -> list[str]:
 
 def run_status(args) -> int:
     status = LocalCluster(args.dir).status(**node_security.client_options(args))
+    healthy = status["zookeeper"] and all(
+        node["running"] and node["registered"] and "error" not in node for node in status["nodes"])
+    if args.json:
+        print(json.dumps(dict(status, healthy=healthy)))
+        return 0 if healthy else 1
     print(f"metadata   {status['metadata']}")
     print(f"zookeeper  {'serving' if status['zookeeper'] else 'DOWN'}")
     print(f"tls        {'on (mutual)' if status['tls'] else 'off'}")
-    healthy = status["zookeeper"]
     for node in status["nodes"]:
         if node["running"] and node["registered"] and "error" not in node:
             used = node["disk_used_bytes"] / max(node["disk_total_bytes"], 1)
@@ -74,7 +81,6 @@ def run_status(args) -> int:
             if node["read_only_reason"]:
                 health += f"  ({node['read_only_reason']})"
         else:
-            healthy = False
             health = "DOWN" if not node["running"] else f"unhealthy ({node.get('error', 'not registered')})"
         print(f"{node['node_id']:<10} {node['address']:<21} {health}")
     return 0 if healthy else 1

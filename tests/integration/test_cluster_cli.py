@@ -1,4 +1,5 @@
 """`ledger cluster start|status|stop` as a user runs them, and a restart keeping the data."""
+import json
 import subprocess
 import sys
 
@@ -46,6 +47,9 @@ def test_start_status_stop_and_restart_keeps_data(tmp_path):
         assert sorted(nodes) == ["node-1", "node-2"]
         status = ledger("cluster", "status", "--dir", str(directory)).stdout
         assert "zookeeper  serving" in status and status.count(" up ") == 2
+        described = json.loads(ledger("cluster", "status", "--dir", str(directory), "--json").stdout)
+        assert described["healthy"] and described["zookeeper"] and described["metadata"] == uri
+        assert sorted(n["node_id"] for n in described["nodes"]) == ["node-1", "node-2"]
 
         address = nodes["node-1"].address
         assert add_one(address, 7, b"kept across restarts") == [ledger_pb2.OK]
@@ -53,6 +57,8 @@ def test_start_status_stop_and_restart_keeps_data(tmp_path):
         ledger("cluster", "stop", "--dir", str(directory))
         down = ledger("cluster", "status", "--dir", str(directory), check=False)
         assert down.returncode == 1 and "DOWN" in down.stdout
+        down = ledger("cluster", "status", "--dir", str(directory), "--json", check=False)
+        assert down.returncode == 1 and json.loads(down.stdout)["healthy"] is False
 
         assert ledger("cluster", "start", "--dir", str(directory)).stdout.strip() == uri
         reply = read_one(address, 7)
