@@ -186,8 +186,8 @@ class MetadataStore:
     (update_loop.update_ledger, streams.update_stream).
 
     With credentials (in the URI or $LEDGER_ZK_AUTH) the session authenticates by digest and every znode it
-    creates (ledgers, streams, registrations; with initialise_root the root and its layout) carries an ACL that only those
-    credentials satisfy, so a client without them can neither read nor change the metadata.
+    creates (ledgers, streams, registrations; with initialise_root the root and its layout) carries an ACL that
+    only those credentials satisfy, so a client without them can neither read nor change the metadata.
     """
 
     def __init__(self, uri: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0,

@@ -37,8 +37,9 @@ def zk(zookeeper):
 
 
 def ledger(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, **(env or {}))
-    environment.pop("LEDGER_METADATA", None) if env is None or "LEDGER_METADATA" not in env else None
+    """`ledger ARGS` in a process of its own; $LEDGER_METADATA only if env gives it."""
+    environment = {k: v for k, v in os.environ.items() if k != "LEDGER_METADATA"}
+    environment.update(env or {})
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=environment)
 
 
@@ -71,8 +72,9 @@ def test_ledger_init_creates_the_root_with_its_layout_and_is_idempotent(fresh_ro
 
     again = ledger("init", env={"LEDGER_METADATA": fresh_root})  # the default of --metadata
     assert again.returncode == 0 and again.stderr == "", again.stderr
-    assert again.stdout == (f"metadata root {root} at ZooKeeper {MetadataUri.parse(fresh_root).hosts} is initialised "
-                            f"already (layout version {marker.version}, instance {marker.instance_id}); nothing to do\n")
+    hosts = MetadataUri.parse(fresh_root).hosts
+    assert again.stdout == (f"metadata root {root} at ZooKeeper {hosts} is initialised already "
+                            f"(layout version {marker.version}, instance {marker.instance_id}); nothing to do\n")
     assert zk.get(root + layout.MARKER)[1].mzxid == stat.mzxid  # not rewritten
     with MetadataStore(fresh_root) as store:
         assert store.layout == marker
