@@ -14,12 +14,12 @@ import sys
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
+from connector.commands.command_client import open_client
 from metadata import registry, streams
 from metadata.errors import LedgerError
 from metadata.model import LedgerMetadata, NodeRegistration
 
 STREAM_TAG = "stream"  # the custom metadata tag every stream ledger carries (stream writer, Spark tasks)
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before a command gives up with one line saying so
 
 
 class LedgerHeldError(LedgerError):
@@ -64,12 +64,8 @@ def register(subparsers) -> None:
     command("nodes", "list the storage nodes registered in the metadata", run_nodes, json_output=True)
 
 
-def _client(args) -> LedgerClient:
-    return LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args))
-
-
 def run_list(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         if not args.json:
             print(f"{'ledger':>10}  {'state':<11}  {'last entry':>10}  {'E/WQ/AQ':<8}  {'length':>12}  writer")
         for ledger_id in client.list_ledgers():
@@ -88,14 +84,14 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         meta = client.ledger_metadata(args.ledger_id)
         print(json.dumps(as_json(meta), indent=2) if args.json else describe(meta))
     return 0
 
 
 def run_read(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         reader = client.open_ledger(args.ledger_id, password=args.password.encode(), recover=args.recover)
         first, last = readable_range(args.ledger_id, args.first, args.last, reader.last_entry_id, reader.is_closed)
         if first > last:
@@ -121,14 +117,14 @@ def readable_range(ledger_id: int, first: int, last: int | None, readable: int, 
 
 
 def run_recover(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         meta = client.recover_ledger(args.ledger_id, password=args.password.encode())
         print(f"ledger {meta.ledger_id} is {meta.state.value} at last entry {meta.last_entry_id}")
     return 0
 
 
 def run_delete(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         meta = client.ledger_metadata(args.ledger_id)
         holder = holding_stream(client, meta)
         if holder is not None and not args.force:
@@ -162,7 +158,7 @@ _SHORT = 16      # health is aligned to its short values ("ok"); a "broken: ..."
 
 def run_nodes(args) -> int:
     """The registered nodes of any cluster, from the metadata (BookKeeper's listbookies with its bookie info)."""
-    with _client(args) as client:
+    with open_client(args) as client:
         nodes = registry.list_nodes(client.store)
         retired = registry.decommissioned_nodes(client.store)
     if args.json:

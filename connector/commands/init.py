@@ -7,9 +7,8 @@ initialise their own root.
 from __future__ import annotations
 
 from connector.client import default_metadata_uri
+from connector.commands.command_client import CONNECT_TIMEOUT
 from metadata.store import MetadataUri, initialise_root
-
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
 
 
 def register(subparsers) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import sys
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import default_metadata_uri
 from connector.commands import node_security
+from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
 )
-
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
 
 
 def register(subparsers) -> None:
@@ -48,7 +47,7 @@ def register(subparsers) -> None:
 
 def run_jobs(args) -> int:
     passwords = [p.encode() for p in (args.passwords or [""])]
-    with LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args)) as lc:
+    with open_client(args) as lc:
         found = find_registries(lc.store, args.stream)
         facts = {(r.kind, r.owner): ledger_facts(lc.store, r.entries(lc.store)) for r in found}
         cleaned = {}

@@ -21,6 +21,7 @@ import time
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
+from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
 )
@@ -29,7 +30,6 @@ from metadata import streams
 from metadata.errors import LedgerError
 from metadata.model import Retention, StreamRecord
 
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before a command gives up with one line saying so
 COMPACT_MODULE = "connector.commands.stream_compact"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATIONS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -101,15 +101,11 @@ def _register_compact(commands) -> None:
     register_compact(commands)
 
 
-def _client(args) -> LedgerClient:
-    return LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args))
-
-
 # -- list, show ----------------------------------------------------------------------------------------
 
 
 def run_list(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         if not args.json:
             print(f"{'stream':<24}  {'format':<6}  {'offsets':>23}  {'tail':<18}  retention")
         for name in streams.list_streams(client.store):
@@ -127,7 +123,7 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         record = streams.read_stream(client.store, args.name).value
         ledgers = list(streams.iter_ledgers(client.store, record))
         shown = dict(
@@ -208,7 +204,7 @@ def _retention_text(retention: Retention) -> str:
 
 
 def run_truncate(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         result = truncate_stream(client, args.name, args.before, password=args.password.encode())
     if args.json:
         print(json.dumps(dict(dataclasses.asdict(result), cut=result.cut)))
@@ -230,7 +226,7 @@ def run_retention(args) -> int:
                           "7d`), or apply retention with --apply")
     if changing and args.name is None:
         raise LedgerError("--max-age/--max-bytes set one stream's retention: name it")
-    with _client(args) as client:
+    with open_client(args) as client:
         if changing or not args.apply:
             record = (set_retention(client.store, args.name, args.max_age, args.max_bytes) if changing
                       else streams.read_stream(client.store, args.name).value)
@@ -282,7 +278,7 @@ def _print_result(result, as_json: bool) -> None:
 
 
 def run_delete(args) -> int:
-    with _client(args) as client:
+    with open_client(args) as client:
         record = streams.read_stream(client.store, args.name).value
         if not args.yes:
             _confirm(record)

@@ -13,15 +13,14 @@ import dataclasses
 import datetime
 import json
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import default_metadata_uri
 from connector.commands import node_security
+from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
     compact_stream,
 )
 from connector.spark.options import COMPRESSIONS
-
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
 
 
 def register_compact(subparsers) -> argparse.ArgumentParser:
@@ -64,7 +63,7 @@ def run_compact(args) -> int:
         compression=None if args.compression == "none" else args.compression,
     )
     progress = None if args.json else _print_step
-    with LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args)) as lc:
+    with open_client(args) as lc:
         result = compact_stream(lc, args.name, policy, password=args.password.encode(), wait=args.wait,
                                 on_step=progress)
     if args.json:

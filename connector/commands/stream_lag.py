@@ -12,12 +12,9 @@ import json
 import sys
 
 from connector.checkpoint import Checkpoint, SourceOffset, read_checkpoint
-from connector.client import LedgerClient
-from connector.commands import node_security
+from connector.commands.command_client import open_client
 from connector.lag import Lag, bytes_text, stream_lag
 from metadata.errors import LedgerError
-
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
 
 
 class NoLedgerSourceError(LedgerError):
@@ -40,7 +37,7 @@ def register_lag(command) -> None:
 def run_lag(args) -> int:
     checkpoint = read_checkpoint(args.checkpoint)
     sources = _ledger_sources(checkpoint, args.stream)
-    with LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args)) as client:
+    with open_client(args) as client:
         lags = [(source, stream_lag(client, source.stream, _committed(checkpoint, source),
                                     args.password.encode())) for source in sources]
     if args.json:

@@ -19,14 +19,13 @@ import time
 from typing import Iterator
 
 from connector.client import LedgerClient
-from connector.commands import node_security
+from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
 from connector.commands.stream import _positive, _seconds
 from connector.lag import ARROW, latest_offset
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
 
-CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before the command gives up with one line saying so
 EARLIEST, LATEST = "earliest", "latest"
 OFFSET = "_offset"     # connector.spark.schema.OFFSET, the column includeMetadata adds
 
@@ -51,7 +50,7 @@ def register_tail(command) -> None:
 def run_tail(args) -> int:
     password = args.password.encode()
     left = args.max_rows
-    with LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args)) as lc:
+    with open_client(args) as lc:
         offset = _first_offset(lc, args.name, args.start, password)
         while True:
             for at, line in _lines(lc, args.name, offset, password):
