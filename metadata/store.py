@@ -206,9 +206,9 @@ class MetadataStore:
         )
         self._start(self.zk, connect_timeout)
         try:
-            self.layout = self._initialise_layout() if _initialise else self._open_layout()
             if self.credentials is not None:
-                self._check_root_protected()
+                self._check_root_protected()   # before anything is written under it
+            self.layout = self._initialise_layout() if _initialise else self._open_layout()
         except BaseException:
             self.close()
             raise
@@ -256,13 +256,14 @@ class MetadataStore:
     def _open_layout(self) -> layout.LayoutMarker:
         """The root's layout marker, in one read. A root without one that holds the layout directories was made
         by a version from before markers (every store then created the directories): it counts as initialised
-        and gets its marker now. Any other root raises UninitialisedRootError."""
+        and is marked now, as `ledger init` would (the same refusal of a root that holds anything but a ledger
+        store's znodes, the same one multi). Any other root raises UninitialisedRootError."""
         try:
             data, _ = self._retried(self.zk.get, layout.MARKER)
         except NoNodeError:
             if self._retried(self.zk.exists, layout.LEDGERS) is None:
                 raise UninitialisedRootError(self._uninitialised()) from None
-            return self._write_marker(None)
+            return self._initialise_layout()
         return self._checked_marker(data)
 
     def _checked_marker(self, data: bytes) -> layout.LayoutMarker:
@@ -278,24 +279,16 @@ class MetadataStore:
                 f"this ledger-store knows ({layout.LAYOUT_VERSION}); upgrade ledger-store on this host"
             )
         if marker.version < layout.LAYOUT_VERSION:
-            return self._write_marker(marker)
+            return self._upgrade_marker(marker)
         return marker
 
-    def _write_marker(self, previous: layout.LayoutMarker | None) -> layout.LayoutMarker:
-        """Add the layout directories a root lacks, then write its marker: a root from before markers (previous
-        None: a new instance id) or from an older layout version (keeping its instance id)."""
+    def _upgrade_marker(self, previous: layout.LayoutMarker) -> layout.LayoutMarker:
+        """A root of an older layout version: add the layout directories it lacks, then rewrite its marker
+        (keeping its instance id)."""
         for path in layout.ALL_DIRS:
             self._retried(self.zk.ensure_path, path)
-        if previous is not None:
-            marker = dataclasses.replace(previous, version=layout.LAYOUT_VERSION)
-            self._retried(self.zk.set, layout.MARKER, marker.encode())
-            return marker
-        marker = layout.LayoutMarker(layout.LAYOUT_VERSION, uuid.uuid4().hex, time.time())
-        try:
-            self._retried(self.zk.create, layout.MARKER, marker.encode())
-        except NodeExistsError:  # another store marked it first, or our first attempt landed
-            data, _ = self._retried(self.zk.get, layout.MARKER)
-            return self._checked_marker(data)
+        marker = dataclasses.replace(previous, version=layout.LAYOUT_VERSION)
+        self._retried(self.zk.set, layout.MARKER, marker.encode())
         return marker
 
     def _uninitialised(self) -> str:

@@ -153,6 +153,19 @@ def test_a_root_made_by_an_older_version_without_a_marker_still_works(fresh_root
     assert again.returncode == 0 and "initialised already" in again.stdout and marker.instance_id in again.stdout
 
 
+def test_a_foreign_tree_with_a_ledgers_child_is_refused_not_adopted(fresh_root, zk):
+    """A mistyped root over another application's tree that happens to hold `ledgers` (BookKeeper's, Pulsar's):
+    a client or command opening it is refused, and nothing is written into that tree. Before the fix any root
+    with a `ledgers` child counted as ours and got our ten layout directories and a marker."""
+    root = root_of(fresh_root)
+    zk.ensure_path(f"{root}/ledgers/00/0000")
+    zk.ensure_path(f"{root}/managed-ledgers")
+    refused = ledger("list", "--metadata", fresh_root)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "holds znodes that are not a ledger store's (managed-ledgers)" in refused.stderr
+    assert sorted(zk.get_children(root)) == ["ledgers", "managed-ledgers"]
+
+
 def test_init_marks_a_root_made_by_an_older_version(fresh_root, zk):
     root = root_of(fresh_root)
     zk.ensure_path(root + layout.LEDGERS)
