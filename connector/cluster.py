@@ -305,6 +305,7 @@ class LocalCluster:
                 "state": reg.state.value if reg else "-",
                 "address": reg.address if reg else spec.address,
                 "metrics_address": reg.metrics_address if reg else "",
+                "health": reg.health if reg else "-",
             }
             entry.update(node_info(entry["address"], tls, auth_token) if entry["running"] else {})
             result["nodes"].append(entry)

@@ -178,6 +178,10 @@ class StorageNodeService:
             if verdict:
                 yield pb.ReadRangeResponse(status=verdict[0], message=verdict[1], done=True)
                 return
+            refusal = self.storage.refusal()   # the journal broke while the fence waited for its fsync
+            if refusal:
+                yield pb.ReadRangeResponse(status=pb.ERROR, message=refusal, done=True)
+                return
         status, message, _, _ = self.storage.last_confirmed(ledger_id)
         if status != pb.OK:
             yield pb.ReadRangeResponse(status=status, message=message, done=True)

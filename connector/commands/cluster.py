@@ -8,6 +8,7 @@ import sys
 from connector.client.security import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from connector.cluster import LocalCluster
 from connector.commands import node_security
+from metadata.model import HEALTH_OK
 from metadata.store import METADATA_ENV
 
 DEFAULT_DIR = "ledger-cluster"
@@ -64,8 +65,7 @@ def export_lines(uri: str, tls) -> list[str]:
 
 def run_status(args) -> int:
     status = LocalCluster(args.dir).status(**node_security.client_options(args))
-    healthy = status["zookeeper"] and all(
-        node["running"] and node["registered"] and "error" not in node for node in status["nodes"])
+    healthy = status["zookeeper"] and all(_serving(node) for node in status["nodes"])
     if args.json:
         print(json.dumps(dict(status, healthy=healthy)))
         return 0 if healthy else 1
@@ -73,7 +73,7 @@ def run_status(args) -> int:
     print(f"zookeeper  {'serving' if status['zookeeper'] else 'DOWN'}")
     print(f"tls        {'on (mutual)' if status['tls'] else 'off'}")
     for node in status["nodes"]:
-        if node["running"] and node["registered"] and "error" not in node:
+        if _serving(node):
             used = node["disk_used_bytes"] / max(node["disk_total_bytes"], 1)
             health = f"up  {node['state']:<9} disk {used:5.1%}  ledgers {node['ledgers']}  entries {node['entries']}"
             if node["metrics_address"]:
@@ -81,9 +81,16 @@ def run_status(args) -> int:
             if node["read_only_reason"]:
                 health += f"  ({node['read_only_reason']})"
         else:
-            health = "DOWN" if not node["running"] else f"unhealthy ({node.get('error', 'not registered')})"
+            why = node.get("error") or ("not registered" if not node["registered"] else node["health"])
+            health = "DOWN" if not node["running"] else f"unhealthy ({why})"
         print(f"{node['node_id']:<10} {node['address']:<21} {health}")
     return 0 if healthy else 1
+
+
+def _serving(node: dict) -> bool:
+    """Running, registered, answering, and not broken (a node whose journal broke serves nothing until restarted;
+    a node too old to report its health counts by the rest)."""
+    return node["running"] and node["registered"] and "error" not in node and node["health"] in (HEALTH_OK, "")
 
 
 def run_stop(args) -> int:

@@ -10,9 +10,10 @@ import json
 import sys
 import time
 
-from connector.client import LedgerClient, LedgerError, default_metadata_uri
+from connector.client import LedgerError, default_metadata_uri
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
+from connector.commands.command_client import open_client
 
 
 def register(subparsers) -> None:
@@ -45,8 +46,7 @@ def _passwords(args) -> list[bytes]:
 
 
 def run_audit(args) -> int:
-    with LedgerClient(args.metadata, **node_security.client_options(args)) as client, \
-            Rereplicator(client, _passwords(args)) as worker:
+    with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         if args.watch is None:
             return _audit_round(worker, args.repair, args.json)
         while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
@@ -87,8 +87,7 @@ def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False) -> i
 
 
 def run_decommission(args) -> int:
-    with LedgerClient(args.metadata, **node_security.client_options(args)) as client, \
-            Rereplicator(client, _passwords(args)) as worker:
+    with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
     failed = [o for o in outcomes if not o.ok]
     if failed:

@@ -8,6 +8,9 @@ import grpc
 from metadata import registry
 from metadata.store import MetadataStore
 from protos import digest, ledger_pb2, ledger_pb2_grpc
+from storage_node.journal import FSYNC_FAULT_ENV
+from tests.harness.node_client import NodeClient, make_entry
+from tests.harness.poll import poll_until
 
 
 def ledger(*args, check=True):
@@ -65,3 +68,31 @@ def test_start_status_stop_and_restart_keeps_data(tmp_path):
         assert reply.status == ledger_pb2.OK and reply.payload == b"kept across restarts"
     finally:
         ledger("cluster", "stop", "--dir", str(directory), check=False)
+
+
+def test_status_counts_a_node_whose_journal_broke_as_unhealthy(tmp_path, monkeypatch):
+    """Review finding: a node whose fsync failed still answers NodeInfo, and cluster status printed it `up`
+    and exited 0 although it serves nothing until restarted."""
+    monkeypatch.setenv(FSYNC_FAULT_ENV, "FSYNC_FAULT")   # the nodes inherit it: a file of that name breaks one
+    directory = tmp_path / "cluster"
+    uri = ledger("cluster", "start", "--nodes", "2", "--dir", str(directory)).stdout.strip()
+    try:
+        (directory / "nodes" / "node-1" / "FSYNC_FAULT").touch()
+        with MetadataStore(uri) as store:
+            address = registry.list_nodes(store)["node-1"].address
+        with NodeClient(address) as node:
+            assert node.add(make_entry(5, 0, b"x"))[0].status == ledger_pb2.ERROR   # its group's fsync failed
+        poll_until(lambda: registry_health(uri, "node-1").startswith("broken"), 30, what="node-1 to register broken")
+        status = ledger("cluster", "status", "--dir", str(directory), check=False)
+        assert status.returncode == 1
+        assert "unhealthy (broken: journal fsync failed" in status.stdout and status.stdout.count(" up ") == 1
+        described = json.loads(ledger("cluster", "status", "--dir", str(directory), "--json", check=False).stdout)
+        assert described["healthy"] is False
+    finally:
+        ledger("cluster", "stop", "--dir", str(directory), check=False)
+
+
+def registry_health(uri: str, node_id: str) -> str:
+    with MetadataStore(uri) as store:
+        reg = registry.list_nodes(store).get(node_id)
+    return reg.health if reg else ""
