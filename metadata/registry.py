@@ -28,13 +28,17 @@ class EphemeralRegistration:
     An outage longer than the session timeout expires the session and ZooKeeper deletes the znode; kazoo then
     starts a new session, and its CONNECTED event re-creates the znode. Data set by update() while ZooKeeper
     was away (a node turning read-only) is written once it is back, whether the session survived or not.
+
+    Every write (an update's, a reconnect's) reads the latest data and sends it under one lock, so a write of
+    older data can never land after a newer one (the znode's writes are unversioned).
     """
 
     def __init__(self, store: MetadataStore, path: str, data: bytes):
         self._store = store
         self._path = path
         self._data = data
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()        # _data and _stale
+        self._writing = threading.RLock()    # one write at a time, each of the data latest when it is sent
         self._closed = False
         self._stale = False  # the znode may hold older data than _data (an update that did not reach it)
         self._put()
@@ -59,25 +63,27 @@ class EphemeralRegistration:
         self._store.remove_listener(self._on_state)
 
     def _publish(self) -> None:
-        with self._lock:
-            data = self._data
-        try:
-            self._store.set_data(self._path, data)
-        except NoNodeError:
-            self._put()
-            return
-        self._written(data)
+        with self._writing:
+            with self._lock:
+                data = self._data
+            try:
+                self._store.set_data(self._path, data)
+            except NoNodeError:
+                self._put()
+                return
+            self._written(data)
 
     def _put(self) -> None:
-        with self._lock:
-            data = self._data
-        try:
-            self._store.create(self._path, data, ephemeral=True)
-        except NodeExistsError:
-            # Left over from our own previous session until ZooKeeper expires it: replace it.
-            self._store.delete(self._path)
-            self._store.create(self._path, data, ephemeral=True)
-        self._written(data)
+        with self._writing:
+            with self._lock:
+                data = self._data
+            try:
+                self._store.create(self._path, data, ephemeral=True)
+            except NodeExistsError:
+                # Left over from our own previous session until ZooKeeper expires it: replace it.
+                self._store.delete(self._path)
+                self._store.create(self._path, data, ephemeral=True)
+            self._written(data)
 
     def _written(self, data: bytes) -> None:
         with self._lock:
@@ -93,10 +99,11 @@ class EphemeralRegistration:
         try:
             if self._closed:
                 return
-            if not self._store.exists(self._path):
-                self._put()
-            elif self._stale:
-                self._publish()
+            with self._writing:
+                if not self._store.exists(self._path):
+                    self._put()
+                elif self._stale:
+                    self._publish()
         except Exception as exc:  # the next reconnect tries again
             log.warning("ephemeral registration %s not restored yet (tried again on the next reconnect): %s",
                         self._path, exc)
