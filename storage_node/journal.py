@@ -632,7 +632,11 @@ class Journal:
             self._apply(segment, base, group, self._writer.fsync_seconds)
         except Exception as exc:  # a bug: the in-memory state is now unknown, stop taking writes
             self._break(f"applying a journal group failed ({exc!r}); restart the node")
-            group.done.set_result(JournalWriteError(self._failed))
+            failed = JournalWriteError(self._failed)
+            self._on_write_error(failed)   # the node says it is broken now, not at its next disk check
+            group.done.set_result(failed)
+            dependent, self._group = self._group, Group(self._loop)   # as after a failed write: nothing follows
+            dependent.done.set_result(failed)
             return
         group.done.set_result(None)
 

@@ -379,3 +379,34 @@ def test_a_failed_segment_roll_breaks_the_journal(tmp_path, monkeypatch, fault):
     asyncio.run(scenario())
     assert errors and all(isinstance(e, JournalWriteError) for e in errors)
     assert descriptors.closed_twice == []
+
+
+def test_a_failed_apply_breaks_the_journal_and_fails_the_group_gathering_behind_it(tmp_path):
+    """Review finding: when applying a durable group raised (a bug), the journal broke but the node was not
+    told (it said so only at its next disk check) and the group gathering behind it was still written and
+    answered OK, after the break."""
+    errors = []
+    gate = threading.Event()
+
+    def apply(segment, base, group, fsync_seconds):
+        if group.records == 1 and not gate.is_set():
+            gate.set()
+            raise RuntimeError("a bug in apply")
+
+    async def scenario():
+        journal = Journal(tmp_path, FileNumbers(1), segment_bytes=1 << 20, apply=apply, on_write_error=errors.append)
+        first = journal.group
+        journal.append(first, entry_record(7, 0, b"a"))
+        while journal.group is first:   # the flusher took it and waits for its fsync: the next one gathers
+            await asyncio.sleep(0)       # (one turn of the loop, far shorter than an fsync)
+        behind = journal.group
+        journal.append(behind, entry_record(7, 1, b"b"))
+        journal.append(behind, entry_record(7, 2, b"c"))
+        assert isinstance(await first.outcome(), JournalWriteError)
+        assert isinstance(await behind.outcome(), JournalWriteError)
+        assert "applying a journal group failed" in journal.broken
+        assert not await add(journal, entry_record(7, 3, b"d"))
+        await journal.close()
+
+    asyncio.run(scenario())
+    assert errors and all(isinstance(e, JournalWriteError) for e in errors)
