@@ -1,7 +1,8 @@
 """Options only streaming queries take, parsed on top of the batch options (options.py).
 
-Spark hands a streaming sink its checkpointLocation (and a named query's queryName) as options, and a
-streaming source accepts `latest` for startingOffsets; they would be unknown to a batch read or write.
+Spark hands a streaming sink its checkpointLocation (and a named query's queryName, accepted and not
+used) as options, and a streaming source accepts `latest` for startingOffsets; they would be unknown to a
+batch read or write.
 
 The sink's query id is the one Spark keeps in <checkpointLocation>/metadata: with the batch id it tells
 a replayed batch from a new one (DESIGN section 5: after a restart Spark may commit a batch id again),
@@ -51,7 +52,6 @@ class StreamOptions:
     checkpoint_location: str | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY  # seconds
-    query_name: str | None = None   # writeStream.queryName(...): Spark hands it to the sink as an option
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> tuple[LedgerOptions, "StreamOptions"]:
@@ -69,7 +69,6 @@ class StreamOptions:
             checkpoint_location=ours.get("checkpointlocation"),
             min_offsets_per_trigger=_integer(ours, "minoffsetspertrigger", None, minimum=1, spelling=SPELLING),
             max_trigger_delay=_max_trigger_delay(ours),
-            query_name=ours.get("queryname"),
         )
 
     def query_id(self) -> str:

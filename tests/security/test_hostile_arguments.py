@@ -71,7 +71,7 @@ def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri
     def hostile(command, arguments, elsewhere):
         if elsewhere:
             arguments = ["--metadata", uninitialised, *arguments]
-        was_there = zk.exists(MetadataUri.parse(uninitialised).root) is not None
+        root = MetadataUri.parse(uninitialised).root
         try:
             status = main([*command, *arguments])
         except SystemExit as usage:  # argparse: a usage message, exit status 2
@@ -82,8 +82,9 @@ def test_cli_arguments_give_clear_errors_and_write_nothing(cluster, metadata_uri
         assert status in (0, 1), (command, arguments)
         assert status == 0 or err.startswith("ledger: error:"), err
         assert "Traceback" not in err
-        if command != ["init"] and not was_there:
-            assert zk.exists(MetadataUri.parse(uninitialised).root) is None, (command, arguments)
+        if command == ["init"] and zk.exists(root):
+            zk.delete(root, recursive=True)   # an init may have made it: gone again for the next example
+        assert zk.exists(root) is None, (command, arguments)
 
     try:
         hostile()

@@ -141,7 +141,7 @@ def test_reads_without_metadata_columns_need_no_pushdown_setting(spark, shared_u
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
-def test_metadata_columns_need_no_pushdown_setting_and_prune_when_it_is_on(spark, shared_uri, stream, two_ledgers):
+def test_metadata_columns_need_no_pushdown_setting_and_prune_where_spark_allows_it(spark, shared_uri, stream, two_ledgers):
     """Issue 16: includeMetadata failed with DATA_SOURCE_PUSHDOWN_DISABLED while the setting was off, even
     without a filter. Off: Spark filters the rows itself, every ledger is planned; on: whole ledgers pruned."""
     def offsets_from_500():

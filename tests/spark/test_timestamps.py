@@ -133,7 +133,7 @@ def test_a_starting_timestamp_after_every_row_fails_by_default_and_reads_nothing
                 ).count() == 0
 
 
-def test_timestamp_filters_prune_partitions_when_pushdown_is_on(spark, shared_uri, stream):
+def test_timestamp_filters_give_the_right_rows_and_prune_where_spark_allows_it(spark, shared_uri, stream):
     assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
     first, second, _ = batches_with_marks(spark, shared_uri, stream)
     full = read(spark, shared_uri, stream, includeMetadata="true")
