@@ -161,7 +161,7 @@ def initialise_root(uri: str, *, connect_timeout: float = 15.0) -> RootInitialis
     thing that creates a root. Idempotent: on an initialised root it changes nothing. With credentials (in the
     URI or $LEDGER_ZK_AUTH) the whole tree is created readable and writable by them only."""
     with MetadataStore(uri, connect_timeout=connect_timeout, _initialise=True) as store:
-        return RootInitialisation(store.init_outcome or "initialised", store.layout)
+        return RootInitialisation(store.init_outcome, store.layout)
 
 
 def no_reply(exc: BaseException) -> bool:
@@ -319,7 +319,7 @@ class MetadataStore:
             except NoNodeError:
                 pass
             else:
-                self.init_outcome = self.init_outcome or "already"
+                self.init_outcome = "already"
                 return self._checked_marker(data)
             children = set(self._retried(self.zk.get_children, "/"))
             foreign = sorted(children - ours)

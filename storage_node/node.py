@@ -79,14 +79,13 @@ class DiskWatch:
     def __init__(self, config: NodeConfig, storage: Storage):
         self.config = config
         self.storage = storage
-        self.last = DiskUse(0, 0, 0.0, 0, 0)
 
     async def check(self) -> DiskUse:
-        self.apply(await asyncio.to_thread(measure_disk, self.config))
-        return self.last
+        use = await asyncio.to_thread(measure_disk, self.config)
+        self.apply(use)
+        return use
 
     def apply(self, use: DiskUse) -> None:
-        self.last = use
         storage = self.storage
         full = use.fill >= self.config.read_only_threshold
         if full and not storage.is_read_only_because("disk"):

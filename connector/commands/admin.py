@@ -263,18 +263,19 @@ def entry_lines(fmt: str, ledger_id: int, entry) -> list[str]:
 
 def payload_fields(payload: bytes) -> dict:
     """A payload for a JSON record: `payload` when it is printable UTF-8 text, else `payload_base64`."""
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and text.isprintable():
-        return {"payload": text}
-    return {"payload_base64": base64.b64encode(payload).decode("ascii")}
+    text = _text(payload)
+    return {"payload": text} if text is not None else {"payload_base64": base64.b64encode(payload).decode("ascii")}
 
 
 def printable(payload: bytes) -> str:
+    text = _text(payload)
+    return text if text is not None else payload.hex()
+
+
+def _text(payload: bytes) -> str | None:
+    """The payload as text if it is printable UTF-8, else None."""
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
-        return payload.hex()
-    return text if text.isprintable() else payload.hex()
+        return None
+    return text if text.isprintable() else None
