@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Callable
 
 import grpc
 
@@ -185,7 +186,7 @@ class LocalCluster:
             self.state.tls = TlsFiles.create(self.directory / TLS_DIR)
         wanted = max(self.node_count, len(self.state.nodes))
         while len(self.state.nodes) < wanted:
-            self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", free_port()))
+            self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", self._unrecorded_port()))
         self._save()
         self.start_zookeeper(timeout)
         initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
@@ -215,8 +216,15 @@ class LocalCluster:
         """A node whose recorded port another process took would fail every start (issue 15 item 7). Ledgers
         name nodes by id and clients find the address in the node's registration, so the node can move."""
         if port_in_use(spec.port):
-            old, spec.port = spec.port, free_port()
+            old, spec.port = spec.port, self._unrecorded_port()
             self.notes.append(f"{spec.node_id}: port {old} is taken by another process; moved to port {spec.port}")
+
+    def _unrecorded_port(self) -> int:
+        """A free port that no node (nor ZooKeeper) of this cluster has recorded: each free_port() call frees its
+        port again, and the kernel may hand the same one out twice (seen: node-1 and node-2 of a new cluster
+        both given 57295, and one of them refused to start)."""
+        recorded = {self.state.zk_port, *(spec.port for spec in self.state.nodes)}
+        return distinct_port(recorded)
 
     def node(self, node_id: str) -> NodeSpec:
         for spec in self.state.nodes if self.state is not None else ():
@@ -362,3 +370,12 @@ def node_info(address: str, tls: TlsConfig | None = None, auth_token: str | None
         "ledgers": info.ledger_count,
         "entries": info.entry_count,
     }
+
+
+def distinct_port(recorded: set[int], pick: Callable[[], int] = free_port, attempts: int = 100) -> int:
+    """A port from pick() that is not among recorded."""
+    for _ in range(attempts):
+        port = pick()
+        if port not in recorded:
+            return port
+    raise ClusterError(f"no free port outside {sorted(recorded)} after {attempts} tries")
