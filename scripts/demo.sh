@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
 # Set up everything (virtualenv, pinned dependencies) and run the main job on the embedded default.
 source "$(dirname "$0")/bootstrap.sh"
-exec python -m connector.spark.demo "$@"
+exec python -m connector.demo "$@"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
-from connector.spark.sample import sample_batch
+from connector.demo.sample import sample_batch
 from connector.spark.schema import arrow_schema_of
 
 SCHEMA = "id long, ts timestamp, key string, value binary"

@@ -58,8 +58,8 @@ def _run(directory: pathlib.Path, args) -> int:
 
     from connector.bench.ceiling import CeilingDataSource
     from connector.cluster import LocalCluster
+    from connector.demo.sample import sample_dataframe
     from connector.spark.datasource import LedgerDataSource
-    from connector.spark.sample import sample_dataframe
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with LocalCluster(directory / "cluster", nodes=3) as cluster:

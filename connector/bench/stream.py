@@ -37,8 +37,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from connector.spark.sample import sample_dataframe
-    from connector.spark.session import local_session
+    from connector.demo.sample import sample_dataframe
+    from connector.demo.session import local_session
 
     with tempfile.TemporaryDirectory(prefix="ledger-bench-stream-") as tmp, LocalCluster(f"{tmp}/cluster") as cluster:
         uri = cluster.metadata_uri

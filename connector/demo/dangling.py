@@ -1,6 +1,6 @@
 """A stream owner that crashes: it puts a new OPEN ledger on the stream, appends sample rows, and never closes.
 
-    python -m connector.spark.dangling --metadata URI --stream NAME --rows N
+    python -m connector.demo.dangling --metadata URI --stream NAME --rows N
 
 It prints `acknowledged LEDGER_ID ROWS ENTRIES` once every append is acknowledged and then blocks
 until it is killed (the demo and the tests SIGKILL it). A later read finds the ledger OPEN with its
@@ -12,10 +12,10 @@ import argparse
 import signal
 
 from connector.client import LedgerClient
+from connector.demo.sample import sample_batch
 from connector.spark.commit import with_open_ledger
 from connector.spark.encoding import EntryBuilder, entries_of
 from connector.spark.recovery import STREAM_TAG
-from connector.spark.sample import sample_batch
 from connector.spark.schema import decode_schema
 from metadata.streams import read_stream, update_stream
 
@@ -26,7 +26,7 @@ def append_open(metadata: str, stream: str, rows: int, entry_bytes: int) -> tupl
     """Returns (ledger id, rows, entries) after every append was acknowledged; leaves the ledger OPEN."""
     lc = LedgerClient(metadata)  # never closed: the process is killed while its ledger is OPEN
     schema = decode_schema(read_stream(lc.store, stream).value.schema)
-    ledger = lc.create_ledger(custom_metadata={STREAM_TAG: stream, "owner": "connector.spark.dangling"})
+    ledger = lc.create_ledger(custom_metadata={STREAM_TAG: stream, "owner": "connector.demo.dangling"})
     first_id = update_stream(lc.store, stream, lambda r: with_open_ledger(r, ledger.ledger_id)).value.last_ledger.first_offset
     batches = (sample_batch(first_id + start, min(ROWS_PER_BATCH, rows - start), schema)
                for start in range(0, rows, ROWS_PER_BATCH))

@@ -1,6 +1,6 @@
 """The Spark demo: write a stream with Spark, crash a writer, read everything back with Spark.
 
-`python -m connector.spark.demo [--dir DIR] [--rows N] [--dangling-rows M]` starts the embedded
+`python -m connector.demo [--dir DIR] [--rows N] [--dangling-rows M]` starts the embedded
 cluster (ZooKeeper and three storage nodes), writes N generated rows to stream "events" with Spark,
 leaves one ledger dangling as a crashed writer would (a process that appends M rows and is then
 SIGKILLed), reads the stream back with Spark (which recovers the dangling ledger), prints a per-ledger
@@ -18,8 +18,8 @@ import time
 
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
+from connector.demo.sample import sample_dataframe
 from connector.spark.datasource import LedgerDataSource
-from connector.spark.sample import sample_dataframe
 from metadata import registry
 
 STREAM = "events"
@@ -44,7 +44,7 @@ def spark_session():
 def crash_a_writer(uri: str, rows: int) -> int:
     """Run a stream writer that appends rows and is SIGKILLed; returns its (now dangling) ledger id."""
     writer = subprocess.Popen(
-        [sys.executable, "-m", "connector.spark.dangling", "--metadata", uri, "--stream", STREAM, "--rows", str(rows)],
+        [sys.executable, "-m", "connector.demo.dangling", "--metadata", uri, "--stream", STREAM, "--rows", str(rows)],
         stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -123,7 +123,7 @@ def run(directory: str, rows: int, dangling_rows: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m connector.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="cluster directory (default: a temporary directory)")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dangling-rows", type=int, default=20_000)

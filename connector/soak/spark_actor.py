@@ -66,7 +66,7 @@ def tag_rows(tag: str) -> int | None:
 def session(app_name: str) -> "SparkSession":
     """A small local session: two cores at most, no UI, two shuffle partitions (connector/spark/session.py);
     a failed task is tried up to 4 times, as spark.task.maxFailures does on a cluster (local mode tries once)."""
-    from connector.spark.session import local_session
+    from connector.demo.session import local_session
 
     return local_session(app_name, "local[2,4]", **{"spark.driver.memory": "1g", "spark.ui.showConsoleProgress": "false"})
 

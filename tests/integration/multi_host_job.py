@@ -11,8 +11,8 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from connector.demo.sample import sample_dataframe
 from connector.spark import LedgerDataSource
-from connector.spark.sample import sample_dataframe
 
 
 def main(uri: str, stream: str, rows: int, password: str) -> None:

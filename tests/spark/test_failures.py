@@ -10,7 +10,7 @@ from pyspark import TaskContext
 from pyspark.sql import functions as F
 
 from connector.client import LedgerClient
-from connector.spark.sample import sample_dataframe
+from connector.demo.sample import sample_dataframe
 from metadata import registry
 from metadata.store import MetadataStore
 from metadata.streams import find_stream, read_stream
@@ -87,7 +87,7 @@ def test_storage_node_killed_during_write(spark, cluster, metadata_uri, stream, 
 def test_dangling_last_ledger_is_recovered_on_read(spark, shared_uri, stream):
     write(sample_dataframe(spark, 2000), shared_uri, stream)
     crashed = subprocess.Popen(
-        [sys.executable, "-m", "connector.spark.dangling", "--metadata", shared_uri, "--stream", stream,
+        [sys.executable, "-m", "connector.demo.dangling", "--metadata", shared_uri, "--stream", stream,
          "--rows", "3000", "--entry-bytes", "16384"],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )

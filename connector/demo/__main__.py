@@ -1,0 +1,5 @@
+import sys
+
+from connector.demo.job import main
+
+sys.exit(main())
