@@ -19,26 +19,12 @@ import time
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
 from connector.demo.sample import sample_dataframe
-from connector.spark.datasource import LedgerDataSource
+from connector.demo.session import local_session
 from metadata import registry
 
 STREAM = "events"
-
-
-def spark_session():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]").appName("ledger-demo")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true").config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(LedgerDataSource)
-    return spark
+SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.sql.python.filterPushdown.enabled": "true",
+              "spark.driver.memory": "2g"}
 
 
 def crash_a_writer(uri: str, rows: int) -> int:
@@ -79,7 +65,7 @@ def run(directory: str, rows: int, dangling_rows: int) -> int:
     with LocalCluster(directory, nodes=3) as cluster:
         uri = cluster.metadata_uri
         print(f"metadata: {uri}")
-        spark = spark_session()
+        spark = local_session("ledger-demo", **SPARK_CONF)
         try:
             started = time.monotonic()
             sample_dataframe(spark, rows).write.format("ledger").mode("append").option("metadata", uri).save(STREAM)
