@@ -1,4 +1,5 @@
-"""A local SparkSession for the demo, the stream benchmark and the soak's Spark actor, with the ledger format registered.
+"""A local SparkSession with the ledger format registered, for the demo, the stream benchmark and the soak's
+Spark actor.
 
 Spark binds to the machine's first non-loopback address unless told otherwise; everything here
 stays on 127.0.0.1. Its Python workers must run this interpreter (pyarrow, the connector).
