@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NotEnoughNodesError, entry_time
+from connector.client.placement import writable
 from connector.spark.commit import (
     COMMITTED, TaskLedger, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
@@ -51,7 +52,7 @@ from connector.spark.schema import appendable_schema, arrow_schema_of, decode_sc
 from connector.spark.spans import stream_spans
 from metadata import registry
 from metadata.errors import LedgerError
-from metadata.model import NodeState, StreamRecord
+from metadata.model import StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import drop_below, find_stream, held_ledgers, update_stream
 
@@ -249,10 +250,10 @@ def _check_password(lc: LedgerClient, record: StreamRecord, password: bytes) -> 
 
 def _check_nodes(store: MetadataStore, ensemble_size: int) -> None:
     # The same nodes placement may choose from: registered, not decommissioned, and writable.
-    writable = [n for n in registry.placeable_nodes(store).values() if n.state is NodeState.AVAILABLE]
-    if len(writable) < ensemble_size:
+    nodes = writable(registry.placeable_nodes(store))
+    if len(nodes) < ensemble_size:
         raise NotEnoughNodesError(
-            f"ensembleSize={ensemble_size} but only {len(writable)} writable storage nodes are registered; "
+            f"ensembleSize={ensemble_size} but only {len(nodes)} writable storage nodes are registered; "
             "lower ensembleSize (and writeQuorum/ackQuorum) or start more nodes"
         )
 
