@@ -1,6 +1,7 @@
 """Per-ledger state on a node: master key, fence flag, highest LAC seen and highest stored entry.
 
-Pure decisions (no I/O) so they can be tested alone; storage.py journals what they allow.
+Pure decisions (no I/O) so they can be tested alone; storage.py journals what they allow. A refusal's
+wording is shared with the client (protos/refusals.py).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hmac
 import time
 
 from protos import ledger_pb2 as pb
+from protos.refusals import refusal
 from storage_node.entry_index import LedgerIndex
 
 Verdict = tuple[int, str] | None     # (Status, message) when refused, None when allowed
@@ -37,15 +39,15 @@ class LedgerState:
     def check_add(self, master_key: bytes, recovery: bool) -> Verdict:
         """Rules 6 and 7, checked when the add arrives."""
         if not self.key_matches(master_key):
-            return pb.UNAUTHORIZED, unauthorized_message(self.ledger_id)
+            return refusal(pb.UNAUTHORIZED, self.ledger_id)
         if self.fenced and not recovery:
-            return pb.FENCED, fenced_message(self.ledger_id)
+            return refusal(pb.FENCED, self.ledger_id)
         return None
 
     def check_fence(self, master_key: bytes) -> Verdict:
         """Rule 7: a fence with another key is refused and fences nothing."""
         if not self.key_matches(master_key):
-            return pb.UNAUTHORIZED, unauthorized_message(self.ledger_id)
+            return refusal(pb.UNAUTHORIZED, self.ledger_id)
         return None
 
     def check_write_lac(self, master_key: bytes) -> Verdict:
@@ -63,12 +65,3 @@ class LedgerState:
             self.last_add_confirmed = lac
             return True
         return False
-
-
-def unauthorized_message(ledger_id: int) -> str:
-    return (f"ledger {ledger_id}: the master key differs from the one this node stored; "
-            "open the ledger with its own password")
-
-
-def fenced_message(ledger_id: int) -> str:
-    return f"ledger {ledger_id} is fenced: another client recovered it; create a new ledger"

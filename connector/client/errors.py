@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from metadata.errors import LedgerError, MetadataConflictError, NoSuchLedgerError
 from protos import ledger_pb2 as pb
+from protos.refusals import REFUSALS
 
 __all__ = [
     "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
     "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError", "DigestMismatchError",
-    "NodeError", "error_for_status",
+    "NodeError", "error_for_status", "refuses_ledger",
 ]
 
 
@@ -49,7 +50,7 @@ class NodeError(LedgerError):
 
 
 def fenced_message(ledger_id: int) -> str:
-    return f"ledger {ledger_id} is fenced: another client recovered it; create a new ledger"
+    return REFUSALS[pb.FENCED].format(ledger=ledger_id)
 
 
 def closed_message(ledger_id: int) -> str:
@@ -57,17 +58,17 @@ def closed_message(ledger_id: int) -> str:
 
 
 def unauthorized_message(ledger_id: int) -> str:
-    return f"wrong password for ledger {ledger_id}; open it with the password it was created with"
+    return REFUSALS[pb.UNAUTHORIZED].format(ledger=ledger_id)
 
 
 # The one status -> exception table. NO_LEDGER and NO_ENTRY are negatives the ops interpret themselves
-# (rule 11); everything else that is not OK is an error, and all but these named ones are "unknown".
+# (rule 11); everything else that is not OK is an error, and all but these named ones are "unknown". The
+# refusals' wording is the one the nodes send (protos/refusals.py).
 _STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
     pb.NO_LEDGER: (NoSuchLedgerError, "node {node} has no data of ledger {ledger}"),
     pb.NO_ENTRY: (NodeError, "node {node} has no entry {entry} of ledger {ledger}"),
-    pb.FENCED: (LedgerFencedError, "ledger {ledger} is fenced: another client recovered it; create a new ledger"),
-    pb.UNAUTHORIZED: (UnauthorizedError, "wrong password for ledger {ledger} (refused by node {node}); "
-                                         "use the password the ledger was created with"),
+    pb.FENCED: (LedgerFencedError, REFUSALS[pb.FENCED]),
+    pb.UNAUTHORIZED: (UnauthorizedError, REFUSALS[pb.UNAUTHORIZED]),
     pb.READ_ONLY: (NodeError, "node {node} is read-only (disk full or drained); the client moves to another node"),
     pb.BAD_REQUEST: (NodeError, "node {node} refused a malformed or oversized request for ledger {ledger}"),
     pb.ERROR: (NodeError, "node {node} failed on ledger {ledger}; check the node's log"),
@@ -75,7 +76,15 @@ _STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
 }
 
 
+def refuses_ledger(status: int) -> bool:
+    """Whether status refuses the ledger itself (FENCED, UNAUTHORIZED): every node of it answers alike, so an op
+    fails with error_for_status(status) rather than trying another node. Any other status is about the node
+    that answered, or a negative the op weighs itself (rule 11)."""
+    return status in REFUSALS
+
+
 def error_for_status(status: int, *, node: str, ledger: int, entry: int = -1, detail: str = "") -> LedgerError:
+    """The exception for a node's status; detail (the node's message, say) is added unless it is the message."""
     cls, template = _STATUS_ERRORS.get(status, _STATUS_ERRORS[pb.STATUS_UNKNOWN])
     message = template.format(node=node, ledger=ledger, entry=entry)
-    return cls(f"{message} ({detail})" if detail else message)
+    return cls(f"{message} ({detail})" if detail and detail != message else message)

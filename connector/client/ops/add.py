@@ -10,12 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from connector.client.errors import (
-    LedgerError,
-    LedgerFencedError,
-    error_for_status,
-    fenced_message,
-)
+from connector.client.errors import LedgerError, error_for_status, refuses_ledger
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
@@ -76,10 +71,8 @@ class AddSequence:
             add.acked.add(node)
             self.on_lac_written(node, add.last_add_confirmed)
             return self._complete()
-        if status == pb.FENCED:
-            self.fail(LedgerFencedError(fenced_message(self.ledger_id)))
-        elif status == pb.UNAUTHORIZED:
-            self.fail(error_for_status(status, node=node, ledger=self.ledger_id, detail=message))
+        if refuses_ledger(status):  # fenced, wrong password: no other node would take it either
+            self.fail(error_for_status(status, node=node, ledger=self.ledger_id, entry=entry_id, detail=message))
         else:
             self.on_node_failure(node)
         return []

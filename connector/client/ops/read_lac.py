@@ -7,7 +7,7 @@ is left unfenced and the old writer cannot complete another add.
 """
 from __future__ import annotations
 
-from connector.client.errors import NodeError, RecoveryIncompleteError, UnauthorizedError
+from connector.client.errors import NodeError, RecoveryIncompleteError, error_for_status, refuses_ledger
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
 
@@ -22,6 +22,7 @@ class ReadLacOp:
         self.fence = fence
         self.answered: set[int] = set()
         self.unknown: dict[str, str] = {}
+        self.refusals: dict[str, int] = {}  # node -> a status that refuses the ledger itself (wrong password)
         self.last_add_confirmed = -1
         self.last_entry_id = -1
 
@@ -43,6 +44,8 @@ class ReadLacOp:
             self.last_add_confirmed = max(self.last_add_confirmed, last_add_confirmed)
             self.last_entry_id = max(self.last_entry_id, last_entry_id)
         else:
+            if refuses_ledger(status):
+                self.refusals.setdefault(node, status)
             self.on_failure(node, f"{pb.Status.Name(status)} {message}".strip())
 
     def on_failure(self, node: str, reason: str) -> None:
@@ -53,10 +56,9 @@ class ReadLacOp:
         if self.covered:
             return self.last_add_confirmed
         reasons = "; ".join(f"{n}: {r}" for n, r in sorted(self.unknown.items())) or "no answers yet"
-        if any(r.startswith("UNAUTHORIZED") for r in self.unknown.values()):
-            raise UnauthorizedError(
-                f"nodes refused the password for ledger {self.ledger_id}; use the password it was created with "
-                f"({reasons})")
+        if self.refusals:  # a wrong password: no retry would get further
+            node, status = min(self.refusals.items())
+            raise error_for_status(status, node=node, ledger=self.ledger_id, detail=reasons)
         need = f"{len(self.ensemble)} nodes, E={self.schedule.ensemble_size} AQ={self.schedule.ack_quorum}"
         if self.fence:
             raise RecoveryIncompleteError(

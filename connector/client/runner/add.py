@@ -8,7 +8,7 @@ import concurrent.futures
 import threading
 
 from connector.client import metrics
-from connector.client.errors import LedgerError, NodeError
+from connector.client.errors import LedgerError, NodeError, refuses_ledger
 from connector.client.ops.add import AddSequence, PendingAdd
 from connector.client.ops.ensemble_change import change_ensemble
 from connector.client.placement import Quarantine
@@ -194,7 +194,7 @@ class AddPipeline:
             if response.status == pb.OK:
                 self.seq.on_lac_written(node, lac)
                 retry_at = 0.0
-            elif response.status in (pb.FENCED, pb.UNAUTHORIZED):
+            elif refuses_ledger(response.status):
                 retry_at = float("inf")  # never taken from this writer; its adds learn why
         except NodeError:
             pass  # the LAC is a hint for readers: asked again after LAC_RETRY_AFTER
