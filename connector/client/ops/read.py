@@ -17,6 +17,9 @@ from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 
 
+DIGEST_MISMATCH = "digest mismatch"
+
+
 @dataclasses.dataclass(frozen=True)
 class RangeCall:
     node: str
@@ -34,6 +37,13 @@ def verified(ledger_id: int, response: pb.ReadResponse) -> bool:
     return entry_digest(ledger_id, response.entry_id, response.last_add_confirmed, response.payload) == response.digest
 
 
+def entry_problem(ledger_id: int, response: pb.ReadResponse) -> str:
+    """Why a node's answer for one entry does not deliver it (its status, or a digest mismatch); "" if it does."""
+    if response.status != pb.OK:
+        return pb.Status.Name(response.status)
+    return "" if verified(ledger_id, response) else DIGEST_MISMATCH
+
+
 class EntryRead:
     """One entry from the replicas of its write set, in write-set order, skipping nodes that already failed it."""
 
@@ -48,10 +58,9 @@ class EntryRead:
         return self._untried.pop(0) if self._untried and self.entry is None else None
 
     def on_response(self, node: str, response: pb.ReadResponse) -> None:
-        if response.status != pb.OK:
-            self.failures[node] = pb.Status.Name(response.status)
-        elif not verified(self.ledger_id, response):
-            self.failures[node] = "digest mismatch"
+        problem = entry_problem(self.ledger_id, response)
+        if problem:
+            self.failures[node] = problem
         else:
             self.entry = Entry(self.entry_id, response.payload)
 
@@ -60,7 +69,7 @@ class EntryRead:
 
     def error(self) -> LedgerError:
         reasons = ", ".join(f"{n}: {r}" for n, r in sorted(self.failures.items()))
-        cls = DigestMismatchError if "digest mismatch" in self.failures.values() else NodeError
+        cls = DigestMismatchError if DIGEST_MISMATCH in self.failures.values() else NodeError
         return cls(f"entry {self.entry_id} of ledger {self.ledger_id} could not be read from any replica "
                    f"({reasons}); check the nodes, then read again")
 
@@ -99,11 +108,11 @@ class ChunkRead:
         entry_id = response.entry_id
         if not self.first <= entry_id <= self.last or entry_id in self.entries:
             return
-        if response.status == pb.OK and verified(self.ledger_id, response):
-            self.entries[entry_id] = Entry(entry_id, response.payload)
+        problem = entry_problem(self.ledger_id, response)
+        if problem:
+            self.failures.setdefault(entry_id, {})[node] = problem
         else:
-            reason = "digest mismatch" if response.status == pb.OK else pb.Status.Name(response.status)
-            self.failures.setdefault(entry_id, {})[node] = reason
+            self.entries[entry_id] = Entry(entry_id, response.payload)
 
     def on_call_done(self, call: RangeCall, reason: str = "") -> None:
         """The call ended (reason empty when it finished OK): what it did not deliver is retried elsewhere."""

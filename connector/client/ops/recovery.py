@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 
 from connector.client.errors import RecoveryIncompleteError
-from connector.client.ops.read import RangeCall
+from connector.client.ops.read import RangeCall, entry_problem
 from connector.client.schedule import Schedule
 from metadata.model import LedgerMetadata, LedgerState
 from protos import ledger_pb2 as pb
-from protos.digest import entry_digest
 
 
 @dataclasses.dataclass
@@ -81,10 +80,9 @@ class RecoveryReadOp:
         votes = self.votes.get(entry.entry_id)
         if votes is None or self.done:
             return
-        if entry.status != pb.OK:
-            votes.unknown[node] = pb.Status.Name(entry.status)
-        elif entry_digest(self.ledger_id, entry.entry_id, entry.last_add_confirmed, entry.payload) != entry.digest:
-            votes.unknown[node] = "digest mismatch"
+        problem = entry_problem(self.ledger_id, entry)
+        if problem:
+            votes.unknown[node] = problem
         else:
             votes.payload = entry.payload
         self._decide()
