@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.cluster import LocalCluster
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState
@@ -82,7 +82,7 @@ def _latency(spark, uri: str, tmp: str, entries: int, rate: float) -> list[float
                 seen.setdefault(row[0], now)
 
     with LedgerClient(uri) as lc:
-        writer = lc.open_stream_writer("latency-bench")
+        writer = Streams(lc).open_writer("latency-bench")
         writer.append(b"warm-up")   # the stream exists before the query starts
         query = (
             spark.readStream.format("ledger").option("metadata", uri).option("includeMetadata", "true")

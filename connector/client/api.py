@@ -22,8 +22,6 @@ from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
-from connector.client.stream_reader import StreamEntry, read_stream
-from connector.client.stream_writer import StreamWriter
 from connector.client.runner import (
     AddPipeline,
     Context,
@@ -168,15 +166,6 @@ class LedgerClient:
     def is_dangling(self, meta: LedgerMetadata) -> bool:
         """Not closed, and its writer's liveness znode is gone: nobody will close it but a recovery."""
         return not meta.is_closed and not registry.writer_alive(self.store, meta.writer_id)
-
-    def open_stream_writer(self, name: str, **options) -> "StreamWriter":
-        """Become the only writer of stream `name` (fencing the previous one); see StreamWriter."""
-        return StreamWriter(self, name, **options)
-
-    def read_stream(self, name: str, start: int = 0, end: int | None = None,
-                    password: bytes = b"") -> Iterator["StreamEntry"]:
-        """Entries of stream `name` with start <= offset <= end, in offset order, up to the live tail's LAC."""
-        return read_stream(self, name, start, end, password)
 
     # -- internals ---------------------------------------------------------------------------------------------
 

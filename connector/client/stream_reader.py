@@ -7,13 +7,11 @@ entry_time.py); entries of ledgers written before entry times existed have time_
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
+from connector.client.api import LedgerClient
 from metadata import streams
 from metadata.model import StreamLedger
-
-if TYPE_CHECKING:
-    from connector.client.api import LedgerClient
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +24,7 @@ class StreamEntry:
 
 
 def read_stream(
-    client: "LedgerClient", name: str, start: int = 0, end: int | None = None, password: bytes = b""
+    client: LedgerClient, name: str, start: int = 0, end: int | None = None, password: bytes = b""
 ) -> Iterator[StreamEntry]:
     """Entries with start <= offset <= end (end None: up to what is readable now), in offset order."""
     record = streams.read_stream(client.store, name).value
@@ -39,7 +37,7 @@ def read_stream(
 
 
 def _read_ledger(
-    client: "LedgerClient", ledger: StreamLedger, start: int, end: int | None, password: bytes
+    client: LedgerClient, ledger: StreamLedger, start: int, end: int | None, password: bytes
 ) -> Iterator[StreamEntry]:
     handle = client.open_ledger(ledger.ledger_id, password=password, recover=False)
     # A sealed ledger ends at its recorded offset; the OPEN tail at what its writer has confirmed.

@@ -19,15 +19,11 @@ import concurrent.futures
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
-
 from connector.client import entry_time, time_search
+from connector.client.api import LedgerClient, WriteHandle
 from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
-
-if TYPE_CHECKING:
-    from connector.client.api import LedgerClient, WriteHandle
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +35,7 @@ class StreamWriter:
 
     def __init__(
         self,
-        client: "LedgerClient",
+        client: LedgerClient,
         name: str,
         *,
         ensemble_size: int = 3,
@@ -124,17 +120,17 @@ class StreamWriter:
         last_offset = tail.first_offset + recovered.last_entry_id
         return record.replace(tail=record.tail[:-1] + (StreamLedger(tail.ledger_id, tail.first_offset, last_offset),))
 
-    def _new_ledger(self) -> "WriteHandle":
+    def _new_ledger(self) -> WriteHandle:
         return self._client.create_ledger(
             **self._ledger_args,
             custom_metadata=entry_time.marked({"stream": self.name, "stream_owner": self.owner_id}),
         )
 
-    def _discard(self, ledger: "WriteHandle") -> None:
+    def _discard(self, ledger: WriteHandle) -> None:
         ledger.close()
         self._client.delete_ledger(ledger.ledger_id)
 
-    def _start_ledger(self, ledger: "WriteHandle", first_offset: int) -> None:
+    def _start_ledger(self, ledger: WriteHandle, first_offset: int) -> None:
         self._ledger = ledger
         self._times = entry_time.Stamper(self._clock)
         self._first_offset = first_offset

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Iterator
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
 from connector.commands.stream import _positive, _seconds
@@ -84,7 +84,7 @@ def _lines(lc: LedgerClient, name: str, offset: int, password: bytes) -> Iterato
     if record.format == ARROW:
         yield from _arrow_lines(lc, record, offset, password)
         return
-    for entry in lc.read_stream(name, offset, password=password):
+    for entry in Streams(lc).read(name, offset, password=password):
         yield entry.offset, json.dumps({OFFSET: entry.offset, **payload_fields(entry.payload)})
 
 

@@ -30,7 +30,7 @@ import dataclasses
 import time
 from typing import Callable, Iterable, Iterator
 
-from connector.client import LedgerClient, LedgerError
+from connector.client import LedgerClient, LedgerError, Streams
 from connector.client.retry import Retry
 from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
 from connector.soak.spark_actor import RATE, SparkOutput, tag_rows
@@ -81,7 +81,7 @@ class FinalState:
             held = stream_ledgers(client.store, found.value) if found is not None else []
             try:
                 read = [(e.offset, e.ledger_id, e.entry_id, digest(e.payload))
-                        for e in (client.read_stream(name) if found is not None else ())]
+                        for e in (Streams(client).read(name) if found is not None else ())]
             except LedgerError as exc:
                 state.violations.append(Violation("lost", f"stream {name!r} cannot be read: {exc}"))
                 read = []

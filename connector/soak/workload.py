@@ -8,7 +8,7 @@
 - ledger-writer: creates ledgers of --quorum E,WQ,AQ one after another and appends a few hundred to a few
   thousand entries to each, then closes it.
 - ledger-reader: tails the newest ledgers without fencing them (open_ledger(recover=False), wait_lac).
-- stream-reader: tails the stream with read_stream.
+- stream-reader: tails the stream with Streams.read.
 - janitor: recovers ledgers whose writer is gone (its ZooKeeper session ended), and takes over the ledgers
   of a writer the nemesis paused (a file DIR/requests/*.json names its writer id).
 - spark (`ledger soak --spark`): a streaming query (rate source -> ledger sink) and a batch writer in one
@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Callable
 
-from connector.client import LedgerClient, LedgerError, NoSuchLedgerError
+from connector.client import LedgerClient, LedgerError, NoSuchLedgerError, Streams
 from connector.client.retry import Retry
 from connector.soak import spark_actor
 from connector.soak.history import FAILED, OK, UNKNOWN, HistoryWriter, digest, payload
@@ -242,7 +242,7 @@ def run_stream_writer(actor: Actor) -> None:
             actor.takeover.clear()
             t = time.time()
             try:
-                writer = client.open_stream_writer(stream, max_ledger_bytes=None)
+                writer = Streams(client).open_writer(stream, max_ledger_bytes=None)
             except LedgerError as exc:
                 actor.history.record("takeover", UNKNOWN, t, stream=stream, error=_describe(exc))
                 writer = None
@@ -342,7 +342,7 @@ def run_stream_reader(actor: Actor) -> None:
         t = time.time()
         batch: list[list] = []
         try:
-            for entry in client.read_stream(stream, start=next_offset):
+            for entry in Streams(client).read(stream, start=next_offset):
                 batch.append([entry.offset, entry.ledger_id, entry.entry_id, digest(entry.payload)])
                 if len(batch) >= READ_BATCH or actor.stopping():
                     break

@@ -6,12 +6,12 @@ each acknowledged entry, and `fenced` (then exits 0) once another owner has take
 """
 import sys
 
-from connector.client import LedgerClient, LedgerFencedError
+from connector.client import LedgerClient, LedgerFencedError, Streams
 
 
 def main(uri: str, stream: str) -> int:
     with LedgerClient(uri) as client:
-        writer = client.open_stream_writer(stream)
+        writer = Streams(client).open_writer(stream)
         print("owner", flush=True)
         n = 0
         while True:

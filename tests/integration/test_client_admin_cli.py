@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from connector.cli import main
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from metadata.model import LedgerState
 
 
@@ -71,7 +71,7 @@ def test_read_never_fences_a_live_writer_unless_asked_and_clamps_its_range(clust
 def test_delete_refuses_a_ledger_a_stream_holds_unless_forced(cluster, metadata_uri, capsys):
     cluster(3)
     with LedgerClient(metadata_uri) as client:
-        with client.open_stream_writer("events") as writer:
+        with Streams(client).open_writer("events") as writer:
             writer.append(b"kept")
         held = client.ledger_metadata(max(client.list_ledgers())).ledger_id
         assert main(["delete", str(held), "--metadata", metadata_uri]) == 1

@@ -9,7 +9,7 @@ without a SparkSession; tests/spark/test_stream_truncation.py runs the same thro
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.retention import truncate_stream
 from connector.spark.errors import DataLossError
 from connector.spark.options import LedgerOptions
@@ -24,7 +24,7 @@ SCHEMA = raw_read_schema(include_metadata=True)
 
 
 def write_raw_stream(uri: str, name: str, ledgers: int, entries: int) -> None:
-    with LedgerClient(uri) as client, client.open_stream_writer(name, max_ledger_entries=entries) as writer:
+    with LedgerClient(uri) as client, Streams(client).open_writer(name, max_ledger_entries=entries) as writer:
         for i in range(ledgers * entries):
             writer.append(f"e{i:03d}".encode())
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from connector.cli import main
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from metadata import layout, streams
 from metadata.model import Retention
 from tests.harness.poll import poll_until
@@ -16,7 +16,7 @@ def write_raw_stream(uri: str, name: str, ledgers: int, entries: int, keep_open:
     """A raw stream of `ledgers` ledgers of `entries` 10-byte entries each (2 bytes of payload, 8 of append time);
     the writer returned (still owning the stream, its last ledger OPEN) if keep_open."""
     client = LedgerClient(uri)
-    writer = client.open_stream_writer(name, max_ledger_entries=entries)
+    writer = Streams(client).open_writer(name, max_ledger_entries=entries)
     for i in range(ledgers * entries):
         writer.append(f"{i % 100:02d}".encode())
     if keep_open:
@@ -54,7 +54,7 @@ def test_list_show_truncate_retention_and_delete_with_json(cluster, metadata_uri
         [truncated] = run_json(capsys, "truncate", "events", "--before", "7")
         assert (truncated["from_offset"], truncated["first_offset"], truncated["ledgers"]) == (0, 5, 1)
         with LedgerClient(metadata_uri) as lc:
-            assert [e.offset for e in lc.read_stream("events")] == list(range(5, 20))
+            assert [e.offset for e in Streams(lc).read("events")] == list(range(5, 20))
 
         [setting] = run_json(capsys, "retention", "events", "--max-bytes", "100", "--max-age", "7d")
         assert setting == {"name": "events", "max_age": 604800.0, "max_bytes": 100}

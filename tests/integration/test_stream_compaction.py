@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from connector.client import LedgerClient, NoSuchLedgerError
+from connector.client import LedgerClient, NoSuchLedgerError, Streams
 from connector.cli import main
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
@@ -97,13 +97,13 @@ def test_an_arrow_stream_of_200_small_ledgers_is_compacted_with_the_same_rows_at
 def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer_goes_on(metadata_uri, cluster):
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
-        writer = lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2)
+        writer = Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2)
         for n in range(1400):
             writer.append(f"p-{n}".encode())
         before = stream_ledgers(lc.store, "raw")
         assert len(before) == 700 and streams.list_pages(lc.store, "raw")
         old_head = streams.read_stream(lc.store, "raw").value
-        reading = lc.read_stream("raw")
+        reading = Streams(lc).read("raw")
         first_half = [next(reading) for _ in range(500)]             # a read going on during the compaction
 
         result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=200, grace=GRACE))
@@ -113,7 +113,7 @@ def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer
         writer.close()
         after = stream_ledgers(lc.store, "raw")
         assert all(r.state == "swapped" for r in result.runs) and len(after) < 250
-        entries = [(e.offset, e.payload) for e in lc.read_stream("raw")]
+        entries = [(e.offset, e.payload) for e in Streams(lc).read("raw")]
         assert entries == [(n, f"p-{n}".encode()) for n in range(1500)]
         assert [(e.offset, e.payload) for e in first_half + list(reading)] == entries[:1400]
         new = lc.ledger_metadata(after[0].ledger_id)
@@ -124,13 +124,13 @@ def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer
         assert not any(exists(lc, s.ledger_id) for s in before[:-1])
         head = streams.read_stream(lc.store, "raw").value
         assert streams.list_pages(lc.store, "raw") == streams.live_pages(lc.store, head)   # replaced pages gone
-        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries
+        assert [(e.offset, e.payload) for e in Streams(lc).read("raw")] == entries
 
 
 def test_a_truncation_during_the_compaction_refuses_the_swap_and_the_new_ledgers_go(metadata_uri, cluster):
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
-        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
             for n in range(40):
                 w.append(f"p-{n}".encode())
         before = stream_ledgers(lc.store, "raw")
@@ -145,7 +145,7 @@ def test_a_truncation_during_the_compaction_refuses_the_swap_and_the_new_ledgers
         assert [r.state for r in result.runs] == ["abandoned"]
         assert stream_ledgers(lc.store, "raw") == before[3:] and compaction_ledgers(lc) == set()
         assert lc.store.children(layout.COMPACTIONS) == []
-        assert [e.payload for e in lc.read_stream("raw", before[3].first_offset)] == [
+        assert [e.payload for e in Streams(lc).read("raw", before[3].first_offset)] == [
             f"p-{n}".encode() for n in range(6, 40)]
 
 
@@ -154,10 +154,10 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
         metadata_uri, cluster, crash_at):
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
-        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
             for n in range(100):
                 w.append(f"p-{n}".encode())
-        entries = [(e.offset, e.payload) for e in lc.read_stream("raw")]
+        entries = [(e.offset, e.payload) for e in Streams(lc).read("raw")]
         before = stream_ledgers(lc.store, "raw")
 
         # 180 bytes: groups of 7 of these ledgers (two entries of 8 bytes of time and 3-4 of payload each), so the
@@ -172,7 +172,7 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
             process.kill()
             process.wait()
 
-        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries   # readable and complete
+        assert [(e.offset, e.payload) for e in Streams(lc).read("raw")] == entries   # readable and complete
         swapped = crash_at == "swapped"
         assert (stream_ledgers(lc.store, "raw") != before) == swapped
         left = compaction_ledgers(lc)
@@ -187,7 +187,7 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
         else:
             assert compaction_ledgers(lc) == set() and stream_ledgers(lc.store, "raw") == before
         compact_stream(lc, "raw", CompactionPolicy(target_bytes=60, grace=GRACE), wait=True)
-        assert [(e.offset, e.payload) for e in lc.read_stream("raw")] == entries
+        assert [(e.offset, e.payload) for e in Streams(lc).read("raw")] == entries
         assert len(stream_ledgers(lc.store, "raw")) < len(before) and lc.store.children(layout.COMPACTIONS) == []
         assert all(exists(lc, s.ledger_id) for s in stream_ledgers(lc.store, "raw"))
 
@@ -199,7 +199,7 @@ def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_
         return capsys.readouterr().out
 
     def append(lc: LedgerClient, entries: range) -> None:
-        with lc.open_stream_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
             for n in entries:
                 w.append(f"p-{n}".encode())
 
@@ -216,4 +216,4 @@ def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_
         append(lc, range(40, 80))
         printed = compact()
         assert "ledgers rewritten into" in printed and "kept until" in printed
-        assert [e.payload for e in lc.read_stream("raw")] == [f"p-{n}".encode() for n in range(80)]
+        assert [e.payload for e in Streams(lc).read("raw")] == [f"p-{n}".encode() for n in range(80)]

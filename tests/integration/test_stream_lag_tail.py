@@ -14,7 +14,7 @@ import time
 import pytest
 
 from connector.cli import main
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.retention import truncate_stream
 from tests.harness.poll import poll_until
 
@@ -36,7 +36,7 @@ def live(cluster, metadata_uri, monkeypatch):
     """Stream 'events': offsets 0..11 in ledgers of 5 entries (offset 3 binary), its writer still open (OPEN tail)."""
     cluster(3)
     monkeypatch.setenv("LEDGER_METADATA", metadata_uri)
-    with LedgerClient(metadata_uri) as client, client.open_stream_writer("events", max_ledger_entries=5) as writer:
+    with LedgerClient(metadata_uri) as client, Streams(client).open_writer("events", max_ledger_entries=5) as writer:
         for i in range(12):
             writer.append(payload(i))
         readable(client, 11)
@@ -45,7 +45,7 @@ def live(cluster, metadata_uri, monkeypatch):
 
 def readable(client: LedgerClient, last: int) -> None:
     """Wait until readers see offset `last` (an idle writer's explicit LAC has reached the nodes)."""
-    poll_until(lambda: [e.offset for e in client.read_stream("events", last)] == [last], 60, what=f"offset {last}")
+    poll_until(lambda: [e.offset for e in Streams(client).read("events", last)] == [last], 60, what=f"offset {last}")
 
 
 class LineReader:
@@ -129,7 +129,7 @@ def test_follow_from_latest_sees_only_new_rows_and_ctrl_c_ends_it_quietly(live, 
 
 def test_a_closed_pipe_ends_follow_quietly(cluster, metadata_uri, tmp_path):
     cluster(3)
-    with LedgerClient(metadata_uri) as client, client.open_stream_writer("events") as writer:
+    with LedgerClient(metadata_uri) as client, Streams(client).open_writer("events") as writer:
         for i in range(3000):   # ~100 KB of lines: more than a pipe holds, so the tail writes after head is gone
             writer.append_async(f"row {i:05d}".encode())
         writer.append(b"last")
@@ -147,7 +147,7 @@ def test_tail_goes_on_from_the_first_offset_after_a_truncation_and_errors_are_on
     cluster(3)
     monkeypatch.setenv("LEDGER_METADATA", metadata_uri)
     with LedgerClient(metadata_uri) as client:
-        with client.open_stream_writer("events", max_ledger_entries=5) as writer:
+        with Streams(client).open_writer("events", max_ledger_entries=5) as writer:
             for i in range(12):
                 writer.append(payload(i))
         truncate_stream(client, "events", 5)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.retention import (
     CHUNK_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
     truncate_stream,
@@ -196,7 +196,7 @@ def test_a_compaction_of_counted_offsets_drops_the_byte_count(lc):
 
 
 def write_raw_stream(uri: str, name: str, ledgers: int, entries: int) -> None:
-    with LedgerClient(uri) as client, client.open_stream_writer(name, max_ledger_entries=entries) as writer:
+    with LedgerClient(uri) as client, Streams(client).open_writer(name, max_ledger_entries=entries) as writer:
         for i in range(ledgers * entries):
             writer.append(f"e{i:04d}".encode())
 
@@ -228,7 +228,7 @@ def test_a_truncation_killed_mid_way_leaves_the_stream_whole_and_the_next_run_fi
         head = streams.read_stream(lc.store, "events").value
         expected_first = 0 if step == PLANNED else 10
         assert head.first_offset == expected_first
-        entries = list(lc.read_stream("events", start=head.first_offset))
+        entries = list(Streams(lc).read("events", start=head.first_offset))
         assert [e.payload for e in entries] == [f"e{i:04d}".encode() for i in range(expected_first, 20)]
         assert [c.state for c in pending_cuts(lc.store, "events")] == [PLANNED if step == PLANNED else CUT]
         assert [i for i in before if not exists(lc.store, i)] == (before[:2] if step == TAIL_DELETED else [])
@@ -240,7 +240,7 @@ def test_a_truncation_killed_mid_way_leaves_the_stream_whole_and_the_next_run_fi
         deleted = [i for i in before if not exists(lc.store, i)]
         assert deleted == ([] if step == PLANNED else before[:2])
         assert streams.read_stream(lc.store, "events").value.first_offset == expected_first
-        assert [e.payload for e in lc.read_stream("events", start=0)] == [
+        assert [e.payload for e in Streams(lc).read("events", start=0)] == [
             f"e{i:04d}".encode() for i in range(expected_first, 20)]
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from connector.client import LedgerClient, metrics
+from connector.client import LedgerClient, Streams, metrics
 from connector.client.entry_time import FIRST_KEY, LAST_KEY, TIME_KEY, AppendClock, LedgerTimes
 from connector.client.time_search import TimeSearch, first_offset_at_or_after
 from connector.compaction import CompactionPolicy, compact_stream
@@ -79,11 +79,11 @@ class CountingStore:
 
 def test_a_stream_writer_stamps_every_entry_and_readers_get_the_payload_back(client):
     before = int(time.time() * 1000)
-    with client.open_stream_writer("stamped", max_ledger_entries=3) as writer:
+    with Streams(client).open_writer("stamped", max_ledger_entries=3) as writer:
         for i in range(7):
             writer.append(f"e{i}".encode())
     after = int(time.time() * 1000)
-    read = list(client.read_stream("stamped"))
+    read = list(Streams(client).read("stamped"))
     assert [e.payload for e in read] == [f"e{i}".encode() for i in range(7)]
     times = [e.time_ms for e in read]
     assert times == sorted(times) and before <= times[0] and times[-1] <= after
@@ -101,7 +101,7 @@ def test_a_search_over_a_thousand_ledgers_reads_logarithmically_many_ledgers_and
     count = ledgers * per_ledger
     # entry n was appended at BASE + n // 3: runs of equal times cross ledger boundaries
     clock = scripted_clock([BASE + n // 3 for n in range(count)])
-    with client.open_stream_writer("many", max_ledger_entries=per_ledger, clock=clock) as writer:
+    with Streams(client).open_writer("many", max_ledger_entries=per_ledger, clock=clock) as writer:
         futures = [writer.append_async(f"e{n}".encode()) for n in range(count)]
         assert [f.result() for f in futures] == list(range(count))
     record = streams.read_stream(client.store, "many").value
@@ -124,7 +124,7 @@ def test_a_search_over_a_thousand_ledgers_reads_logarithmically_many_ledgers_and
 
 def test_a_search_inside_one_large_ledger_reads_logarithmically_many_entries(client):
     clock = scripted_clock([BASE + n for n in range(1000)])
-    with client.open_stream_writer("large", clock=clock) as writer:
+    with Streams(client).open_writer("large", clock=clock) as writer:
         for future in [writer.append_async(b"x") for _ in range(1000)]:
             future.result()
     record = streams.read_stream(client.store, "large").value
@@ -135,7 +135,7 @@ def test_a_search_inside_one_large_ledger_reads_logarithmically_many_entries(cli
 
 def test_the_open_tail_of_a_live_writer_is_searched_up_to_its_lac(client):
     clock = scripted_clock([BASE + 10 * n for n in range(20)])
-    writer = client.open_stream_writer("live", max_ledger_entries=8, clock=clock)
+    writer = Streams(client).open_writer("live", max_ledger_entries=8, clock=clock)
     try:
         for n in range(20):
             writer.append(f"e{n}".encode())
@@ -154,19 +154,19 @@ def test_a_new_owner_never_stamps_below_its_predecessors_last_time(client, metad
     behind = scripted_clock([BASE + n for n in range(5)])
     first = LedgerClient(metadata_uri)
     try:
-        owner = first.open_stream_writer("handover", clock=ahead)
+        owner = Streams(first).open_writer("handover", clock=ahead)
         for n in range(5):
             owner.append(f"a{n}".encode())
         # the first owner never closes (it crashed): the next one recovers its ledger, which then has no times
         # recorded in its metadata, and reads its last entry's time
-        with LedgerClient(metadata_uri) as other, other.open_stream_writer("handover", clock=behind) as second:
+        with LedgerClient(metadata_uri) as other, Streams(other).open_writer("handover", clock=behind) as second:
             recovered = streams.read_stream(other.store, "handover").value.tail[0]
             assert LAST_KEY not in other.ledger_metadata(recovered.ledger_id).custom
             for n in range(5):
                 second.append(f"b{n}".encode())
     finally:
         first.close()
-    times = [e.time_ms for e in client.read_stream("handover")]
+    times = [e.time_ms for e in Streams(client).read("handover")]
     assert times == [BASE + 5_000 + n for n in range(5)] + [BASE + 5_004] * 5
     record = streams.read_stream(client.store, "handover").value
     assert first_offset_at_or_after(client, record, BASE + 5_004) == 4      # the recovered ledger: entries read
@@ -191,10 +191,10 @@ def test_ledgers_written_before_entry_times_read_as_before_and_are_searched_by_t
     meta = client.ledger_metadata(old)
     assert FIRST_KEY not in meta.custom and TIME_KEY not in meta.custom
     later = int(time.time() * 1000) + 10_000
-    with client.open_stream_writer("mixed", clock=scripted_clock([later, later + 1])) as writer:
+    with Streams(client).open_writer("mixed", clock=scripted_clock([later, later + 1])) as writer:
         writer.append(b"new-1")
         writer.append(b"new-2")
-    read = [(e.offset, e.payload, e.time_ms) for e in client.read_stream("mixed")]
+    read = [(e.offset, e.payload, e.time_ms) for e in Streams(client).read("mixed")]
     assert read == [(0, b"\x00\x00old-1", None), (1, b"old-2", None), (2, b"new-1", later), (3, b"new-2", later + 1)]
     record = streams.read_stream(client.store, "mixed").value
     assert BASE < closed_at < later
@@ -209,16 +209,16 @@ def test_compaction_keeps_every_entrys_time_and_runs_never_mix_old_and_timed_led
     old_format_ledger(client, "compacted", [b"o2", b"o3"])
     start = int(time.time() * 1000) + 10_000   # after the old ledgers' close: a new owner never stamps below it
     clock = scripted_clock([start + 10 * n for n in range(20)])
-    with client.open_stream_writer("compacted", max_ledger_entries=2, clock=clock) as writer:
+    with Streams(client).open_writer("compacted", max_ledger_entries=2, clock=clock) as writer:
         for n in range(20):
             writer.append(f"e{n}".encode())
-    before = [(e.offset, e.payload, e.time_ms) for e in client.read_stream("compacted")]
+    before = [(e.offset, e.payload, e.time_ms) for e in Streams(client).read("compacted")]
     assert [t for _, _, t in before] == [None] * 4 + [start + 10 * n for n in range(20)]
     ledgers_before = len(list(streams.iter_ledgers(client.store, streams.read_stream(client.store, "compacted").value)))
 
     result = compact_stream(client, "compacted", CompactionPolicy(target_bytes=1000, grace=0.0), wait=True)
 
-    assert [(e.offset, e.payload, e.time_ms) for e in client.read_stream("compacted")] == before
+    assert [(e.offset, e.payload, e.time_ms) for e in Streams(client).read("compacted")] == before
     record = streams.read_stream(client.store, "compacted").value
     ledgers = list(streams.iter_ledgers(client.store, record))
     assert len(ledgers) < ledgers_before and len(result.runs) == 2   # the old pair, and the timed ledgers

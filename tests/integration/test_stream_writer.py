@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from connector.client import LedgerClient, LedgerFencedError
+from connector.client import LedgerClient, LedgerFencedError, Streams
 from metadata import streams
 from metadata.model import LedgerState
 from tests.harness.poll import poll_until
@@ -20,11 +20,11 @@ def client(cluster, metadata_uri):
 
 
 def offsets_and_payloads(client, name, start=0, end=None):
-    return [(e.offset, e.payload) for e in client.read_stream(name, start, end)]
+    return [(e.offset, e.payload) for e in Streams(client).read(name, start, end)]
 
 
 def test_offsets_are_contiguous_across_rolled_ledgers(client):
-    with client.open_stream_writer("events", max_ledger_entries=4) as writer:
+    with Streams(client).open_writer("events", max_ledger_entries=4) as writer:
         offsets = [writer.append(f"e{i}".encode()) for i in range(10)]
     assert offsets == list(range(10))
     record = streams.read_stream(client.store, "events").value
@@ -35,7 +35,7 @@ def test_offsets_are_contiguous_across_rolled_ledgers(client):
 
 
 def test_reading_includes_the_open_tail_up_to_the_lac(client):
-    writer = client.open_stream_writer("live")
+    writer = Streams(client).open_writer("live")
     written = [f"x{i}".encode() for i in range(5)]
     for payload in written:
         writer.append(payload)
@@ -51,10 +51,10 @@ def test_reading_includes_the_open_tail_up_to_the_lac(client):
 
 
 def test_second_owner_fences_the_first_and_continues_after_its_last_acked_offset(client, metadata_uri):
-    first = client.open_stream_writer("orders")
+    first = Streams(client).open_writer("orders")
     acked = [first.append(f"a{i}".encode()) for i in range(20)]
     with LedgerClient(metadata_uri) as other:
-        second = other.open_stream_writer("orders")
+        second = Streams(other).open_writer("orders")
         with pytest.raises(LedgerFencedError):
             first.append(b"after takeover")
         assert second.append(b"b0") == acked[-1] + 1
@@ -75,7 +75,7 @@ def test_handover_from_a_paused_owner_loses_nothing_and_fences_it(client, metada
         owner.send_signal(signal.SIGSTOP)
         acked_before_pause = [l.split() for l in list(lines) if l.startswith("acked")]
 
-        with client.open_stream_writer("paused") as new_owner:
+        with Streams(client).open_writer("paused") as new_owner:
             takeover_offset = new_owner.append(b"new owner")
             owner.send_signal(signal.SIGCONT)
             poll_until(lambda: "fenced\n" in lines, 60, what="the old owner to be fenced")

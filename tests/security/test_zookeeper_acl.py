@@ -7,7 +7,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from metadata import layout
 from metadata.errors import InvalidMetadataUriError, MetadataError
 from metadata.store import MetadataStore, MetadataUri
@@ -41,7 +41,7 @@ def test_an_unauthenticated_client_can_neither_read_nor_change_any_metadata(prot
     with LedgerClient(protected_uri) as lc:
         with lc.create_ledger(2, 2, 2, password=b"pw") as w:
             w.append(b"protected")
-        with lc.open_stream_writer("events") as sw:
+        with Streams(lc).open_writer("events") as sw:
             sw.append(b"stream entry")
         assert [e.payload for e in lc.open_ledger(w.ledger_id, password=b"pw").read(0, 0)] == [b"protected"]
         ledger_path = f"{root}{layout.ledger_path(w.ledger_id)}"

@@ -1,6 +1,6 @@
 """Seek without re-reading (issue 14 item 5, DESIGN rule 15): a read that starts at offset k inside a ledger
 fetches only the entries holding offsets >= k, for batch reads (startingOffsets, splitEntries), streaming
-micro-batches and LedgerClient.read_stream; ledgers closed without a row index still read correctly.
+micro-batches and Streams.read; ledgers closed without a row index still read correctly.
 
 Rows are compared with a full read filtered (chispa). Entries fetched are counted with the client's
 metrics, on partitions read in this process with the code an executor runs (reader.read(partition)).
@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from connector.client import LedgerClient, metrics
+from connector.client import LedgerClient, Streams, metrics
 from connector.spark import LedgerDataSource
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndex
 from metadata import streams
@@ -125,10 +125,10 @@ def test_a_ledger_closed_without_an_index_reads_the_same_rows_searching_its_star
 
 def test_read_stream_of_a_raw_stream_starts_at_the_entry_of_its_offset(shared_uri, stream):
     with LedgerClient(shared_uri) as lc:
-        with lc.open_stream_writer(stream) as writer:
+        with Streams(lc).open_writer(stream) as writer:
             for i in range(500):
                 writer.append(f"e{i}".encode())
         before = entries_read()
-        got = [(e.offset, e.payload) for e in lc.read_stream(stream, start=450)]
+        got = [(e.offset, e.payload) for e in Streams(lc).read(stream, start=450)]
         assert got == [(i, f"e{i}".encode()) for i in range(450, 500)]
         assert entries_read() - before == 50

@@ -8,7 +8,7 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.spark.errors import InvalidOptionError
 from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
@@ -25,7 +25,7 @@ def stream_query(spark, uri, stream, table, **options):
 
 def append(uri, stream, first, count):
     """Entries e<first>..e<first+count-1>, sealed (the writer closes) so that every reader sees them at once."""
-    with LedgerClient(uri) as lc, lc.open_stream_writer(stream) as writer:
+    with LedgerClient(uri) as lc, Streams(lc).open_writer(stream) as writer:
         for i in range(first, first + count):
             writer.append(f"e{i:03d}".encode())
 

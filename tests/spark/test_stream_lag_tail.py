@@ -5,7 +5,7 @@ import json
 import logging
 
 from connector.cli import main
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import LedgerStreamReader
@@ -43,7 +43,7 @@ def test_lag_before_and_after_the_query_catches_up(spark, shared_uri, stream, tm
     monkeypatch.setenv("LEDGER_METADATA", shared_uri)
     checkpoint = tmp_path / "checkpoint"
     with LedgerClient(shared_uri) as lc:
-        with lc.open_stream_writer(stream, max_ledger_entries=10) as writer:
+        with Streams(lc).open_writer(stream, max_ledger_entries=10) as writer:
             for i in range(40):
                 writer.append(payload(i))
         catch_up(spark, shared_uri, stream, checkpoint)
@@ -51,10 +51,10 @@ def test_lag_before_and_after_the_query_catches_up(spark, shared_uri, stream, tm
         assert (caught["stream"], caught["batch"], caught["committed_offset"], caught["latest_offset"],
                 caught["rows_behind"], caught["bytes_behind"]) == (stream, 0, 40, 40, 0, 0)
 
-        writer = lc.open_stream_writer(stream, max_ledger_entries=10)
+        writer = Streams(lc).open_writer(stream, max_ledger_entries=10)
         for i in range(40, 100):   # 5 ledgers of 10 sealed, the last 10 in its OPEN ledger
             writer.append(payload(i))
-        poll_until(lambda: [e.offset for e in lc.read_stream(stream, 99)] == [99], 60, what="offset 99 readable")
+        poll_until(lambda: [e.offset for e in Streams(lc).read(stream, 99)] == [99], 60, what="offset 99 readable")
         [behind] = lag(capsys, checkpoint)
         assert (behind["committed_offset"], behind["latest_offset"], behind["rows_behind"]) == (40, 100, 60)
         # 50 offsets in whole sealed ledgers (their lengths), 10 in the OPEN one at their average bytes per offset
@@ -75,7 +75,7 @@ def test_lag_before_and_after_the_query_catches_up(spark, shared_uri, stream, tm
 
 
 def test_the_source_logs_its_lag_at_info_after_each_batch(shared_uri, stream, caplog):
-    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=10) as writer:
+    with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream, max_ledger_entries=10) as writer:
         for i in range(30):
             writer.append(payload(i))
         entry = entry_bytes(lc, stream)

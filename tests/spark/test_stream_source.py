@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from metadata import streams
 from tests.harness.poll import poll_until
 
@@ -20,7 +20,7 @@ def payloads(spark, table):
 
 
 def test_tailing_query_sees_each_entry_after_it_is_acknowledged(spark, shared_uri, stream):
-    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream) as writer:
+    with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream) as writer:
         writer.append(b"before the query")
         query = stream_query(spark, shared_uri, stream, "tail").trigger(processingTime="200 milliseconds").start()
         try:
@@ -37,7 +37,7 @@ def test_tailing_query_sees_each_entry_after_it_is_acknowledged(spark, shared_ur
 
 
 def write_entries(uri, stream, count, **writer_options):
-    with LedgerClient(uri) as lc, lc.open_stream_writer(stream, **writer_options) as writer:
+    with LedgerClient(uri) as lc, Streams(lc).open_writer(stream, **writer_options) as writer:
         return [writer.append(f"e{i:03d}".encode()) for i in range(count)]
 
 
@@ -56,7 +56,7 @@ def test_starting_offsets_latest_skips_what_is_there(spark, shared_uri, stream):
         processingTime="200 milliseconds").start()
     try:
         poll_until(lambda: query.recentProgress, 60, what="a first micro-batch")
-        with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream) as writer:
+        with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream) as writer:
             writer.append(b"new")
         poll_until(lambda: payloads(spark, "latest") == [b"new"], 60, what="only the new entry")
     finally:
@@ -87,7 +87,7 @@ def test_fail_on_data_loss(spark, shared_uri, stream, fail):
 
 
 def test_byte_limit_caps_micro_batches_and_the_latest_offset_is_reported(spark, shared_uri, stream):
-    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=50) as writer:
+    with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream, max_ledger_entries=50) as writer:
         for i in range(100):
             writer.append(bytes([i % 256]) * 92)   # 92 bytes and 8 of append time: 100 bytes per offset
     query = stream_query(spark, shared_uri, stream, "bytes_limited", maxBytesPerTrigger="2500").trigger(

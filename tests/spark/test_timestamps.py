@@ -19,7 +19,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, Streams
 from connector.client.entry_time import AppendClock
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
@@ -49,7 +49,7 @@ def scripted_clock(times_ms):
 
 def raw_stream(uri, stream, times, per_ledger=3):
     """A raw stream written by a stream writer whose entry n is appended at times[n]."""
-    with LedgerClient(uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=per_ledger,
+    with LedgerClient(uri) as lc, Streams(lc).open_writer(stream, max_ledger_entries=per_ledger,
                                                         clock=scripted_clock(times)) as writer:
         for n in range(len(times)):
             writer.append(f"e{n}".encode())
@@ -156,7 +156,7 @@ def test_timestamp_filters_give_the_right_rows_and_prune_where_spark_allows_it(s
 
 def test_a_streaming_query_starts_at_starting_timestamp_and_reads_on(spark, shared_uri, stream):
     times = [BASE + 10 * n for n in range(10)]
-    with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream, max_ledger_entries=4,
+    with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream, max_ledger_entries=4,
                                                                 clock=scripted_clock(times + [BASE + 500])) as writer:
         for n in range(10):
             writer.append(f"e{n}".encode())
@@ -196,7 +196,7 @@ def test_a_streaming_starting_timestamp_after_every_row_fails_or_starts_at_the_e
     query = start("at_end", startingOffsetsByTimestampStrategy="latest")
     try:
         poll_until(lambda: query.recentProgress, 60, what="a first micro-batch")
-        with LedgerClient(shared_uri) as lc, lc.open_stream_writer(stream) as writer:
+        with LedgerClient(shared_uri) as lc, Streams(lc).open_writer(stream) as writer:
             writer.append(b"new")
         poll_until(lambda: [bytes(r.payload) for r in spark.sql("select payload from at_end").collect()] == [b"new"],
                    60, what="the row written after the query started, and only it")
