@@ -15,11 +15,12 @@ import dataclasses
 import os
 from typing import Mapping
 
+from connector.client import default_metadata_uri
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
 from metadata.model import Retention
-from metadata.store import DEFAULT_URI, MetadataUri, zk_wait_seconds
+from metadata.store import MetadataUri, zk_wait_seconds
 from metadata.streams import check_stream_name
 
 COMPRESSIONS = ("none", "lz4", "zstd")
@@ -39,10 +40,6 @@ SPELLING = {
         "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
     )
 }
-
-
-def default_metadata_uri() -> str:
-    return os.environ.get("LEDGER_METADATA") or DEFAULT_URI
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,35 +86,38 @@ class LedgerOptions:
                 f"unknown option(s) {', '.join(unknown)}; the ledger data source knows "
                 f"{', '.join(sorted(SPELLING.values()))}"
             )
-        parsed = cls(
-            metadata=_metadata(given.get("metadata") or default_metadata_uri()),
+        # Each parser answers None for an option that is not given, and a None is left out: the option keeps
+        # its field's default, written once, above.
+        values = dict(
             stream=_stream(given.get("path")),
             ledgers=_ledger_ids(given.get("ledgers")),
-            recover=_boolean(given, "recover", True),
-            password=given.get("password", "").encode(),
-            ensemble_size=_integer(given, "ensemblesize", 3, minimum=1),
-            write_quorum=_integer(given, "writequorum", 3, minimum=1),
-            ack_quorum=_integer(given, "ackquorum", 2, minimum=1),
-            entry_bytes=_integer(given, "entrybytes", 1024 * 1024, minimum=MIN_ENTRY_BYTES, maximum=MAX_ENTRY_BYTES),
-            max_entry_bytes=_integer(given, "maxentrybytes", NODE_ENTRY_LIMIT, minimum=MIN_ENTRY_BYTES,
-                                     maximum=512 * 1024 * 1024),
-            compression=_choice(given, "compression", COMPRESSIONS, "none"),
+            recover=_boolean(given, "recover"),
+            password=given["password"].encode() if "password" in given else None,
+            ensemble_size=integer_option(given, "ensemblesize", minimum=1),
+            write_quorum=integer_option(given, "writequorum", minimum=1),
+            ack_quorum=integer_option(given, "ackquorum", minimum=1),
+            entry_bytes=integer_option(given, "entrybytes", minimum=MIN_ENTRY_BYTES, maximum=MAX_ENTRY_BYTES),
+            max_entry_bytes=integer_option(given, "maxentrybytes", minimum=MIN_ENTRY_BYTES,
+                                           maximum=512 * 1024 * 1024),
+            compression=_choice(given, "compression", COMPRESSIONS),
             starting_offset=_offset(given, "startingoffsets", "earliest"),
             ending_offset=_offset(given, "endingoffsets", "latest"),
-            include_metadata=_boolean(given, "includemetadata", False),
-            split_entries=_integer(given, "splitentries", 0, minimum=0),
-            view=_choice(given, "view", VIEWS, None),
+            include_metadata=_boolean(given, "includemetadata"),
+            split_entries=integer_option(given, "splitentries", minimum=0),
+            view=_choice(given, "view", VIEWS),
             tls_ca=_file(given, "tlsca"),
             tls_cert=_file(given, "tlscert"),
             tls_key=_file(given, "tlskey"),
             auth_token_file=_file(given, "authtokenfile"),
-            fail_on_data_loss=_boolean(given, "failondataloss", True),
+            fail_on_data_loss=_boolean(given, "failondataloss"),
             retention_ms=_limit(given, "retentionms", "milliseconds"),
             retention_bytes=_limit(given, "retentionbytes", "bytes"),
             starting_timestamp=_timestamp(given, "startingtimestamp"),
             ending_timestamp=_timestamp(given, "endingtimestamp"),
-            timestamp_strategy=_choice(given, "startingoffsetsbytimestampstrategy", TIMESTAMP_STRATEGIES, "error"),
+            timestamp_strategy=_choice(given, "startingoffsetsbytimestampstrategy", TIMESTAMP_STRATEGIES),
         )
+        parsed = cls(metadata=_metadata(given.get("metadata") or default_metadata_uri()),
+                     **{name: value for name, value in values.items() if value is not None})
         parsed.client_options()  # refuses half a TLS setting or an unusable token file now, on the driver
         parsed._check_quorums()
         parsed._check_offsets()
@@ -259,21 +259,23 @@ def _ledger_ids(text: str | None) -> tuple[int, ...]:
     return ids
 
 
-def _boolean(given: Mapping[str, str], key: str, default: bool, spelling: Mapping[str, str] = SPELLING) -> bool:
+def _boolean(given: Mapping[str, str], key: str) -> bool | None:
     text = given.get(key)
     if text is None:
-        return default
+        return None
     value = str(text).strip().lower()
     if value not in ("true", "false"):
-        raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are true, false")
+        raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are true, false")
     return value == "true"
 
 
-def _integer(given: Mapping[str, str], key: str, default: int | None, minimum: int, maximum: int | None = None,
-             spelling: Mapping[str, str] = SPELLING) -> int | None:
+def integer_option(given: Mapping[str, str], key: str, minimum: int, maximum: int | None = None,
+                   spelling: Mapping[str, str] = SPELLING) -> int | None:
+    """Option key (lower-case) as an integer in [minimum, maximum], or None when it is not given; errors name it
+    as spelling spells it (stream_options.py passes its own)."""
     text = given.get(key)
     if text is None:
-        return default
+        return None
     try:
         value = int(str(text).strip())
     except ValueError:
@@ -302,10 +304,12 @@ def _limit(given: Mapping[str, str], key: str, unit: str) -> int | None:
     return value
 
 
-def _choice(given: Mapping[str, str], key: str, allowed: tuple[str, ...], default: str | None) -> str | None:
+def _choice(given: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str | None:
     text = given.get(key)
-    value = default if text is None else str(text).strip().lower()
-    if value is not None and value not in allowed:
+    if text is None:
+        return None
+    value = str(text).strip().lower()
+    if value not in allowed:
         raise InvalidOptionError(f"option {SPELLING[key]}={text!r}: allowed values are {', '.join(allowed)}")
     return None if value == "none" else value
 

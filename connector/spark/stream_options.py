@@ -29,7 +29,7 @@ from typing import Mapping
 
 from connector.checkpoint import local_path  # noqa: F401 - also imported from here
 from connector.spark.errors import InvalidOptionError
-from connector.spark.options import LedgerOptions, _integer, check_one_start
+from connector.spark.options import LedgerOptions, check_one_start, integer_option
 
 LATEST = "latest"
 EARLIEST = "earliest"
@@ -65,9 +65,9 @@ class StreamOptions:
         return batch, cls(
             starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
             max_records_per_trigger=_max_records(ours),
-            max_bytes_per_trigger=_integer(ours, "maxbytespertrigger", None, minimum=1, spelling=SPELLING),
+            max_bytes_per_trigger=integer_option(ours, "maxbytespertrigger", minimum=1, spelling=SPELLING),
             checkpoint_location=ours.get("checkpointlocation"),
-            min_offsets_per_trigger=_integer(ours, "minoffsetspertrigger", None, minimum=1, spelling=SPELLING),
+            min_offsets_per_trigger=integer_option(ours, "minoffsetspertrigger", minimum=1, spelling=SPELLING),
             max_trigger_delay=_max_trigger_delay(ours),
         )
 
@@ -101,8 +101,8 @@ class StreamOptions:
 
 def _max_records(given: Mapping[str, str]) -> int | None:
     """maxRecordsPerTrigger, or maxOffsetsPerTrigger (Kafka's name for it); both only if they agree."""
-    ours = _integer(given, "maxrecordspertrigger", None, minimum=1, spelling=SPELLING)
-    kafkas = _integer(given, "maxoffsetspertrigger", None, minimum=1, spelling=SPELLING)
+    ours = integer_option(given, "maxrecordspertrigger", minimum=1, spelling=SPELLING)
+    kafkas = integer_option(given, "maxoffsetspertrigger", minimum=1, spelling=SPELLING)
     if ours is not None and kafkas is not None and ours != kafkas:
         raise InvalidOptionError(
             f"options maxRecordsPerTrigger={ours} and maxOffsetsPerTrigger={kafkas} disagree: maxOffsetsPerTrigger is "
