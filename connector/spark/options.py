@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from typing import Callable, Mapping
 
 from connector.client import default_metadata_uri
 from connector.client.security import TlsConfig, read_token_file
@@ -273,6 +273,15 @@ def integer_option(given: Mapping[str, str], key: str, minimum: int, maximum: in
                    spelling: Mapping[str, str] = SPELLING) -> int | None:
     """Option key (lower-case) as an integer in [minimum, maximum], or None when it is not given; errors name it
     as spelling spells it (stream_options.py passes its own)."""
+    bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+    return _integer_where(given, key, lambda v: minimum <= v and (maximum is None or v <= maximum),
+                          f"integers {bound}", spelling)
+
+
+def _integer_where(given: Mapping[str, str], key: str, allowed: Callable[[int], bool], says: str,
+                   spelling: Mapping[str, str] = SPELLING) -> int | None:
+    """Option key as an integer for which allowed(value) holds, or None when it is not given; otherwise an error
+    naming the option and saying the allowed values (says)."""
     text = given.get(key)
     if text is None:
         return None
@@ -280,28 +289,17 @@ def integer_option(given: Mapping[str, str], key: str, minimum: int, maximum: in
         value = int(str(text).strip())
     except ValueError:
         value = None
-    if value is None or value < minimum or (maximum is not None and value > maximum):
-        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
-        raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are integers {bound}")
+    if value is None or not allowed(value):
+        raise InvalidOptionError(f"option {spelling[key]}={text!r}: allowed values are {says}")
     return value
 
 
 def _limit(given: Mapping[str, str], key: str, unit: str) -> int | None:
     """A retention limit: a positive integer, or -1 for none (as Kafka's retention.ms / retention.bytes)."""
-    text = given.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = 0
-    if value < 1 and value != -1:
-        raise InvalidOptionError(
-            f"option {SPELLING[key]}={text!r}: allowed values are integers >= 1 ({unit}), or -1 to remove the "
-            f"stream's limit; for example {SPELLING[key]}=" + ("604800000 (7 days)" if unit == "milliseconds"
-                                                              else "107374182400 (100 GiB)")
-        )
-    return value
+    example = "604800000 (7 days)" if unit == "milliseconds" else "107374182400 (100 GiB)"
+    return _integer_where(given, key, lambda v: v >= 1 or v == -1,
+                          f"integers >= 1 ({unit}), or -1 to remove the stream's limit; for example "
+                          f"{SPELLING[key]}={example}")
 
 
 def _choice(given: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str | None:
@@ -326,31 +324,13 @@ def check_one_start(given: Mapping[str, str]) -> None:
 
 def _timestamp(given: Mapping[str, str], key: str) -> int | None:
     """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them."""
-    text = given.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidOptionError(
-            f"option {SPELLING[key]}={text!r}: allowed values are times in milliseconds since the epoch (an integer "
-            f">= 0), for example {SPELLING[key]}=1700000000000 (2023-11-14 22:13:20 UTC)"
-        )
-    return value
+    return _integer_where(given, key, lambda v: v >= 0,
+                          "times in milliseconds since the epoch (an integer >= 0), for example "
+                          f"{SPELLING[key]}=1700000000000 (2023-11-14 22:13:20 UTC)")
 
 
 def _offset(given: Mapping[str, str], key: str, keyword: str) -> int | None:
     text = given.get(key)
-    if text is None or str(text).strip().lower() == keyword:
+    if text is not None and str(text).strip().lower() == keyword:
         return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidOptionError(
-            f"option {SPELLING[key]}={text!r}: allowed values are {keyword} or a non-negative stream offset"
-        )
-    return value
+    return _integer_where(given, key, lambda v: v >= 0, f"{keyword} or a non-negative stream offset")
