@@ -3,7 +3,7 @@
 FENCED (rule 6) and UNAUTHORIZED (rule 7) refuse the ledger itself, not one request or one node: every node
 of the ledger answers alike. A node sends the text below as its response's message; the client raises the
 same text (connector/client/errors.py, the status -> exception table). It lives with the wire protocol
-because storage_node and connector never import each other (DESIGN section 6).
+because storage_node and connector never import each other (DESIGN section 2).
 """
 from __future__ import annotations
 
