@@ -10,6 +10,7 @@ from metadata.store import METADATA_ENV, MetadataUri
 from storage_node.errors import ConfigError
 
 MiB = 1 << 20
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,8 @@ class NodeConfig:
     tls_key: pathlib.Path | None = None
     tls_ca: pathlib.Path | None = None
     auth_token_file: pathlib.Path | None = None
+    log_level: str = "INFO"
+    ready_file: pathlib.Path | None = None
 
     @property
     def address(self) -> str:
@@ -88,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PEM CA bundle: require every client to present a certificate signed by it (mutual TLS)")
     p.add_argument("--auth-token-file", type=pathlib.Path,
                    help="file holding a shared token: calls without it are refused with UNAUTHENTICATED")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                   help="the least severe log lines written to stderr (ZooKeeper client lines: WARNING and up)")
+    p.add_argument("--ready-file", type=pathlib.Path,
+                   help="once registered, write {node_id, address, metrics_address, pid} here as JSON (atomically; "
+                        "removed at shutdown): how a launcher learns the node serves and on which port")
     return p
 
 
@@ -116,6 +124,8 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         tls_key=_resolved(args.tls_key),
         tls_ca=_resolved(args.tls_ca),
         auth_token_file=_resolved(args.auth_token_file),
+        log_level=args.log_level,
+        ready_file=_resolved(args.ready_file),
     )
     validate(config)
     return config
@@ -158,3 +168,5 @@ def validate(config: NodeConfig) -> None:
                        ("--auth-token-file", config.auth_token_file)):
         if path is not None and not path.is_file():
             raise ConfigError(f"{flag} {path} is not a readable file")
+    if config.ready_file is not None and not config.ready_file.parent.is_dir():
+        raise ConfigError(f"--ready-file {config.ready_file}: directory {config.ready_file.parent} does not exist")

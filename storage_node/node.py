@@ -5,21 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import pathlib
 import shutil
 import signal
-import sys
 import threading
 from typing import Callable
 
 from metadata import registry, serde
 from metadata.model import NodeRegistration, NodeState
 from metadata.store import MetadataStore
+from protos.ready_file import NodeReady, remove_ready, write_ready
 from storage_node.config import NodeConfig
 from storage_node.cookie import check_cookie, record_snapshot, snapshot_recorded
 from storage_node.data_dir_lock import DataDirLock
-from storage_node.errors import JournalWriteError
+from storage_node.errors import JournalWriteError, StorageNodeError
 from storage_node.gc import run_periodically
 from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
@@ -28,6 +29,8 @@ from storage_node.storage import Storage
 
 SHUTDOWN_GRACE_SECONDS = 3.0
 ZOOKEEPER_SHUTDOWN_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 
 DISK_PUBLISH_STEP = 0.01      # republish the disk use when it moved by 1% of capacity (not on every check)
@@ -148,8 +151,7 @@ async def _serve_locked(config: NodeConfig, lock: DataDirLock, stop: asyncio.Eve
         session = await asyncio.to_thread(_Session.open, config)
         try:
             await asyncio.to_thread(check_cookie, session.store, config.data_dir, config.node_id,
-                                    lambda text: print(f"storage node {config.node_id}: {text}", file=sys.stderr,
-                                                       flush=True))
+                                    lambda text: log.warning("storage node %s: %s", config.node_id, text))
             await server.start()
             try:
                 await storage.open()
@@ -187,8 +189,8 @@ class _Session:
             return
         self._closed = True
         if not self.store.connected:
-            print("storage node: deregistering did not finish: ZooKeeper is unreachable, so the registration "
-                  "goes when the session expires; stopping anyway", file=sys.stderr, flush=True)
+            log.warning("storage node: deregistering did not finish: ZooKeeper is unreachable, so the registration "
+                        "goes when the session expires; stopping anyway")
         await _without_waiting_for_zookeeper(self.store.close, "deregistering and closing the ZooKeeper session")
 
 
@@ -226,8 +228,10 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
     security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
     if config.auth_token_file:
         security += ", token required"
-    print(f"storage node {config.node_id} serving on {service.address} ({security}; metrics on "
-          f"http://{metrics_address}/metrics)", flush=True)
+    if config.ready_file is not None:
+        await asyncio.to_thread(_write_ready_file, config, service.address, metrics_address)
+    log.info("storage node %s serving on %s (%s; metrics on http://%s/metrics)", config.node_id, service.address,
+             security, metrics_address)
     collector = asyncio.ensure_future(
         run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace,
                          config.node_id)
@@ -250,11 +254,21 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
                     await storage.checkpoint()
                 next_checkpoint = loop.time() + config.checkpoint_interval
     finally:
+        if config.ready_file is not None:
+            await asyncio.to_thread(remove_ready, config.ready_file)     # it no longer serves
         registration.close()
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
         # Deregister before the server stops taking calls: by closing the session, never by deleting the path.
         await session.close()
+
+
+def _write_ready_file(config: NodeConfig, address: str, metrics_address: str) -> None:
+    """--ready-file: the launcher's sign that the node serves (protos/ready_file.py)."""
+    try:
+        write_ready(config.ready_file, NodeReady(config.node_id, address, metrics_address, os.getpid()))
+    except OSError as exc:   # whoever waits for it would wait in vain: stop (deregistering) and say why
+        raise StorageNodeError(f"cannot write --ready-file {config.ready_file}: {exc}") from exc
 
 
 async def _without_waiting_for_zookeeper(call: Callable[[], None], what: str) -> None:
@@ -280,7 +294,7 @@ async def _without_waiting_for_zookeeper(call: Callable[[], None], what: str) ->
     except asyncio.TimeoutError:
         error = f"did not finish within {ZOOKEEPER_SHUTDOWN_SECONDS:.0f}s (ZooKeeper unreachable?)"
     if error is not None:
-        print(f"storage node: {what} {error}; stopping anyway", file=sys.stderr, flush=True)
+        log.warning("storage node: %s %s; stopping anyway", what, error)
 
 
 async def _first_of(*waits, timeout: float) -> None:
@@ -356,5 +370,5 @@ class _RegistrationWriter:
                 self._registration.update(serde.encode_node(reg))
             except Exception as exc:  # ZooKeeper away: the latest data is written when it is back (registry.py)
                 if not self._closed:
-                    print(f"storage node {reg.node_id}: could not publish state {reg.state.value} "
-                          f"({reg.health}) yet: {exc}", file=sys.stderr, flush=True)
+                    log.warning("storage node %s: could not publish state %s (%s) yet: %s", reg.node_id,
+                                reg.state.value, reg.health, exc)
