@@ -2,7 +2,8 @@
 
 Used by `ledger cluster start|status|stop`, the demo, benchmarks and tests. Everything about a
 cluster lives under its directory (cluster.json records ports and process ids), so starting again on
-the same directory brings back the same nodes with all their data. With tls=True (`--tls`) a local CA and
+the same directory brings back the same nodes with all their data. Nodes are started by connector/node_launcher.py;
+each writes DIR/nodes/NODE.ready once it serves and logs to DIR/nodes/NODE.log. With tls=True (`--tls`) a local CA and
 certificates are created under DIR/tls and the nodes serve mutual TLS only; cluster.json records the files.
 """
 from __future__ import annotations
@@ -13,8 +14,6 @@ import os
 import pathlib
 import signal
 import socket
-import subprocess
-import sys
 import time
 from typing import Callable
 
@@ -22,6 +21,7 @@ import grpc
 
 from connector.certificates import CertificateAuthority
 from connector.client.security import TlsConfig, call_metadata
+from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
 from metadata import registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
 from metadata.errors import LedgerError
@@ -86,23 +86,6 @@ class ClusterState:
         return f"zk://127.0.0.1:{self.zk_port}{ROOT}"
 
 
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still "exists"; treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
-
-
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something listens on host:port. SO_REUSEADDR as the nodes' gRPC server binds, so the
     TIME_WAIT connections of a node that just stopped do not count."""
@@ -135,7 +118,7 @@ class LocalCluster:
         self.tls = tls
         self.state: ClusterState | None = self._load()
         self.notes: list[str] = []              # what start() repaired on its way, for the operator
-        self._log_starts: dict[str, int] = {}   # where each node's log of the current start begins
+        self._started: dict[str, NodeHandle] = {}   # the nodes this object started, by id
 
     # -- state file ----------------------------------------------------------------------------
 
@@ -192,7 +175,7 @@ class LocalCluster:
         initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
         for spec in self.state.nodes:
             self.start_node(spec.node_id)
-        self.wait_registered(timeout)
+        self.wait_serving(timeout)
         return self.metadata_uri
 
     def start_zookeeper(self, timeout: float = 90.0) -> None:
@@ -241,53 +224,32 @@ class LocalCluster:
     def _start_node(self, spec: NodeSpec) -> int:
         data_dir = self.node_dir(spec.node_id)
         data_dir.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable, "-m", "storage_node",
-            "--data-dir", str(data_dir),
-            "--port", str(spec.port),
-            "--metadata", self.metadata_uri,
-            "--node-id", spec.node_id,
-            *(self.state.tls.node_args() if self.state.tls else ()),
-            *self.node_args,
-        ]
-        with open(self.log_file(spec.node_id), "ab") as log:
-            self._log_starts[spec.node_id] = log.tell()
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        return process.pid
+        command = node_command(data_dir, spec.port, self.metadata_uri, spec.node_id,
+                               *(self.state.tls.node_args() if self.state.tls else ()), *self.node_args)
+        handle = launch(command, spec.node_id, ready_file=self.ready_file(spec.node_id),
+                        log_file=self.log_file(spec.node_id), new_session=True)
+        self._started[spec.node_id] = handle
+        return handle.pid
+
+    def _attach(self, spec: NodeSpec) -> NodeHandle:
+        """A node that an earlier `cluster start` started (or is starting)."""
+        return NodeHandle.attach(spec.node_id, spec.pid, self.ready_file(spec.node_id), self.log_file(spec.node_id))
 
     def log_file(self, node_id: str) -> pathlib.Path:
         return self.directory / "nodes" / f"{node_id}.log"
 
-    def wait_registered(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with MetadataStore(self.metadata_uri) as store:
-            while True:
-                registered = registry.list_nodes(store)
-                missing = [s.node_id for s in self.state.nodes if s.node_id not in registered]
-                if not missing:
-                    return
-                dead = [s.node_id for s in self.state.nodes if s.node_id in missing and not pid_alive(s.pid)]
-                if dead:
-                    raise ClusterError("; ".join(self._why_exited(node_id) for node_id in dead))
-                if time.monotonic() >= deadline:
-                    logs = ", ".join(str(self.log_file(n)) for n in missing)
-                    raise ClusterError(f"storage node(s) {', '.join(missing)} did not register within "
-                                       f"{timeout:.0f}s; see {logs}")
-                time.sleep(0.1)
+    def ready_file(self, node_id: str) -> pathlib.Path:
+        """Written by the node once it is registered and serves; removed when it stops."""
+        return self.directory / "nodes" / f"{node_id}.ready"
 
-    def _why_exited(self, node_id: str) -> str:
-        """The node's own last word from this start (its refusal says what is wrong and what to do)."""
-        log = self.log_file(node_id)
+    def wait_serving(self, timeout: float) -> None:
+        """Until every node serves (registered: its ready file names its pid). A node that exits meanwhile
+        fails the start in its own words (its refusal says what is wrong and what to do)."""
+        handles = [self._started.get(spec.node_id) or self._attach(spec) for spec in self.state.nodes]
         try:
-            with open(log, "rb") as f:
-                f.seek(self._log_starts.get(node_id, 0))
-                lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            lines = []
-        said = next((line for line in reversed(lines) if "refuses to start" in line), lines[-1] if lines else "")
-        return f"storage node {node_id} exited: {said or 'without a word'} (log: {log})"
+            wait_all_ready(handles, timeout)
+        except NodeStartError as exc:
+            raise ClusterError(str(exc)) from None
 
     # -- status --------------------------------------------------------------------------------
 

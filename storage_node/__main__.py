@@ -14,14 +14,16 @@ LOG_FORMAT = "%(asctime)s %(levelname)s node={node_id} %(name)s: %(message)s"
 
 
 def configure_logging(node_id: str, level: str) -> None:
-    """Every line on stderr, each naming the node (several nodes may log into one journal or terminal).
-    kazoo reports every connection attempt at INFO; from it only WARNING and up (a lost connection)."""
+    """Every line on stderr, each naming the node (several nodes may log into one journal or terminal),
+    Python warnings included. kazoo reports every connection attempt at INFO; from it only WARNING and up
+    (a lost connection)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT.format(node_id=node_id.replace("%", "%%"))))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(max(logging.getLevelName(level), logging.WARNING))
+    logging.captureWarnings(True)
 
 
 def main(argv: list[str] | None = None) -> int:

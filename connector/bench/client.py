@@ -15,22 +15,19 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
-import re
 import resource
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 from connector.client import LedgerClient
+from connector.node_launcher import NodeHandle, launch, node_command, wait_all_ready
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import initialise_root
 
 KiB = 1024
 MiB = 1024 * KiB
 TARGET_RATIO = 0.50
-_SERVING = re.compile(r"serving on (\S+:\d+)")
+NODE_START_SECONDS = 60.0
 
 
 def add_arguments(parser) -> None:
@@ -51,8 +48,11 @@ def run(args) -> int:
         with EmbeddedZooKeeper(work / "zookeeper") as zk:
             uri = zk.uri("/bench")
             initialise_root(uri)
-            nodes = [_start_node(work / f"node-{i}", uri, f"node-{i}") for i in range(1, 4)]
+            nodes: list[NodeHandle] = []
             try:
+                nodes += [launch(node_command(work / f"node-{i}", 0, uri, f"node-{i}"), f"node-{i}")
+                          for i in range(1, 4)]
+                wait_all_ready(nodes, NODE_START_SECONDS)
                 with LedgerClient(uri, timeout=10.0, add_timeout=30.0) as client:
                     clock = CpuClock([node.pid for node in nodes])
                     for label, size, window in (("1KiB", KiB, args.small_window), ("1MiB", MiB, args.large_window)):
@@ -65,27 +65,8 @@ def run(args) -> int:
                         flush=True)
             finally:
                 for node in nodes:
-                    node.terminate()
-                for node in nodes:
-                    node.wait(20)
+                    node.stop()
     return 0
-
-
-def _start_node(data_dir: pathlib.Path, uri: str, node_id: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "storage_node", "--data-dir", str(data_dir), "--port", "0", "--metadata", uri,
-         "--node-id", node_id],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-    )
-    deadline = time.monotonic() + 60
-    for line in process.stdout:
-        if _SERVING.search(line):
-            threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
-            return process
-        if time.monotonic() > deadline:
-            break
-    process.kill()
-    raise SystemExit(f"bench: storage node {node_id} did not start")
 
 
 class CpuClock:
