@@ -17,8 +17,8 @@ from array import array
 import crc32c
 
 from storage_node.entry_index import LedgerIndex
-from storage_node.journal import Position, fsync_directory
 from storage_node.ledger_state import LedgerState
+from storage_node.segments import Position, fsync_directory
 
 SNAPSHOT_NAME = "snapshot"
 _MAGIC = b"LSNAP001"

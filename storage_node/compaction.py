@@ -35,8 +35,8 @@ from typing import Iterable
 
 from storage_node.entry_index import file_of, pack, unpack
 from storage_node.errors import StoredEntryError
-from storage_node.journal import compacted_path, data_file_path, fsync_directory, read_record
 from storage_node.ledger_state import LedgerState
+from storage_node.segments import compacted_path, data_file_path, fsync_directory, read_record
 
 _COPY_CHUNK = 8 << 20       # bytes gathered before one write to the compacted file
 

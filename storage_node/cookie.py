@@ -46,7 +46,7 @@ from metadata.store import MetadataStore
 from storage_node.checkpoint import SNAPSHOT_NAME
 from storage_node.data_dir_lock import DataDirInUseError, DataDirLock
 from storage_node.errors import CookieMismatchError, StorageNodeError
-from storage_node.journal import JOURNAL_DIR, fsync_directory, list_compacted, list_segments
+from storage_node.segments import JOURNAL_DIR, fsync_directory, list_compacted, list_segments
 
 COOKIE_NAME = "COOKIE"
 SNAPSHOT_RECORDED = "snapshot"      # key of the data directory's COOKIE: a snapshot has been written

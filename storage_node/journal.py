@@ -1,10 +1,8 @@
-"""The journal: append-only segment files with group commit, which double as the entry log.
+"""The journal writer: group commit into append-only segment files, which double as the entry log.
 
-Segments are ``journal/segment-%08d.log``; each record is framed as ``u32 length | u32 crc32c(body) |
-body`` and the body starts with a type byte (ENTRY, KEY, FENCE, LAC, DELETE, DURABLE). Garbage collection
-(storage_node/compaction.py) copies live entries of sealed segments into ``journal/compacted-%08d.log``
-files, which take their numbers from the same sequence (so an index location names one file) and are
-never replayed: only the checkpoint points into them.
+Records (storage_node/records.py) are appended to the current segment (storage_node/segments.py names the
+files, scans them at start-up and reads records back); a segment is rolled once it holds
+`--journal-segment-bytes`.
 
 Why the journal is also the entry log: BookKeeper writes every entry twice (journal, then entry log via
 a write cache). Here an entry is written once: the group commit is one write and one fsync for all
@@ -31,46 +29,26 @@ fdatasync, so a power cut during it may leave any subset of its pages on disk: d
 after it, none of them acknowledged. So every group starts with a DURABLE mark, a 17-byte record that
 names its own offset; it is written only once the previous group's fdatasync has returned, so a mark found
 on disk proves that everything before it in the segment is durable. A new segment starts with a mark
-synced at its creation, which also says that the segment carries marks. Replay of the last segment treats
-damage after the last mark as the torn last group and truncates it; damage before a mark is corruption of
-durable data and stops the node (rule 8). Right after a group's fsync the next group's mark is written
-ahead, unsynced (that group rewrites the same bytes): after a process crash the page cache keeps it, so
-every acknowledged group lies before a mark; only after a power cut may the last group lack one, and then
-damage in it cannot be told apart from a torn write (as a torn last record could not before marks).
-Segments written before marks keep the old rule: only damage with nothing valid after it is a torn tail.
+synced at its creation, which also says that the segment carries marks. Right after a group's fsync the
+next group's mark is written ahead, unsynced (that group rewrites the same bytes): after a process crash
+the page cache keeps it, so every acknowledged group lies before a mark. How replay tells a torn last group
+from damaged durable data by these marks: storage_node/segments.py.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
-import enum
 import errno
-import mmap
 import os
 import pathlib
-import re
-import struct
 import sys
-import threading
 import time
-from typing import Awaitable, Callable, Iterator
+from typing import Awaitable, Callable
 
-import crc32c
+from storage_node.errors import JournalWriteError
+from storage_node.records import MARK_SIZE, encode_durable_mark
+from storage_node.segments import FileNumbers, Position, fsync_directory, segment_path
 
-from storage_node.errors import JournalCorruptError, JournalWriteError
-
-JOURNAL_DIR = "journal"                    # under the data directory
-FRAME = struct.Struct("<II")                # body length, crc32c(body)
-ENTRY_HEAD = struct.Struct("<BqqqII")       # type, ledger, entry, piggybacked lac, flags, digest; payload follows
-KEY_HEAD = struct.Struct("<Bq")             # type, ledger; master key follows
-FENCE_BODY = struct.Struct("<Bq")           # type, ledger
-LAC_BODY = struct.Struct("<Bqq")            # type, ledger, explicit lac
-DELETE_BODY = struct.Struct("<Bq")          # type, ledger (deleted from metadata; garbage collected)
-DURABLE_BODY = struct.Struct("<Bq")         # type, its own offset: everything before it in the segment is durable
-MARK_SIZE = FRAME.size + DURABLE_BODY.size
-ENTRY_PAYLOAD_OFFSET = FRAME.size + ENTRY_HEAD.size
-MAX_BODY = 1 << 30                          # no record is ever this large; a bigger length is damage
 _IOV_MAX = 512
 _DROP_CHUNK = 4 << 20                       # drop cold pages in steps of at least this much
 # fdatasync suffices: the appended data and the file size are what must be durable; the segment's
@@ -80,302 +58,6 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 # a file (a relative name is taken inside the node's data directory), every group fsync fails with EIO while
 # that file exists, as on a failing disk. Read once, when the journal starts; never set in production.
 FSYNC_FAULT_ENV = "LEDGER_NODE_TEST_FSYNC_FAULT_FILE"
-
-
-class RecordType(enum.IntEnum):
-    ENTRY = 1
-    KEY = 2
-    FENCE = 3
-    LAC = 4
-    DELETE = 5
-    DURABLE = 6
-
-
-_MIN_BODY = {
-    RecordType.ENTRY: ENTRY_HEAD.size,
-    RecordType.KEY: KEY_HEAD.size + 1,
-    RecordType.FENCE: FENCE_BODY.size,
-    RecordType.LAC: LAC_BODY.size,
-    RecordType.DELETE: DELETE_BODY.size,
-    RecordType.DURABLE: DURABLE_BODY.size,
-}
-# Where a durable mark may start: its length field, then (after the CRC) its type byte. Two length
-# fields of one value cannot overlap, so the non-overlapping search finds every mark.
-_MARK_CANDIDATE = re.compile(re.escape(struct.pack("<I", DURABLE_BODY.size)) + b"(?=.{4}"
-                             + re.escape(bytes([RecordType.DURABLE])) + b")", re.DOTALL)
-
-
-@dataclasses.dataclass(frozen=True, order=True)
-class Position:
-    """A place in the journal: everything before it is covered."""
-
-    segment: int
-    offset: int
-
-
-# -- record encoding ----------------------------------------------------------------------------
-
-def encode_entry_head(ledger_id: int, entry_id: int, lac: int, flags: int, digest: int, payload) -> bytes:
-    """Frame + body head of an ENTRY record; the payload is written after it unchanged (no copy)."""
-    head = ENTRY_HEAD.pack(RecordType.ENTRY, ledger_id, entry_id, lac, flags, digest)
-    return FRAME.pack(len(head) + len(payload), crc32c.crc32c(payload, crc32c.crc32c(head))) + head
-
-
-def _frame(body: bytes) -> bytes:
-    return FRAME.pack(len(body), crc32c.crc32c(body)) + body
-
-
-def encode_key(ledger_id: int, master_key: bytes) -> bytes:
-    return _frame(KEY_HEAD.pack(RecordType.KEY, ledger_id) + master_key)
-
-
-def encode_fence(ledger_id: int) -> bytes:
-    return _frame(FENCE_BODY.pack(RecordType.FENCE, ledger_id))
-
-
-def encode_lac(ledger_id: int, lac: int) -> bytes:
-    return _frame(LAC_BODY.pack(RecordType.LAC, ledger_id, lac))
-
-
-def encode_delete(ledger_id: int) -> bytes:
-    return _frame(DELETE_BODY.pack(RecordType.DELETE, ledger_id))
-
-
-def encode_durable_mark(offset: int) -> bytes:
-    """The mark that starts the group written at offset (module docstring: durable marks)."""
-    return _frame(DURABLE_BODY.pack(RecordType.DURABLE, offset))
-
-
-def is_durable_mark(data, pos: int) -> bool:
-    """Whether a durable mark naming its own offset stands at pos (a copy elsewhere, say inside a
-    payload, names another offset)."""
-    return data[pos:pos + MARK_SIZE] == encode_durable_mark(pos)
-
-
-def frame_problem(data, pos: int, end: int) -> str | None:
-    """Why the record at pos is not a valid record, or None if it is."""
-    if end - pos < FRAME.size:
-        return "partial record header"
-    length, crc = FRAME.unpack_from(data, pos)
-    if length == 0 or length > MAX_BODY:
-        return f"impossible record length {length}"
-    body_start = pos + FRAME.size
-    if body_start + length > end:
-        return f"record of {length} bytes runs past the end of the file"
-    body = memoryview(data)[body_start:body_start + length]
-    if crc32c.crc32c(body) != crc:
-        return "checksum mismatch"
-    try:
-        kind = RecordType(body[0])
-    except ValueError:
-        return f"unknown record type {body[0]}"
-    if length < _MIN_BODY[kind]:
-        return f"{kind.name} record too short ({length} bytes)"
-    return None
-
-
-# -- segment files ------------------------------------------------------------------------------
-
-def segment_path(directory: pathlib.Path, segment: int) -> pathlib.Path:
-    return directory / f"segment-{segment:08d}.log"
-
-
-def compacted_path(directory: pathlib.Path, number: int) -> pathlib.Path:
-    return directory / f"compacted-{number:08d}.log"
-
-
-def data_file_path(directory: pathlib.Path, number: int) -> pathlib.Path:
-    """The file an index location with this number points into: a journal segment or a compacted file."""
-    path = segment_path(directory, number)
-    return path if path.exists() else compacted_path(directory, number)
-
-
-def _list_numbered(directory: pathlib.Path, prefix: str) -> list[int]:
-    if not directory.exists():
-        return []
-    numbers = []
-    for path in directory.glob(f"{prefix}-*.log"):
-        try:
-            numbers.append(int(path.stem.split("-", 1)[1]))
-        except ValueError:
-            continue
-    return sorted(numbers)
-
-
-def list_segments(directory: pathlib.Path) -> list[int]:
-    return _list_numbered(directory, "segment")
-
-
-def list_compacted(directory: pathlib.Path) -> list[int]:
-    return _list_numbered(directory, "compacted")
-
-
-class FileNumbers:
-    """Hands out file numbers to the journal writer and to compaction, never the same one twice."""
-
-    def __init__(self, first: int):
-        self._next = first
-        self._lock = threading.Lock()
-
-    def take(self) -> int:
-        with self._lock:
-            number = self._next
-            self._next += 1
-            return number
-
-
-def fsync_directory(directory: pathlib.Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# -- replay -------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class ScannedRecord:
-    offset: int          # of the frame within the segment
-    length: int          # frame + body
-    body: memoryview
-
-
-class SegmentScan:
-    """Iterates the valid records of one segment from an offset (durable marks are consumed, not yielded).
-
-    Damage in the last segment may be a torn write from a crash: `torn_at` tells where the valid data
-    ends so the caller truncates there. It is torn when it lies after the last durable mark (a segment
-    with marks) or, in a segment from before marks, when nothing valid follows it. Any other damage
-    raises JournalCorruptError naming the file and offset.
-    """
-
-    def __init__(self, path: pathlib.Path, start: int, is_last: bool):
-        self.path = path
-        self.start = start
-        self.is_last = is_last
-        self.marked = False              # the segment starts with a durable mark
-        self.valid_end = start
-        self.torn_at: int | None = None
-        self.torn_reason = ""
-
-    def records(self) -> Iterator[ScannedRecord]:
-        size = self.path.stat().st_size
-        if size <= self.start:
-            return
-        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            self.marked = is_durable_mark(data, 0)
-            view = memoryview(data)
-            try:
-                yield from self._scan(data, view, size)
-            finally:
-                view.release()
-
-    def _scan(self, data, view: memoryview, size: int) -> Iterator[ScannedRecord]:
-        pos = self.start
-        while pos < size:
-            problem = frame_problem(data, pos, size)
-            if problem is None:
-                length = FRAME.unpack_from(data, pos)[0]
-                if data[pos + FRAME.size] != RecordType.DURABLE:
-                    body = view[pos + FRAME.size:pos + FRAME.size + length]
-                    try:
-                        yield ScannedRecord(pos, FRAME.size + length, body)
-                    finally:
-                        body.release()
-                pos += FRAME.size + length
-                self.valid_end = pos
-                continue
-            if self.is_last and self._torn(data, pos, size):
-                self.torn_at = pos
-                self.torn_reason = problem
-                return
-            raise JournalCorruptError(self._corrupt(pos, problem))
-
-    def _torn(self, data, pos: int, size: int) -> bool:
-        """Whether damage at pos in the last segment is a write that never completed before a crash."""
-        if self.marked:
-            return _durable_mark_after(data, pos, size) is None
-        return not _valid_record_after(data, pos + 1, size)
-
-    def _corrupt(self, pos: int, problem: str) -> str:
-        if not self.is_last:
-            why = "it is not the last segment, whose tail alone a crash can tear"
-        elif self.marked:
-            why = "a durable mark follows it, so it was durable, not a group torn by a crash"
-        else:
-            why = "valid records follow it: this is not a torn tail from a crash but corruption in the middle"
-        return (f"journal segment {self.path} is damaged at offset {pos} ({problem}) and {why}; the node "
-                f"refuses to start rather than forget acknowledged entries. Restore the data directory from "
-                f"a backup, or decommission this node and let its ledgers re-replicate")
-
-
-def _durable_mark_after(data, pos: int, end: int) -> int | None:
-    """The offset of the first durable mark after pos, None if there is none."""
-    for match in _MARK_CANDIDATE.finditer(data, pos + 1, end):
-        if is_durable_mark(data, match.start()):
-            return match.start()
-    return None
-
-
-def _valid_record_after(data, start: int, end: int) -> bool:
-    if not bytes(data[start:end]).strip(b"\0"):
-        return False
-    return any(frame_problem(data, pos, end) is None for pos in range(start, end - FRAME.size))
-
-
-def truncate_segment(path: pathlib.Path, length: int) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, length)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_record(fd: int, offset: int, length: int) -> bytes:
-    """One pread of a whole frame, verified; raises OSError or ValueError (with the reason)."""
-    data = os.pread(fd, length, offset)
-    if len(data) != length:
-        raise ValueError(f"short read: {len(data)} of {length} bytes")
-    problem = frame_problem(data, 0, length)
-    if problem is not None:
-        raise ValueError(problem)
-    if FRAME.unpack_from(data, 0)[0] + FRAME.size != length:
-        raise ValueError("record length differs from the index")
-    return data
-
-
-class SegmentReaders:
-    """Read-only descriptors of segments and compacted files, opened on first use (pread is thread-safe)."""
-
-    def __init__(self, directory: pathlib.Path):
-        self._directory = directory
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def fd(self, segment: int) -> int:
-        fd = self._fds.get(segment)
-        if fd is None:
-            with self._lock:
-                fd = self._fds.get(segment)
-                if fd is None:
-                    fd = os.open(data_file_path(self._directory, segment), os.O_RDONLY)
-                    self._fds[segment] = fd
-        return fd
-
-    def forget(self, segment: int) -> None:
-        """Close the descriptor of a file that compaction deleted (no index entry points into it)."""
-        with self._lock:
-            fd = self._fds.pop(segment, None)
-        if fd is not None:
-            os.close(fd)
-
-    def close(self) -> None:
-        with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Replay restores entries (index, last entry, piggybacked LAC), master keys, fence
 LACs, and forgets ledgers at their DELETE record. Every ledger it restores counts as first seen at replay
 time, so garbage collection's grace starts again after a restart. A torn end of the last segment (damage
 after its last durable mark: the last group, cut short by a crash and never acknowledged; see
-storage_node/journal.py) is truncated away; any other damage stops the node (rule 8: better down than
+storage_node/segments.py) is truncated away; any other damage stops the node (rule 8: better down than
 answering "no such entry" for something it acknowledged).
 
 Once compaction has removed a segment (the journal no longer starts at segment 1, or compacted files
@@ -20,21 +20,16 @@ import time
 from storage_node.checkpoint import SnapshotDamaged, load_snapshot
 from storage_node.entry_index import pack
 from storage_node.errors import JournalCorruptError
-from storage_node.journal import (
-    DELETE_BODY,
-    ENTRY_HEAD,
-    FENCE_BODY,
-    KEY_HEAD,
-    LAC_BODY,
+from storage_node.ledger_state import LedgerState
+from storage_node.records import DeleteRecord, EntryRecord, FenceRecord, KeyRecord, LacRecord, decode
+from storage_node.segments import (
     Position,
-    RecordType,
     SegmentScan,
     list_compacted,
     list_segments,
     segment_path,
     truncate_segment,
 )
-from storage_node.ledger_state import LedgerState
 
 
 @dataclasses.dataclass
@@ -112,25 +107,21 @@ def _without_snapshot(data_dir: pathlib.Path, what: str) -> str:
 
 def _apply_record(ledgers: dict[int, LedgerState], segment: int, offset: int, length: int,
                   body: memoryview, path: pathlib.Path) -> None:
-    kind = body[0]
-    if kind == RecordType.ENTRY:
-        _, ledger_id, entry_id, lac, _, _ = ENTRY_HEAD.unpack_from(body, 0)
-        state = _known(ledgers, ledger_id, path, offset)
-        state.index.put(entry_id, pack(segment, offset), length)
-        state.record_entry(entry_id, lac)
-    elif kind == RecordType.KEY:
-        _, ledger_id = KEY_HEAD.unpack_from(body, 0)
-        if ledger_id not in ledgers:
-            ledgers[ledger_id] = LedgerState(ledger_id, bytes(body[KEY_HEAD.size:]))
-    elif kind == RecordType.FENCE:
-        _, ledger_id = FENCE_BODY.unpack_from(body, 0)
-        _known(ledgers, ledger_id, path, offset).fenced = True
-    elif kind == RecordType.DELETE:
-        # A later add of the same id (a late writer) starts again with its own KEY record.
-        ledgers.pop(DELETE_BODY.unpack_from(body, 0)[1], None)
-    else:
-        _, ledger_id, lac = LAC_BODY.unpack_from(body, 0)
-        _known(ledgers, ledger_id, path, offset).record_lac(lac)
+    match decode(body):
+        case EntryRecord(ledger_id, entry_id, lac):
+            state = _known(ledgers, ledger_id, path, offset)
+            state.index.put(entry_id, pack(segment, offset), length)
+            state.record_entry(entry_id, lac)
+        case KeyRecord(ledger_id, master_key):
+            if ledger_id not in ledgers:
+                ledgers[ledger_id] = LedgerState(ledger_id, master_key)
+        case FenceRecord(ledger_id):
+            _known(ledgers, ledger_id, path, offset).fenced = True
+        case DeleteRecord(ledger_id):
+            # A later add of the same id (a late writer) starts again with its own KEY record.
+            ledgers.pop(ledger_id, None)
+        case LacRecord(ledger_id, lac):
+            _known(ledgers, ledger_id, path, offset).record_lac(lac)
 
 
 def _known(ledgers: dict[int, LedgerState], ledger_id: int, path: pathlib.Path, offset: int) -> LedgerState:

@@ -22,30 +22,30 @@ from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalWriteError
-from storage_node.journal import (
-    ENTRY_HEAD,
+from storage_node.journal import Group, Journal
+from storage_node.ledger_state import LedgerState, Verdict
+from storage_node.metrics import NodeMetrics
+from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
-    FRAME,
-    JOURNAL_DIR,
-    FileNumbers,
-    Group,
-    Journal,
     RecordType,
-    SegmentReaders,
-    data_file_path,
+    decode_entry_frame,
     encode_delete,
     encode_entry_head,
     encode_fence,
     encode_key,
     encode_lac,
+)
+from storage_node.replay import recover
+from storage_node.segments import (
+    JOURNAL_DIR,
+    FileNumbers,
+    SegmentReaders,
+    data_file_path,
     fsync_directory,
     list_compacted,
     list_segments,
     read_record,
 )
-from storage_node.ledger_state import LedgerState, Verdict
-from storage_node.metrics import NodeMetrics
-from storage_node.replay import recover
 
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 1024
@@ -408,14 +408,14 @@ class Storage:
         segment, offset = unpack(location)
         try:
             data = read_record(self._readers.fd(segment), offset, length)
-            kind, stored_ledger, stored_entry, lac, _, digest = ENTRY_HEAD.unpack_from(data, FRAME.size)
-            if (kind, stored_ledger, stored_entry) != (RecordType.ENTRY, ledger_id, entry_id):
-                raise ValueError(f"the record there is {RecordType(kind).name} {stored_ledger}/{stored_entry}")
+            head = decode_entry_frame(data)
+            if (head.ledger_id, head.entry_id) != (ledger_id, entry_id):
+                raise ValueError(f"the record there is ENTRY {head.ledger_id}/{head.entry_id}")
         except (OSError, ValueError) as exc:
             return (pb.ERROR, f"entry {ledger_id}/{entry_id} is stored in journal segment {segment} at offset "
                               f"{offset} but cannot be read back ({exc}); read it from another replica",
                     -1, b"", 0)
-        return pb.OK, "", lac, memoryview(data)[ENTRY_PAYLOAD_OFFSET:], digest   # a view: no copy here
+        return pb.OK, "", head.lac, memoryview(data)[ENTRY_PAYLOAD_OFFSET:], head.digest   # a view: no copy here
 
     # -- garbage collection ---------------------------------------------------------------------
 

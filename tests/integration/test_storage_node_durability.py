@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 from protos import ledger_pb2 as pb
-from storage_node.journal import MARK_SIZE, encode_durable_mark, encode_entry_head
+from storage_node.records import MARK_SIZE, encode_durable_mark, encode_entry_head
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 

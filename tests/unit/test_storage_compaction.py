@@ -13,9 +13,9 @@ from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalCorruptError
-from storage_node.journal import list_compacted, list_segments, segment_path
 from storage_node.ledger_state import LedgerState
 from storage_node.replay import recover
+from storage_node.segments import list_compacted, list_segments, segment_path
 from storage_node.storage import Storage
 from tests.harness.node_client import KEY, make_entry, payload_for
 

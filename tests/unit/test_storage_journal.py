@@ -16,26 +16,20 @@ from storage_node.checkpoint import SNAPSHOT_NAME, decode_snapshot, encode_snaps
 from storage_node.entry_index import LedgerIndex, pack, unpack
 from storage_node import journal as journal_module
 from storage_node.errors import JournalCorruptError, JournalWriteError
-from storage_node.journal import (
+from storage_node.journal import Journal, SegmentWriter
+from storage_node.ledger_state import LedgerState
+from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
     MARK_SIZE,
-    FileNumbers,
-    Journal,
-    Position,
-    SegmentReaders,
-    SegmentScan,
-    SegmentWriter,
     encode_durable_mark,
     encode_entry_head,
     encode_fence,
     encode_key,
     encode_lac,
     frame_problem,
-    read_record,
-    segment_path,
 )
-from storage_node.ledger_state import LedgerState
 from storage_node.replay import recover
+from storage_node.segments import FileNumbers, Position, SegmentReaders, SegmentScan, read_record, segment_path
 
 KEY = b"k" * 32
 
