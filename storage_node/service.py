@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2
 from protos import ledger_pb2 as pb
 from protos import wire
 from storage_node.config import NodeConfig
-from storage_node.storage import Storage, id_problem
+from storage_node.storage import AddResult, Storage, id_problem
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
@@ -121,16 +121,16 @@ class StorageNodeService:
 
     def _add(self, request) -> tuple[list, object]:
         if isinstance(request, Malformed):
-            return [(-1, -1, pb.BAD_REQUEST, request.reason)], None
+            return [AddResult(-1, -1, pb.BAD_REQUEST, request.reason)], None
         refusal = self.storage.refusal()
         if refusal:
-            return [(e.ledger_id, e.entry_id, pb.ERROR, refusal) for e in request.entries], None
+            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, refusal) for e in request.entries], None
         try:
             return self.storage.add_batch(request.entries)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             message = f"node {self.config.node_id} failed: {exc!r}"
-            return [(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
+            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
 
     # -- reads, fencing, LAC --------------------------------------------------------------------
 

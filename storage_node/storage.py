@@ -12,7 +12,7 @@ import errno
 import shutil
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
@@ -27,7 +27,6 @@ from storage_node.ledger_state import LedgerState, Verdict
 from storage_node.metrics import NodeMetrics
 from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
-    RecordType,
     decode_entry_frame,
     encode_delete,
     encode_entry_head,
@@ -52,8 +51,43 @@ MAX_KEY_BYTES = 1024
 MAX_WAIT_MS = 120_000
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
-AddResult = tuple[int, int, int, str]        # ledger id, entry id, Status, message
-ReadResult = tuple[int, str, int, bytes | memoryview, int]  # Status, message, piggybacked lac, payload, digest
+class AddResult(NamedTuple):
+    """The answer to one entry of an AddRequest; OK holds only once the entry's group is durable."""
+
+    ledger_id: int
+    entry_id: int
+    status: int                 # ledger.proto Status
+    message: str
+
+
+class ReadResult(NamedTuple):
+    status: int                 # ledger.proto Status
+    message: str
+    lac: int = -1               # the LAC the entry carried (piggybacked); the rest only when status is OK
+    payload: bytes | memoryview = b""
+    digest: int = 0
+
+
+# What a journal group applies once it is durable (Storage._apply, in journal order: rule 5), one per record.
+class PendingEntry(NamedTuple):
+    state: LedgerState
+    entry_id: int
+    lac: int
+    rel: int                    # offset of the record's frame from the start of its group
+    length: int                 # of the whole frame
+
+
+class PendingKey(NamedTuple):
+    state: LedgerState
+
+
+class PendingFence(NamedTuple):
+    state: LedgerState
+
+
+class PendingLac(NamedTuple):
+    state: LedgerState
+    lac: int
 
 
 def id_problem(ledger_id: int, entry_id: int = 0) -> str:
@@ -178,7 +212,7 @@ class Storage:
         try:
             group = self.journal.group
         except JournalWriteError as exc:
-            return [(e.ledger_id, e.entry_id, pb.ERROR, str(exc)) for e in entries], None
+            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, str(exc)) for e in entries], None
         journal = self.journal
         items = group.items
         results = []
@@ -192,11 +226,11 @@ class Storage:
             flags = e.flags
             problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, e.digest)
             if problem:
-                results.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
+                results.append(AddResult(ledger_id, entry_id, pb.BAD_REQUEST, problem))
                 continue
             recovery = flags & pb.RECOVERY_ADD
             if self.read_only_reason and not recovery:
-                results.append((ledger_id, entry_id, pb.READ_ONLY, self._read_only_message()))
+                results.append(AddResult(ledger_id, entry_id, pb.READ_ONLY, self._read_only_message()))
                 continue
             state = self.ledgers.get(ledger_id)
             if state is None:
@@ -204,14 +238,15 @@ class Storage:
             else:
                 verdict = state.check_add(key, recovery)
                 if verdict:
-                    results.append((ledger_id, entry_id, *verdict))
+                    results.append(AddResult(ledger_id, entry_id, *verdict))
                     continue
+            # _journal_record's steps, inline: this runs once per entry.
             if not state.key_durable:
                 self._journal_key(group, state)
             head = encode_entry_head(ledger_id, entry_id, lac, flags, e.digest, payload)
             rel = journal.append(group, head, payload)
-            items.append((RecordType.ENTRY, state, entry_id, lac, rel, len(head) + len(payload)))
-            results.append((ledger_id, entry_id, pb.OK, ""))
+            items.append(PendingEntry(state, entry_id, lac, rel, len(head) + len(payload)))
+            results.append(AddResult(ledger_id, entry_id, pb.OK, ""))
             journaled = True
         return results, group if journaled else None
 
@@ -245,27 +280,52 @@ class Storage:
         if state.key_group is not None and not state.key_group.done.done():
             return
         self.journal.append(group, encode_key(state.ledger_id, state.master_key))
-        group.items.append((RecordType.KEY, state, 0, 0, 0, 0))
+        group.items.append(PendingKey(state))
         state.key_group = group
+
+    def _journal_record(self, ledger_id: int, key: bytes, state: LedgerState | None, record: bytes, pending,
+                        *fields) -> tuple[Group, LedgerState]:
+        """Journal one record of a ledger into the open group (raises JournalWriteError when the journal takes
+        no writes), creating the ledger if it is new and after its KEY record while that is not durable
+        (replay needs a ledger's key before its other records); `pending(state, *fields)` is applied once the
+        group is durable. Returns the group and the ledger's state."""
+        group = self.journal.group
+        if state is None:
+            state = self._create(ledger_id, key)
+        if not state.key_durable:
+            self._journal_key(group, state)
+        self.journal.append(group, record)
+        group.items.append(pending(state, *fields))
+        return group, state
+
+    @staticmethod
+    async def _durable(group: Group, what: str) -> Verdict:
+        """None once group is durable; ERROR naming `what` when its write or fsync failed (rule 5)."""
+        error = await group.outcome()
+        if error is not None:
+            return pb.ERROR, f"{what} is not durable: {error}"
+        return None
 
     def _apply(self, segment: int, base: int, group: Group, fsync_seconds: float) -> None:
         """The group is durable: make it visible, in journal order (rule 5)."""
         origin = pack(segment, base)
         advanced = []
         entries = stored = 0
-        for kind, state, entry_id, lac, rel, length in group.items:
-            if kind == RecordType.ENTRY:
+        for item in group.items:
+            kind = type(item)
+            if kind is PendingEntry:
+                state, entry_id, lac, rel, length = item
                 state.index.put(entry_id, origin + rel, length)
                 entries += 1
                 stored += length
                 if state.record_entry(entry_id, lac):
                     advanced.append(state.ledger_id)
-            elif kind == RecordType.KEY:
-                state.key_durable, state.key_group = True, None
-            elif kind == RecordType.FENCE:
-                state.fence_durable, state.fence_group = True, None
-            elif state.record_lac(lac):
-                advanced.append(state.ledger_id)
+            elif kind is PendingKey:
+                item.state.key_durable, item.state.key_group = True, None
+            elif kind is PendingFence:
+                item.state.fence_durable, item.state.fence_group = True, None
+            elif item.state.record_lac(item.lac):
+                advanced.append(item.state.ledger_id)
         self.metrics.group_synced(entries, stored - entries * ENTRY_PAYLOAD_OFFSET, fsync_seconds,
                                   time.perf_counter() - group.started)
         self._wake_lac_waiters(advanced)
@@ -305,28 +365,21 @@ class Storage:
             return pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)"
         if id_problem(ledger_id):
             return pb.BAD_REQUEST, id_problem(ledger_id)
+        what = f"fence of ledger {ledger_id}"
         state = self.ledgers.get(ledger_id)
         if state is not None:
             verdict = state.check_fence(key)
             if verdict or state.fence_durable:
                 return verdict
+            if state.fence_group is not None and not state.fence_group.done.done():
+                return await self._durable(state.fence_group, what)     # its FENCE record is on the way
         try:
-            group = self.journal.group
+            group, state = self._journal_record(ledger_id, key, state, encode_fence(ledger_id), PendingFence)
         except JournalWriteError as exc:
             return pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}"
-        if state is None:
-            state = self._create(ledger_id, key)
-        state.fenced = True
-        if state.fence_group is None or state.fence_group.done.done():
-            if not state.key_durable:
-                self._journal_key(group, state)
-            self.journal.append(group, encode_fence(ledger_id))
-            group.items.append((RecordType.FENCE, state, 0, 0, 0, 0))
-            state.fence_group = group
-        error = await state.fence_group.outcome()
-        if error is not None:
-            return pb.ERROR, f"fence of ledger {ledger_id} is not durable: {error}"
-        return None
+        state.fenced = True          # from now on adds are refused, though the fence is not durable yet
+        state.fence_group = group
+        return await self._durable(group, what)
 
     def last_confirmed(self, ledger_id: int) -> tuple[int, str, int, int]:
         """(Status, message, last stored entry, highest LAC seen)."""
@@ -347,19 +400,10 @@ class Storage:
         if self.read_only_reason:
             return self._lac_while_read_only(state, lac)
         try:
-            group = self.journal.group
+            group, _ = self._journal_record(ledger_id, key, state, encode_lac(ledger_id, lac), PendingLac, lac)
         except JournalWriteError as exc:
             return pb.ERROR, f"cannot write the LAC of ledger {ledger_id}: {exc}"
-        if state is None:
-            state = self._create(ledger_id, key)
-        if not state.key_durable:
-            self._journal_key(group, state)
-        self.journal.append(group, encode_lac(ledger_id, lac))
-        group.items.append((RecordType.LAC, state, 0, lac, 0, 0))
-        error = await group.outcome()
-        if error is not None:
-            return pb.ERROR, f"LAC of ledger {ledger_id} is not durable: {error}"
-        return None
+        return await self._durable(group, f"LAC of ledger {ledger_id}")
 
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> tuple[int, str, int, int]:
         """Long poll: answer once the LAC passes previous_lac, or at the timeout with what there is."""
@@ -389,10 +433,10 @@ class Storage:
     def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
         state = self.ledgers.get(ledger_id)
         if state is None:
-            return pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}", -1, b"", 0
+            return ReadResult(pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}")
         found = state.index.get(entry_id)
         if found is None:
-            return pb.NO_ENTRY, f"node {self.config.node_id} never stored entry {ledger_id}/{entry_id}", -1, b"", 0
+            return ReadResult(pb.NO_ENTRY, f"node {self.config.node_id} never stored entry {ledger_id}/{entry_id}")
         return self._read_stored(ledger_id, entry_id, *found)
 
     def read_range(self, ledger_id: int, first: int, last: int) -> Iterator[tuple[int, ReadResult]]:
@@ -412,10 +456,10 @@ class Storage:
             if (head.ledger_id, head.entry_id) != (ledger_id, entry_id):
                 raise ValueError(f"the record there is ENTRY {head.ledger_id}/{head.entry_id}")
         except (OSError, ValueError) as exc:
-            return (pb.ERROR, f"entry {ledger_id}/{entry_id} is stored in journal segment {segment} at offset "
-                              f"{offset} but cannot be read back ({exc}); read it from another replica",
-                    -1, b"", 0)
-        return pb.OK, "", head.lac, memoryview(data)[ENTRY_PAYLOAD_OFFSET:], head.digest   # a view: no copy here
+            return ReadResult(pb.ERROR, f"entry {ledger_id}/{entry_id} is stored in journal segment {segment} at "
+                                        f"offset {offset} but cannot be read back ({exc}); read it from another "
+                                        f"replica")
+        return ReadResult(pb.OK, "", head.lac, memoryview(data)[ENTRY_PAYLOAD_OFFSET:], head.digest)   # a view: no copy
 
     # -- garbage collection ---------------------------------------------------------------------
 
