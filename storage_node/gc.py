@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
+import logging
 import time
 from typing import Iterable
 
@@ -29,6 +29,8 @@ from metadata import layout
 from metadata.errors import MetadataError
 from metadata.store import MetadataStore
 from storage_node.storage import CompactionResult, Storage
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,20 +76,19 @@ async def collect_garbage(store: MetadataStore, storage: Storage, compaction_thr
 
 
 async def run_periodically(store: MetadataStore, storage: Storage, interval: float, compaction_threshold: float,
-                           grace: float, node_id: str) -> None:
-    """The node's garbage collector task; a failed round is logged and the next one tries again."""
+                           grace: float, node_id: str = "") -> None:
+    """The node's garbage collector task; a failed round is logged and the next one tries again.
+    node_id is not used any more (every log line names the node); it goes once node.py stops passing it."""
     while True:
         await asyncio.sleep(interval)
         try:
             done = await collect_garbage(store, storage, compaction_threshold, grace)
         except MetadataError as exc:
-            print(f"storage node {node_id}: garbage collection skipped this round, metadata unavailable: {exc}",
-                  file=sys.stderr, flush=True)
+            _log.warning("garbage collection skipped this round, metadata unavailable: %s", exc)
             continue
         except Exception as exc:  # an I/O error or damaged record in a file to compact: keep serving
-            print(f"storage node {node_id}: garbage collection round failed: {exc!r}", file=sys.stderr, flush=True)
+            _log.error("garbage collection round failed: %r", exc)
             continue
         if done.ledgers_deleted or done.compaction.deleted:
-            print(f"storage node {node_id}: garbage collection dropped {done.ledgers_deleted} deleted ledger(s), "
-                  f"removed {len(done.compaction.deleted)} file(s), reclaimed {done.compaction.reclaimed_bytes} "
-                  f"bytes", flush=True)
+            _log.info("garbage collection dropped %d deleted ledger(s), removed %d file(s), reclaimed %d bytes",
+                      done.ledgers_deleted, len(done.compaction.deleted), done.compaction.reclaimed_bytes)

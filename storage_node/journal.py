@@ -39,9 +39,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import logging
 import os
 import pathlib
-import sys
 import time
 from typing import Awaitable, Callable
 
@@ -49,6 +49,7 @@ from storage_node.errors import JournalWriteError
 from storage_node.records import MARK_SIZE, encode_durable_mark
 from storage_node.segments import FileNumbers, Position, fsync_directory, segment_path
 
+_log = logging.getLogger(__name__)
 _IOV_MAX = 512
 _DROP_CHUNK = 4 << 20                       # drop cold pages in steps of at least this much
 # fdatasync suffices: the appended data and the file size are what must be durable; the segment's
@@ -326,7 +327,7 @@ class Journal:
         """Take no more writes (rule 5), and say so once."""
         if not self._failed:
             self._failed = reason
-            print(f"storage node: {reason}", file=sys.stderr, flush=True)
+            _log.error("%s", reason)
 
     async def close(self) -> None:
         """Flush what was appended, then stop."""

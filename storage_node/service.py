@@ -11,10 +11,9 @@ import collections
 import dataclasses
 import functools
 import importlib.metadata
+import logging
 import shutil
-import sys
 import time
-import traceback
 
 from grpc_health.v1 import health, health_pb2
 
@@ -28,6 +27,7 @@ READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under g
 _RANGE_HEAD = pb.ReadRangeResponse(status=pb.OK).SerializeToString()
 _RANGE_DONE = pb.ReadRangeResponse(done=True).SerializeToString()
 MAX_PENDING_ADD_MESSAGES = 256   # per stream: stop reading when this many batches wait for their fsync
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _answers_error(response_type):
             try:
                 response = await method(self, request, context)
             except Exception as exc:
-                traceback.print_exc(file=sys.stderr)
+                _log.exception("%s failed", method.__name__)
                 return response_type(status=pb.ERROR, message=f"node {self.config.node_id} failed: {exc!r}")
             refusal = self.storage.refusal()   # the journal broke while it waited (a fence, a LAC long poll)
             return response_type(status=pb.ERROR, message=refusal) if refusal else response
@@ -128,7 +128,7 @@ class StorageNodeService:
         try:
             return self.storage.add_batch(request.entries)
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
+            _log.exception("Add failed")
             message = f"node {self.config.node_id} failed: {exc!r}"
             return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
 
@@ -155,7 +155,7 @@ class StorageNodeService:
             async for response in self._read_range(request):
                 yield response
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
+            _log.exception("ReadRange failed")
             yield pb.ReadRangeResponse(status=pb.ERROR, message=f"node {self.config.node_id} failed: {exc!r}",
                                        done=True)
 

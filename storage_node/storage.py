@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import logging
 import shutil
-import sys
 import time
 from typing import Callable, Iterator, NamedTuple
 
@@ -50,6 +50,9 @@ MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 1024
 MAX_WAIT_MS = 120_000
 _KNOWN_FLAGS = pb.RECOVERY_ADD
+
+_log = logging.getLogger(__name__)
+
 
 class AddResult(NamedTuple):
     """The answer to one entry of an AddRequest; OK holds only once the entry's group is durable."""
@@ -138,7 +141,7 @@ class Storage:
         loop = asyncio.get_running_loop()
         recovered = await loop.run_in_executor(None, recover, self.data_dir, self.journal_dir)
         for note in recovered.notes:
-            print(f"storage node {self.config.node_id}: {note}", file=sys.stderr, flush=True)
+            _log.warning("%s", note)
         self.ledgers = recovered.ledgers
         self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
@@ -474,8 +477,7 @@ class Storage:
             try:
                 group = self.journal.group
             except JournalWriteError as exc:
-                print(f"storage node {self.config.node_id}: garbage collection skipped: {exc}",
-                      file=sys.stderr, flush=True)
+                _log.warning("garbage collection skipped: %s", exc)
                 return 0
             dropped = 0
             for ledger_id in ledger_ids:
@@ -489,8 +491,7 @@ class Storage:
             error = await group.outcome()
         if error is not None:
             # Deleted in metadata anyway; after a restart replay brings them back and the next round retries.
-            print(f"storage node {self.config.node_id}: deleting ledgers is not durable: {error}",
-                  file=sys.stderr, flush=True)
+            _log.warning("deleting ledgers is not durable: %s", error)
             return 0
         self.metrics.gc_ledgers_deleted.inc(dropped)
         return dropped
