@@ -8,12 +8,21 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import time
+from typing import NamedTuple
 
 from protos import ledger_pb2 as pb
 from protos.refusals import refusal
 from storage_node.entry_index import LedgerIndex
 
-Verdict = tuple[int, str] | None     # (Status, message) when refused, None when allowed
+
+class Refusal(NamedTuple):
+    """A request refused: the Status answered and the message sent with it."""
+
+    status: int
+    message: str
+
+
+Verdict = Refusal | None     # None when allowed
 
 
 @dataclasses.dataclass(slots=True)
@@ -39,15 +48,15 @@ class LedgerState:
     def check_add(self, master_key: bytes, recovery: bool) -> Verdict:
         """Rules 6 and 7, checked when the add arrives."""
         if not self.key_matches(master_key):
-            return refusal(pb.UNAUTHORIZED, self.ledger_id)
+            return Refusal(*refusal(pb.UNAUTHORIZED, self.ledger_id))
         if self.fenced and not recovery:
-            return refusal(pb.FENCED, self.ledger_id)
+            return Refusal(*refusal(pb.FENCED, self.ledger_id))
         return None
 
     def check_fence(self, master_key: bytes) -> Verdict:
         """Rule 7: a fence with another key is refused and fences nothing."""
         if not self.key_matches(master_key):
-            return refusal(pb.UNAUTHORIZED, self.ledger_id)
+            return Refusal(*refusal(pb.UNAUTHORIZED, self.ledger_id))
         return None
 
     def check_write_lac(self, master_key: bytes) -> Verdict:

@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2
 from protos import ledger_pb2 as pb
 from protos import wire
 from storage_node.config import NodeConfig
-from storage_node.storage import AddResult, Storage, id_problem
+from storage_node.storage import AddResult, LacAnswer, Storage, id_problem
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
@@ -143,7 +143,8 @@ class StorageNodeService:
         if request.fence:
             verdict = await self.storage.fence(ledger_id, request.master_key)
             if verdict:
-                return pb.ReadResponse(status=verdict[0], message=verdict[1], ledger_id=ledger_id, entry_id=entry_id)
+                return pb.ReadResponse(status=verdict.status, message=verdict.message, ledger_id=ledger_id,
+                                       entry_id=entry_id)
         started = time.perf_counter()
         status, message, lac, payload, digest = self.storage.read_entry(ledger_id, entry_id)
         self.storage.metrics.read_done(status == pb.OK, len(payload), time.perf_counter() - started)
@@ -176,7 +177,7 @@ class StorageNodeService:
         if request.fence:
             verdict = await self.storage.fence(ledger_id, request.master_key)
             if verdict:
-                yield pb.ReadRangeResponse(status=verdict[0], message=verdict[1], done=True)
+                yield pb.ReadRangeResponse(status=verdict.status, message=verdict.message, done=True)
                 return
             refusal = self.storage.refusal()   # the journal broke while the fence waited for its fsync
             if refusal:
@@ -209,25 +210,24 @@ class StorageNodeService:
     @_answers_error(pb.ReadLacResponse)
     async def ReadLac(self, request, context) -> pb.ReadLacResponse:
         if id_problem(request.ledger_id):
-            return _lac_response((pb.BAD_REQUEST, id_problem(request.ledger_id), -1, -1))
+            return _lac_response(LacAnswer(pb.BAD_REQUEST, id_problem(request.ledger_id)))
         if request.fence:
             verdict = await self.storage.fence(request.ledger_id, request.master_key)
             if verdict:
-                return pb.ReadLacResponse(status=verdict[0], message=verdict[1], last_entry_id=-1,
-                                          last_add_confirmed=-1)
+                return _lac_response(LacAnswer(*verdict))
         return _lac_response(self.storage.last_confirmed(request.ledger_id))
 
     @_answers_error(pb.WriteLacResponse)
     async def WriteLac(self, request, context) -> pb.WriteLacResponse:
         verdict = await self.storage.write_lac(request.ledger_id, request.master_key, request.last_add_confirmed)
         if verdict:
-            return pb.WriteLacResponse(status=verdict[0], message=verdict[1])
+            return pb.WriteLacResponse(status=verdict.status, message=verdict.message)
         return pb.WriteLacResponse(status=pb.OK)
 
     @_answers_error(pb.ReadLacResponse)
     async def WaitLac(self, request, context) -> pb.ReadLacResponse:
         if id_problem(request.ledger_id):
-            return _lac_response((pb.BAD_REQUEST, id_problem(request.ledger_id), -1, -1))
+            return _lac_response(LacAnswer(pb.BAD_REQUEST, id_problem(request.ledger_id)))
         return _lac_response(
             await self.storage.wait_lac(request.ledger_id, request.previous_lac, request.timeout_ms)
         )
@@ -266,6 +266,6 @@ def _fill_results(response: pb.AddResponse, results: list, error) -> None:
         add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
 
 
-def _lac_response(answer: tuple[int, str, int, int]) -> pb.ReadLacResponse:
-    status, message, last_entry_id, lac = answer
-    return pb.ReadLacResponse(status=status, message=message, last_entry_id=last_entry_id, last_add_confirmed=lac)
+def _lac_response(answer: LacAnswer) -> pb.ReadLacResponse:
+    return pb.ReadLacResponse(status=answer.status, message=answer.message, last_entry_id=answer.last_entry_id,
+                              last_add_confirmed=answer.lac)

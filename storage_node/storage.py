@@ -23,7 +23,7 @@ from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalWriteError
 from storage_node.journal import Group, Journal
-from storage_node.ledger_state import LedgerState, Verdict
+from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
 from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
@@ -69,6 +69,13 @@ class ReadResult(NamedTuple):
     lac: int = -1               # the LAC the entry carried (piggybacked); the rest only when status is OK
     payload: bytes | memoryview = b""
     digest: int = 0
+
+
+class LacAnswer(NamedTuple):
+    status: int                 # ledger.proto Status
+    message: str
+    last_entry_id: int = -1     # the highest entry stored; the LAC fields only when status is OK
+    lac: int = -1               # the highest LAC seen
 
 
 # What a journal group applies once it is durable (Storage._apply, in journal order: rule 5), one per record.
@@ -306,7 +313,7 @@ class Storage:
         """None once group is durable; ERROR naming `what` when its write or fsync failed (rule 5)."""
         error = await group.outcome()
         if error is not None:
-            return pb.ERROR, f"{what} is not durable: {error}"
+            return Refusal(pb.ERROR, f"{what} is not durable: {error}")
         return None
 
     def _apply(self, segment: int, base: int, group: Group, fsync_seconds: float) -> None:
@@ -345,7 +352,7 @@ class Storage:
         stored already, and tailing readers and recovery start from it (rule 17). Not journaled (the disk
         may be full): after a restart the node knows the LAC its entries carried, a lower bound, as a LAC is."""
         if state is None:
-            return pb.READ_ONLY, self._read_only_message()
+            return Refusal(pb.READ_ONLY, self._read_only_message())
         if state.record_lac(lac):
             self._wake_lac_waiters([state.ledger_id])
         return None
@@ -365,9 +372,9 @@ class Storage:
     async def fence(self, ledger_id: int, key: bytes) -> Verdict:
         """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced."""
         if not key or len(key) > MAX_KEY_BYTES:
-            return pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)"
+            return Refusal(pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)")
         if id_problem(ledger_id):
-            return pb.BAD_REQUEST, id_problem(ledger_id)
+            return Refusal(pb.BAD_REQUEST, id_problem(ledger_id))
         what = f"fence of ledger {ledger_id}"
         state = self.ledgers.get(ledger_id)
         if state is not None:
@@ -379,22 +386,21 @@ class Storage:
         try:
             group, state = self._journal_record(ledger_id, key, state, encode_fence(ledger_id), PendingFence)
         except JournalWriteError as exc:
-            return pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}"
+            return Refusal(pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}")
         state.fenced = True          # from now on adds are refused, though the fence is not durable yet
         state.fence_group = group
         return await self._durable(group, what)
 
-    def last_confirmed(self, ledger_id: int) -> tuple[int, str, int, int]:
-        """(Status, message, last stored entry, highest LAC seen)."""
+    def last_confirmed(self, ledger_id: int) -> LacAnswer:
         state = self.ledgers.get(ledger_id)
         if state is None:
-            return pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}", -1, -1
-        return pb.OK, "", state.last_entry_id, state.last_add_confirmed
+            return LacAnswer(pb.NO_LEDGER, f"node {self.config.node_id} has no record of ledger {ledger_id}")
+        return LacAnswer(pb.OK, "", state.last_entry_id, state.last_add_confirmed)
 
     async def write_lac(self, ledger_id: int, key: bytes, lac: int) -> Verdict:
         if id_problem(ledger_id) or not -1 <= lac < MAX_ID or not key or len(key) > MAX_KEY_BYTES:
-            return pb.BAD_REQUEST, (f"WriteLac needs a ledger id in [0, {MAX_ID}), a LAC in [-1, {MAX_ID}) and the "
-                                    f"master key (1..{MAX_KEY_BYTES} bytes)")
+            return Refusal(pb.BAD_REQUEST, f"WriteLac needs a ledger id in [0, {MAX_ID}), a LAC in [-1, {MAX_ID}) "
+                                           f"and the master key (1..{MAX_KEY_BYTES} bytes)")
         state = self.ledgers.get(ledger_id)
         if state is not None:
             verdict = state.check_write_lac(key)
@@ -405,13 +411,13 @@ class Storage:
         try:
             group, _ = self._journal_record(ledger_id, key, state, encode_lac(ledger_id, lac), PendingLac, lac)
         except JournalWriteError as exc:
-            return pb.ERROR, f"cannot write the LAC of ledger {ledger_id}: {exc}"
+            return Refusal(pb.ERROR, f"cannot write the LAC of ledger {ledger_id}: {exc}")
         return await self._durable(group, f"LAC of ledger {ledger_id}")
 
-    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> tuple[int, str, int, int]:
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> LacAnswer:
         """Long poll: answer once the LAC passes previous_lac, or at the timeout with what there is."""
         if not 0 <= timeout_ms <= MAX_WAIT_MS:
-            return pb.BAD_REQUEST, f"timeout_ms must be 0..{MAX_WAIT_MS}", -1, -1
+            return LacAnswer(pb.BAD_REQUEST, f"timeout_ms must be 0..{MAX_WAIT_MS}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
