@@ -6,22 +6,19 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from connector.spark.commit import ARROW
-from connector.spark.errors import InvalidOptionError, SchemaMismatchError
-from connector.spark.options import LedgerOptions
-from connector.spark.read import ledger_reader
-from connector.spark.stream_options import StreamOptions
-from connector.spark.stream_read import LedgerStreamReader
-from connector.spark.stream_write import LedgerStreamWriter
-from connector.spark.schema import decode_schema, raw_read_schema, spark_schema_of, stream_read_schema
-from connector.spark.view import VIEW_SCHEMA, LedgerViewReader
-from connector.spark.write import LedgerWriter
-from metadata.model import StreamRecord
-from metadata.store import MetadataStore
-from metadata.streams import read_stream
+if TYPE_CHECKING:
+    from connector.spark.options import LedgerOptions
+    from metadata.model import StreamRecord
+
+# Spark runs each step of a query in a Python process of its own: finding the source, its schema, planning a
+# read, preparing and committing a write, each task. Every such process imports this module, so it imports
+# only what Spark needs to find the source; each method imports what its own step needs (the storage client,
+# Arrow, ZooKeeper), and a step never pays for another's.
 
 
 class LedgerDataSource(DataSource):
@@ -30,9 +27,14 @@ class LedgerDataSource(DataSource):
         return "ledger"
 
     def _options(self) -> LedgerOptions:
+        from connector.spark.options import LedgerOptions
         return LedgerOptions.parse(self.options)
 
     def schema(self) -> StructType:
+        from connector.spark.schema import raw_read_schema
+        from connector.spark.stream_options import StreamOptions
+        from connector.spark.view import VIEW_SCHEMA
+
         # Spark asks batch and streaming reads alike: accept the streaming options here; reader() and
         # streamReader() validate strictly for their own kind of read.
         opts, _ = StreamOptions.parse(self.options)
@@ -44,6 +46,10 @@ class LedgerDataSource(DataSource):
         return read_schema(_stream(opts), opts.include_metadata)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from connector.spark.commit import ARROW
+        from connector.spark.read import ledger_reader
+        from connector.spark.view import LedgerViewReader
+
         opts = self._options()
         opts.check_readable()
         if opts.view:
@@ -52,6 +58,11 @@ class LedgerDataSource(DataSource):
         return ledger_reader(opts, schema, raw)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from connector.spark.commit import ARROW
+        from connector.spark.errors import InvalidOptionError
+        from connector.spark.stream_options import StreamOptions
+        from connector.spark.stream_read import LedgerStreamReader
+
         opts, stream_opts = StreamOptions.parse(self.options)
         if not opts.stream or opts.ledgers or opts.view:
             raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or view")
@@ -60,6 +71,10 @@ class LedgerDataSource(DataSource):
         return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts).format != ARROW)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from connector.spark.errors import InvalidOptionError
+        from connector.spark.stream_options import StreamOptions
+        from connector.spark.stream_write import LedgerStreamWriter
+
         opts, stream_opts = StreamOptions.parse(self.options)
         opts.check_writable()
         if overwrite:
@@ -69,12 +84,18 @@ class LedgerDataSource(DataSource):
         return LedgerStreamWriter.prepare(opts, stream_opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from connector.spark.write import LedgerWriter
+
         opts = self._options()
         opts.check_writable()
         return LedgerWriter.prepare(opts, schema, overwrite)
 
 
 def read_schema(record: StreamRecord, include_metadata: bool) -> StructType:
+    from connector.spark.commit import ARROW
+    from connector.spark.errors import SchemaMismatchError
+    from connector.spark.schema import decode_schema, raw_read_schema, spark_schema_of, stream_read_schema
+
     if record.format != ARROW:
         return raw_read_schema(include_metadata)
     if not record.schema:
@@ -83,5 +104,8 @@ def read_schema(record: StreamRecord, include_metadata: bool) -> StructType:
 
 
 def _stream(opts: LedgerOptions) -> StreamRecord:
+    from metadata.store import MetadataStore
+    from metadata.streams import read_stream
+
     with MetadataStore(opts.metadata) as store:
         return read_stream(store, opts.stream).value

@@ -28,14 +28,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from connector.client import LedgerClient, WriteHandle
-from connector.spark.recovery import discard
 from metadata import layout
 from metadata.errors import LedgerError, MetadataConflictError, MetadataError
 from metadata.store import MetadataStore
+
+if TYPE_CHECKING:   # the driver keeper imports this module for driver_in_use: it needs no storage client
+    from connector.client import LedgerClient, WriteHandle
 
 
 RUN_PREFIX = "run-"  # a query registry's child naming a run of the query (task entries start with "L")
@@ -226,6 +228,7 @@ def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: in
 def drop_entry(lc: LedgerClient, entry: TaskEntry, password: bytes) -> None:
     """Withdraw the entry, discard its ledger (fence, recover, delete) if it exists, then delete the entry."""
     if withdraw(lc.store, entry):
+        from connector.spark.recovery import discard   # the storage client, only where a ledger is dropped
         discard(lc, entry.ledger_id, password)
         forget_entry(lc.store, entry)
 
