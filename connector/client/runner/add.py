@@ -38,7 +38,7 @@ class AddPipeline:
     recovery read, still at the version read, plus its own fragments, which only the recovery's closing
     compare-and-set stores (rule 12).
 
-    Created on the loop. append_async may be called from any thread.
+    Created on the loop. append_async and append_many_async may be called from any thread.
     """
 
     def __init__(self, ctx: Context, current: Versioned[LedgerMetadata], master_key: bytes, *,
@@ -51,7 +51,8 @@ class AddPipeline:
         self.seq = AddSequence(meta.ledger_id, schedule_of(meta), meta.last_fragment.ensemble,
                                last_add_confirmed=last_add_confirmed, recovery=recovery)
         self.loop = asyncio.get_running_loop()
-        self._futures: dict[int, concurrent.futures.Future] = {}
+        # last entry id of each queued append -> (its future, the first entry id of a batch or None)
+        self._futures: dict[int, tuple[concurrent.futures.Future, int | None]] = {}
         self._drained = asyncio.Event()
         self._drained.set()
         self._incoming: collections.deque = collections.deque()
@@ -71,10 +72,21 @@ class AddPipeline:
     # -- appending ---------------------------------------------------------------------------------------------
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future:
+        return self._queue((bytes(payload),))
+
+    def append_many_async(self, payloads) -> concurrent.futures.Future:
+        """One future for several adds: the list of their entry ids, once the last is acknowledged (adds
+        complete in entry order, so every one before it is too); the first failure fails it."""
+        return self._queue(tuple(bytes(p) for p in payloads), many=True)
+
+    def _queue(self, payloads: tuple[bytes, ...], many: bool = False) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # adds cannot be taken back once queued
+        if not payloads:
+            future.set_result([])
+            return future
         with self._lock:
-            self._incoming.append((bytes(payload), future))
+            self._incoming.append((payloads, future, many))
             schedule = not self._flush_scheduled
             self._flush_scheduled = True
         if schedule:
@@ -89,17 +101,20 @@ class AddPipeline:
         now = self.loop.time()
         self._last_append = now
         batches: dict[str, list[bytes]] = collections.defaultdict(list)
-        for payload, future in items:
+        for payloads, future, many in items:
+            first = self.seq.next_entry_id
             try:
-                add, targets = self.seq.append(payload, now)
+                for payload in payloads:
+                    add, targets = self.seq.append(payload, now)
+                    entry = add_entry(self.ledger_id, self.master_key, self.seq.flags, add)
+                    for node in targets:
+                        batches[node].append(entry)
             except LedgerError as exc:
-                future.set_exception(exc)
+                future.set_exception(exc)   # the ledger failed: every add queued after it fails too
                 continue
-            self._futures[add.entry_id] = future
+            # The future completes with the last add (in-order completion); a batch's with all its ids.
+            self._futures[add.entry_id] = (future, first if many else None)
             self._drained.clear()
-            entry = add_entry(self.ledger_id, self.master_key, self.seq.flags, add)
-            for node in targets:
-                batches[node].append(entry)
         self._send(batches)
 
     def _send(self, batches: dict[str, list[bytes]]) -> None:
@@ -122,9 +137,12 @@ class AddPipeline:
     def _settle(self, completed: list[PendingAdd]) -> None:
         metrics.adds_completed(completed)
         for add in completed:
-            self._futures.pop(add.entry_id).set_result(add.entry_id)
+            waiting = self._futures.pop(add.entry_id, None)
+            if waiting is not None:
+                future, first = waiting
+                future.set_result(add.entry_id if first is None else list(range(first, add.entry_id + 1)))
         if self.seq.error is not None:
-            for future in self._futures.values():
+            for future, _ in self._futures.values():
                 future.set_exception(self.seq.error)
             self._futures.clear()
         elif self.seq.failed_nodes and not self._changing:
