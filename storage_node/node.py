@@ -150,8 +150,7 @@ async def _serve_locked(config: NodeConfig, lock: DataDirLock, stop: asyncio.Eve
     try:
         session = await asyncio.to_thread(_Session.open, config)
         try:
-            await asyncio.to_thread(check_cookie, session.store, config.data_dir, config.node_id,
-                                    lambda text: log.warning("storage node %s: %s", config.node_id, text))
+            await asyncio.to_thread(check_cookie, session.store, config.data_dir, config.node_id, log.warning)
             await server.start()
             try:
                 await storage.open()
@@ -189,7 +188,7 @@ class _Session:
             return
         self._closed = True
         if not self.store.connected:
-            log.warning("storage node: deregistering did not finish: ZooKeeper is unreachable, so the registration "
+            log.warning("deregistering did not finish: ZooKeeper is unreachable, so the registration "
                         "goes when the session expires; stopping anyway")
         await _without_waiting_for_zookeeper(self.store.close, "deregistering and closing the ZooKeeper session")
 
@@ -230,11 +229,9 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
         security += ", token required"
     if config.ready_file is not None:
         await asyncio.to_thread(_write_ready_file, config, service.address, metrics_address)
-    log.info("storage node %s serving on %s (%s; metrics on http://%s/metrics)", config.node_id, service.address,
-             security, metrics_address)
+    log.info("serving on %s (%s; metrics on http://%s/metrics)", service.address, security, metrics_address)
     collector = asyncio.ensure_future(
-        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace,
-                         config.node_id)
+        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace)
     )
     next_checkpoint = loop.time() + config.checkpoint_interval
     try:
@@ -294,7 +291,7 @@ async def _without_waiting_for_zookeeper(call: Callable[[], None], what: str) ->
     except asyncio.TimeoutError:
         error = f"did not finish within {ZOOKEEPER_SHUTDOWN_SECONDS:.0f}s (ZooKeeper unreachable?)"
     if error is not None:
-        log.warning("storage node: %s %s; stopping anyway", what, error)
+        log.warning("%s %s; stopping anyway", what, error)
 
 
 async def _first_of(*waits, timeout: float) -> None:
@@ -370,5 +367,4 @@ class _RegistrationWriter:
                 self._registration.update(serde.encode_node(reg))
             except Exception as exc:  # ZooKeeper away: the latest data is written when it is back (registry.py)
                 if not self._closed:
-                    log.warning("storage node %s: could not publish state %s (%s) yet: %s", reg.node_id,
-                                reg.state.value, reg.health, exc)
+                    log.warning("could not publish state %s (%s) yet: %s", reg.state.value, reg.health, exc)
