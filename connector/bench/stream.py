@@ -4,7 +4,12 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
 
 - Latency: a stream writer appends entries at a steady rate while a streaming query tails the stream;
   for each entry, the time from its append being acknowledged to its row reaching the query's output
-  (foreachBatch on the driver). Printed as p50 and p99.
+  (foreachBatch on the driver). Printed as p50 and p99, beside the same run over the ceiling
+  (connector/bench/stream_ceiling.py: a minimal Python streaming source over a local file, same
+  trigger, same sink), and their ratio.
+- Sink against Spark's own exactly-once sink: a rate source into the ledger sink and into the parquet
+  file sink (checkpointed), same trigger, same run: committed rows/s at a rate neither keeps up with
+  (--sink-fast-rate), and the median micro-batch at a rate both keep up with (--sink-rate).
 - Throughput: the same rows written by the exactly-once streaming sink (one Trigger.AvailableNow
   micro-batch over a parquet directory) and by the batch writer (df.write.format("ledger")), side by
   side in the same run, as rows/s and their ratio.
@@ -19,6 +24,7 @@ import tempfile
 import threading
 import time
 
+from connector.bench.stream_ceiling import CeilingStreamDataSource, append_record
 from connector.client import LedgerClient, Streams
 from connector.cluster import LocalCluster
 from metadata import registry
@@ -34,6 +40,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
     parser.add_argument("--unrelated", type=int, default=2_000, help="other ledgers in the cluster for the commit run")
     parser.add_argument("--commit-batches", type=int, default=15, help="micro-batches measured per commit run")
+    parser.add_argument("--sink-seconds", type=float, default=20.0, help="measured time of each sink run")
+    parser.add_argument("--sink-rate", type=int, default=200_000, help="rows/s offered for the batch-median runs")
+    parser.add_argument("--sink-fast-rate", type=int, default=1_500_000,
+                        help="rows/s offered for the throughput runs (more than either sink keeps up with)")
 
 
 def run(args) -> int:
@@ -43,11 +53,10 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="ledger-bench-stream-") as tmp, LocalCluster(f"{tmp}/cluster") as cluster:
         uri = cluster.metadata_uri
         spark = local_session("ledger-bench-stream")
+        spark.dataSource.register(CeilingStreamDataSource)
         try:
-            latencies = _latency(spark, uri, tmp, args.entries, args.rate)
-            p50, p99 = _percentile(latencies, 50), _percentile(latencies, 99)
-            print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(latencies)} "
-                  f"entries at {args.rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+            _print_latency(spark, uri, tmp, args.entries, args.rate)
+            _print_sinks(spark, uri, tmp, args)
 
             rows = sample_dataframe(spark, args.rows, partitions=2)
             rows.write.parquet(f"{tmp}/source")
@@ -69,8 +78,34 @@ def run(args) -> int:
     return 0
 
 
-def _latency(spark, uri: str, tmp: str, entries: int, rate: float) -> list[float]:
-    """Per entry: time from acknowledgement to its row being handed to foreachBatch."""
+def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float) -> None:
+    with LedgerClient(uri) as lc:
+        writer = Streams(lc).open_writer("latency-bench")
+        try:
+            writer.append(b"warm-up")   # the stream exists before the query starts
+            ledger = _latency(spark.readStream.format("ledger").option("metadata", uri)
+                              .option("includeMetadata", "true").option("startingOffsets", "latest")
+                              .load("latency-bench"), f"{tmp}/latency-ck", entries, rate,
+                              lambda i: writer.append(f"entry {i}".encode()))
+        finally:
+            writer.close()
+    records = f"{tmp}/ceiling-records"
+
+    def append_ceiling(i: int) -> int:
+        append_record(records, i)
+        return i
+
+    ceiling = _latency(spark.readStream.format(CeilingStreamDataSource.name()).option("path", records).load(),
+                       f"{tmp}/ceiling-ck", entries, rate, append_ceiling)
+    (p50, p99), (c50, c99) = _percentiles(ledger), _percentiles(ceiling)
+    print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(ledger)} entries at "
+          f"{rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; ceiling (a minimal Python streaming "
+          f"source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 {c99 * 1000:.0f} ms; p50 ratio "
+          f"{p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} 1 s")
+
+
+def _latency(reader, checkpoint: str, entries: int, rate: float, append) -> list[float]:
+    """Per entry: time from append(i) returning its offset (acknowledged) to its row reaching foreachBatch."""
     acked: dict[int, float] = {}
     seen: dict[int, float] = {}
     lock = threading.Lock()
@@ -81,29 +116,58 @@ def _latency(spark, uri: str, tmp: str, entries: int, rate: float) -> list[float
             for row in batch_df.select("_offset").collect():
                 seen.setdefault(row[0], now)
 
-    with LedgerClient(uri) as lc:
-        writer = Streams(lc).open_writer("latency-bench")
-        writer.append(b"warm-up")   # the stream exists before the query starts
-        query = (
-            spark.readStream.format("ledger").option("metadata", uri).option("includeMetadata", "true")
-            .option("startingOffsets", "latest").load("latency-bench")
-            .writeStream.foreachBatch(collect).trigger(processingTime="0 seconds")
-            .option("checkpointLocation", f"{tmp}/latency-ck").start()
-        )
-        try:
-            _wait(lambda: query.lastProgress is not None, 120)
-            interval = 1.0 / rate
-            next_at = time.monotonic()
-            for i in range(entries):
-                offset = writer.append(f"entry {i}".encode())
-                acked[offset] = time.monotonic()
-                next_at += interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
-            _wait(lambda: all(o in seen for o in acked), 120)
-        finally:
-            query.stop()
-            writer.close()
+    query = (reader.writeStream.foreachBatch(collect).trigger(processingTime="0 seconds")
+             .option("checkpointLocation", checkpoint).start())
+    try:
+        _wait(lambda: query.lastProgress is not None, 120)
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        for i in range(entries):
+            offset = append(i)
+            acked[offset] = time.monotonic()
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        _wait(lambda: all(o in seen for o in acked), 120)
+    finally:
+        query.stop()
     return [seen[o] - acked[o] for o in acked]
+
+
+def _print_sinks(spark, uri: str, tmp: str, args) -> None:
+    """The ledger sink beside Spark's parquet file sink: rate source, same trigger, same run."""
+    figures = {}
+    for sink in ("parquet", "ledger"):
+        figures[sink] = (_sink_run(spark, uri, f"{tmp}/{sink}-fast", sink, args.sink_fast_rate, args.sink_seconds),
+                         _sink_run(spark, uri, f"{tmp}/{sink}-steady", sink, args.sink_rate, args.sink_seconds))
+    (p_rate, _), (_, p_median) = figures["parquet"]
+    (l_rate, _), (_, l_median) = figures["ledger"]
+    print(f"stream sink vs parquet file sink (rate source, trigger as fast as possible): at {args.sink_fast_rate:,} "
+          f"rows/s offered, ledger {l_rate:,.0f} rows/s, parquet {p_rate:,.0f} rows/s, ratio {l_rate / p_rate:.2f} "
+          f"(target >= 0.8); at {args.sink_rate:,} rows/s, median batch ledger {l_median:.0f} ms, parquet "
+          f"{p_median:.0f} ms, ratio {l_median / p_median:.2f} (target <= 1.5)")
+
+
+def _sink_run(spark, uri: str, base: str, sink: str, rate: int, seconds: float) -> tuple[float, float]:
+    """(committed rows/s, median batch ms) of a rate -> sink query over `seconds` after its warm-up batches."""
+    writer = (spark.readStream.format("rate").option("rowsPerSecond", rate).load()
+              .writeStream.option("checkpointLocation", f"{base}/ck").trigger(processingTime="0 seconds"))
+    if sink == "ledger":
+        query = writer.format("ledger").option("metadata", uri).start(base.rsplit("/", 1)[-1])
+    else:
+        query = writer.format("parquet").option("path", f"{base}/out").start()
+    try:
+        _wait(lambda: len(query.recentProgress) >= WARM_UP_BATCHES, 600)
+        warm = query.lastProgress["batchId"]
+        started = time.monotonic()
+        time.sleep(seconds)   # the measured window: the query runs on its own meanwhile
+        progress = [p for p in query.recentProgress if p["batchId"] > warm and p["numInputRows"] > 0]
+        elapsed = time.monotonic() - started
+    finally:
+        query.stop()
+    if not progress:
+        raise RuntimeError(f"the {sink} sink committed no micro-batch in {seconds:g}s")
+    rows = sum(p["numInputRows"] for p in progress)
+    return rows / elapsed, statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
 
 
 def _sink_write(spark, uri: str, source: str, checkpoint: str, stream: str) -> None:
@@ -160,5 +224,9 @@ def _wait(condition, timeout: float) -> None:
         time.sleep(0.01)
 
 
-def _percentile(values: list[float], pct: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1] if len(values) > 1 else values[0]
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    """(p50, p99)"""
+    if len(values) < 2:
+        return values[0], values[0]
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return cuts[49], cuts[98]

@@ -44,7 +44,19 @@ class ReadableEnd:
     untimed: bool = False
 
 
-def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> ReadableEnd:
+def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool,
+                 known: dict[int, ReadableEnd] | None = None) -> ReadableEnd:
+    """known: ends of closed ledgers found before (a closed ledger's end never changes); a closed end found
+    here is added to it."""
+    if known is not None and ledger_id in known:
+        return known[ledger_id]
+    end = _readable_end(lc, ledger_id, password, recover_dangling)
+    if known is not None and end.closed:
+        known[ledger_id] = end
+    return end
+
+
+def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> ReadableEnd:
     meta = lc.ledger_metadata(ledger_id)
     check_password(meta, password, f"ledger {ledger_id}")
     untimed = not carries_times(meta)
@@ -70,13 +82,14 @@ def ledger_spans(lc: LedgerClient, ledger_ids, password: bytes, recover_dangling
 
 
 def stream_spans(
-    lc: LedgerClient, record: StreamRecord, ledgers: Iterable[StreamLedger], password: bytes, recover_dangling: bool
+    lc: LedgerClient, record: StreamRecord, ledgers: Iterable[StreamLedger], password: bytes, recover_dangling: bool,
+    known: dict[int, ReadableEnd] | None = None,
 ) -> tuple[StreamRecord, list[LedgerSpan]]:
     """The spans of ledgers of the stream whose head is record; a recovered OPEN ledger is sealed on the
-    stream, and the head returned is the stream's after that."""
+    stream, and the head returned is the stream's after that. known: as for readable_end."""
     spans = []
     for ledger in ledgers:
-        end = readable_end(lc, ledger.ledger_id, password, recover_dangling)
+        end = readable_end(lc, ledger.ledger_id, password, recover_dangling, known)
         last_offset = ledger.last_offset
         if last_offset is None and end.closed:
             last_offset = _closed_last_offset(lc, record.format, ledger, end.last_entry, password)

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BYTES_PER_OFFSET = 1024
 EXTENT_LEDGERS = 16  # the most recent ledgers whose sizes estimate the bytes per offset (maxBytesPerTrigger)
+TAIL_WAIT_SECONDS = 0.5  # how long latestOffset waits on a live writer's LAC when nothing new is there
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,7 @@ class StreamExtent:
     first: int
     end: int
     bytes_per_offset: float
+    open_tail: LedgerSpan | None = None   # a live writer's OPEN ledger of a raw stream, read up to its LAC
 
 
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -98,28 +100,73 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.raw = raw
         self.available_now_end: int | None = None
         self.last_planned: float | None = None  # time.monotonic() when latestOffset last planned a batch
+        self._driver: _DriverSide | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_driver": None}   # executors get options and schema, never the driver's client
 
     # -- driver --------------------------------------------------------------------------------
 
+    def _side(self) -> "_DriverSide":
+        if self._driver is None:
+            self._driver = _DriverSide(LedgerClient(self.options.metadata, **self.options.client_options()))
+        return self._driver
+
+    def _with_client(self, work):
+        """work(client, closed ends known) on the driver's client; a failure closes it (the next call opens a
+        new one, so a client left broken by a ZooKeeper outage is never reused)."""
+        side = self._side()
+        try:
+            return work(side.client, side.closed_ends)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Spark's end of the query (also after a failure): the driver's client goes."""
+        side, self._driver = self._driver, None
+        if side is not None:
+            side.client.close()
+
     def _extent(self) -> StreamExtent:
-        """From the head and its most recent ledgers only: the cost does not grow with the stream (rule 15)."""
+        """From the head and its most recent ledgers only: the cost does not grow with the stream (rule 15).
+        The ends of closed ledgers are remembered between calls, so a call reads the head and the OPEN tail."""
         opts = self.options
-        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+
+        def spans_of(lc: LedgerClient, known: dict) -> tuple[StreamRecord, list[LedgerSpan]]:
             record, spans = planned(lc.store, opts.stream, None, opts.fail_on_data_loss, lambda head, _: stream_spans(
-                lc, head, head.tail[-EXTENT_LEDGERS:], opts.password, recover_dangling=True))
+                lc, head, head.tail[-EXTENT_LEDGERS:], opts.password, recover_dangling=True, known=known))
+            for ledger_id in set(known) - {s.ledger_id for s in spans}:
+                del known[ledger_id]   # only the recent ledgers' ends are kept
+            return record, spans
+
+        record, spans = self._with_client(spans_of)
         known = [s for s in spans if s.length > 0 and s.last_offset is not None]
         known_bytes = sum(s.length for s in known)
         known_offsets = sum(s.last_offset - s.first_offset + 1 for s in known)
         first = record.first_offset
         end = spans[0].first_offset if spans else first  # every ledger before the recent ones is sealed
+        open_tail = None
         for span in spans:
             if span.last_offset is not None:
                 end = span.last_offset + 1
             elif self.raw:
                 end = span.first_offset + span.last_entry_id + 1  # a live writer's tail, up to its LAC
+                open_tail = span
             # An arrow ledger's row offsets are known once it is sealed; until then it ends the stream.
         per_offset = known_bytes / known_offsets if known_offsets else DEFAULT_BYTES_PER_OFFSET
-        return StreamExtent(first, end, per_offset)
+        return StreamExtent(first, end, per_offset, open_tail)
+
+    def _tail_moved(self, tail: LedgerSpan) -> bool:
+        """Long poll: wait up to TAIL_WAIT_SECONDS for the live writer's LAC to pass what the extent read, so a
+        new entry is seen as soon as it is confirmed rather than at Spark's next poll; whether it passed."""
+        opts = self.options
+
+        def wait(lc: LedgerClient, _known) -> int:
+            handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False)
+            return handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
+
+        return self._with_client(wait) > tail.last_entry_id
 
     def initialOffset(self) -> dict:
         # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest)
@@ -148,6 +195,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         at = self._stream_offset(start)
         extent = self._extent()
+        if extent.end <= at and extent.open_tail is not None and self.available_now_end is None:
+            if self._tail_moved(extent.open_tail):
+                extent = self._extent()
         begin = self._checked_start(at, extent.first)
         end = self._checked_extent(begin, extent.end)
         if self.available_now_end is not None:
@@ -203,11 +253,12 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
-        def plan(record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
+        def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
-        with MetadataStore(opts.metadata) as store:
-            lo, spans, reach = planned(store, opts.stream, first, opts.fail_on_data_loss, plan)
+        lo, spans, reach = self._with_client(
+            lambda lc, _: planned(lc.store, opts.stream, first, opts.fail_on_data_loss,
+                                  lambda record, lo: plan(lc.store, record, lo)))
         if hi < lo:
             return []
         hi = self._checked_end(lo, hi, reach)
@@ -252,8 +303,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The lag after this batch, as `ledger stream lag` prints it; a failure to learn it fails nothing."""
         opts = self.options
         try:
-            with LedgerClient(opts.metadata, **opts.client_options()) as lc:
-                lag = stream_lag(lc, opts.stream, committed, opts.password)
+            lag = self._with_client(lambda lc, _: stream_lag(lc, opts.stream, committed, opts.password))
         except LedgerError as exc:
             log.info("stream %r: committed offset %d; lag unknown: %s", opts.stream, committed, exc)
             return
@@ -264,6 +314,15 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         bounds = ReadBounds.from_offsets(partition.lo, partition.hi + 1)
         return read_partition(self.options, self.schema, self.raw, partition, bounds)
+
+
+@dataclasses.dataclass
+class _DriverSide:
+    """What the source keeps in the driver's Python process between Spark's calls (one per query): a client,
+    and the ends of the recent closed ledgers."""
+
+    client: LedgerClient
+    closed_ends: dict = dataclasses.field(default_factory=dict)
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:

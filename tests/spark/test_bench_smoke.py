@@ -15,7 +15,11 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
 
 
 def test_stream_bench_prints_latency_throughput_and_commit_figures():
-    out = bench("stream", "--entries", "20", "--rate", "20", "--rows", "5000", "--unrelated", "50", "--commit-batches", "2")
-    assert re.search(r"p50", out) and re.search(r"p99", out), out
+    out = bench("stream", "--entries", "20", "--rate", "20", "--rows", "5000", "--unrelated", "50", "--commit-batches", "2",
+                "--sink-seconds", "3", "--sink-rate", "2000", "--sink-fast-rate", "20000")
+    assert re.search(rf"p50 {NUMBER} ms, p99 {NUMBER} ms; ceiling .* p50 {NUMBER} ms, p99 {NUMBER} ms; p50 ratio {NUMBER}",
+                     out), out
+    assert re.search(rf"ledger {NUMBER} rows/s, parquet {NUMBER} rows/s, ratio {NUMBER} .* median batch ledger "
+                     rf"{NUMBER} ms, parquet {NUMBER} ms, ratio {NUMBER}", out), out
     assert re.search(rf"{NUMBER} rows/s", out), out
     assert re.search(rf"sink commit: .* {NUMBER} ms on a fresh cluster, {NUMBER} ms with 50 unrelated ledgers; ratio {NUMBER}", out), out
