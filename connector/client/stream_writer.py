@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 import uuid
+from typing import Iterable
+
 from connector.client import entry_time, time_search
 from connector.client.api import LedgerClient, WriteHandle
 from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError
@@ -169,6 +172,31 @@ class StreamWriter:
         entry.add_done_callback(done)
         return offset
 
+    def append_many(self, payloads: Iterable[bytes]) -> list[int]:
+        """Append several entries in order, each stamped with its append time; returns their stream offsets once
+        every one was acknowledged. Entries may land in more than one ledger (a roll between them), each
+        ledger's share going as one batch (WriteHandle.append_many)."""
+        return self.append_many_async(payloads).result()
+
+    def append_many_async(self, payloads: Iterable[bytes]) -> "concurrent.futures.Future[list[int]]":
+        """append_many without waiting: a future of the stream offsets."""
+        if self._closed:
+            raise LedgerClosedError(f"the writer of stream {self.name!r} is closed; open a new stream writer")
+        parts: list[tuple[int, concurrent.futures.Future]] = []   # (first offset of the ledger, its batch)
+        batch: list[bytes] = []
+        for payload in payloads:
+            if self._should_roll():
+                if batch:
+                    parts.append((self._first_offset, self._ledger.append_many_async(batch)))
+                    batch = []
+                self.roll()   # waits for the batches sent to the ledger it closes
+            batch.append(self._times.stamp(payload))
+            self._ledger_bytes += len(payload)
+            self._ledger_entries += 1
+        if batch:
+            parts.append((self._first_offset, self._ledger.append_many_async(batch)))
+        return _joined_offsets(parts)
+
     def _should_roll(self) -> bool:
         if self._ledger_entries == 0:
             return False
@@ -223,3 +251,28 @@ class StreamWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _joined_offsets(parts: list[tuple[int, concurrent.futures.Future]]) -> "concurrent.futures.Future[list[int]]":
+    """One future of the offsets of several ledgers' batches (first offset of the ledger, future of entry ids)."""
+    joined: concurrent.futures.Future = concurrent.futures.Future()
+    if not parts:
+        joined.set_result([])
+        return joined
+    remaining = [len(parts)]
+    lock = threading.Lock()   # callbacks run on the client's I/O thread, or here for a part already done
+
+    def done(_: concurrent.futures.Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] > 0:
+                return
+        for _first, part in parts:
+            if part.exception() is not None:
+                joined.set_exception(part.exception())
+                return
+        joined.set_result([first + entry_id for first, part in parts for entry_id in part.result()])
+
+    for _first, part in parts:
+        part.add_done_callback(done)
+    return joined
