@@ -6,11 +6,10 @@ the checker. Longer runs with other seeds are for people (see the README's Soak 
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
+
+from tests.soak.soak_run import soak_line
 
 SEED = 15
 MINUTES = 2
@@ -19,19 +18,7 @@ BUDGET = MINUTES * 60 + 300  # setup, stopping the actors, the final recovery an
 
 @pytest.mark.timeout(BUDGET + 60)
 def test_a_short_soak_with_a_fixed_seed_finds_no_violation(tmp_path):
-    soak = subprocess.Popen(
-        [sys.executable, "-m", "connector.cli", "soak", "--minutes", str(MINUTES), "--seed", str(SEED),
-         "--dir", str(tmp_path / "soak")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        out, err = soak.communicate(timeout=BUDGET)
-    except subprocess.TimeoutExpired:
-        soak.send_signal(signal.SIGINT)  # it stops its cluster and actors on the way out
-        out, err = soak.communicate(timeout=60)
-        pytest.fail(f"the soak did not end within {BUDGET}s:\n{out}\n{err[-5000:]}")
-    assert soak.returncode == 0, f"{out}\n{err[-5000:]}"
-    line = out.strip().splitlines()[-1]
-    assert line.startswith(f"soak: {MINUTES} minutes, seed {SEED}, ops "), line
+    line = soak_line(tmp_path / "soak", MINUTES, SEED, BUDGET)
     assert "lost 0, duplicated 0, divergent 0, orphaned 0;" in line, line
     acked = int(re.search(r"\(acked (\d+),", line).group(1))
     faults = int(re.search(r"faults (\d+) by kind", line).group(1))

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
+
+from tests.soak.soak_run import soak_line
 
 SEED = 15
 MINUTES = 1
@@ -23,19 +22,7 @@ BUDGET = MINUTES * 60 + 420  # setup, the Spark session, stopping the actors (th
 @pytest.mark.timeout(BUDGET + 60)
 def test_a_short_spark_soak_with_a_fixed_seed_finds_no_violation(tmp_path):
     directory = tmp_path / "soak"
-    soak = subprocess.Popen(
-        [sys.executable, "-m", "connector.cli", "soak", "--minutes", str(MINUTES), "--seed", str(SEED), "--spark",
-         "--dir", str(directory)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        out, err = soak.communicate(timeout=BUDGET)
-    except subprocess.TimeoutExpired:
-        soak.send_signal(signal.SIGINT)  # it stops its cluster and actors on the way out
-        out, err = soak.communicate(timeout=60)
-        pytest.fail(f"the soak did not end within {BUDGET}s:\n{out}\n{err[-5000:]}")
-    assert soak.returncode == 0, f"{out}\n{err[-5000:]}"
-    line = out.strip().splitlines()[-1]
-    assert line.startswith(f"soak: {MINUTES} minutes, seed {SEED}, ops "), line
+    line = soak_line(directory, MINUTES, SEED, BUDGET, "--spark")
     assert "lost 0, duplicated 0, divergent 0, orphaned 0; spark rows " in line, line
     rows, batches, restarts = (int(n) for n in re.search(
         r"; spark rows (\d+) \(batches (\d+), query restarts (\d+)\);", line).groups())
