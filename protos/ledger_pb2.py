@@ -24,47 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/ledger.proto\x12\tledger.v1\"\x8f\x01\n\x08\x41\x64\x64\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\r\n\x05\x66lags\x18\x04 \x01(\r\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x07\"2\n\nAddRequest\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.ledger.v1.AddEntry\"d\n\tAddResult\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12!\n\x06status\x18\x03 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x04 \x01(\t\"4\n\x0b\x41\x64\x64Response\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ledger.v1.AddResult\"U\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x08\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\"\xa4\x01\n\x0cReadResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tledger_id\x18\x03 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x04 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x07\"\x96\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\x12\x1d\n\x15max_bytes_per_message\x18\x06 \x01(\x05\"\x7f\n\x11ReadRangeResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12(\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x17.ledger.v1.ReadResponse\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\"F\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"x\n\x0fReadLacResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x04 \x01(\x03\"T\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\"F\n\x10WriteLacResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\"M\n\x0eWaitLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x03 \x01(\x05\"\x11\n\x0fNodeInfoRequest\"\xb5\x02\n\x10NodeInfoResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x18\n\x10\x64isk_total_bytes\x18\x04 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x05 \x01(\x03\x12\x14\n\x0cledger_count\x18\x06 \x01(\x03\x12\x13\n\x0b\x65ntry_count\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\t \x01(\x03\x12\x16\n\x0ejournal_fsyncs\x18\n \x01(\x03\x12\x17\n\x0fjournal_records\x18\x0b \x01(\x03\x12\x18\n\x10read_only_reason\x18\x0c \x01(\t\x12\x19\n\x11max_request_bytes\x18\r \x01(\x03*\x8a\x01\n\x06Status\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x00\x12\x06\n\x02OK\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0c\n\x08NO_ENTRY\x10\x03\x12\n\n\x06\x46\x45NCED\x10\x04\x12\x10\n\x0cUNAUTHORIZED\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x07\x12\t\n\x05\x45RROR\x10\x08*.\n\x07\x41\x64\x64\x46lag\x12\x11\n\rADD_FLAG_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01\x32\xd8\x03\n\x0bStorageNode\x12\x38\n\x03\x41\x64\x64\x12\x15.ledger.v1.AddRequest\x1a\x16.ledger.v1.AddResponse(\x01\x30\x01\x12\x37\n\x04Read\x12\x16.ledger.v1.ReadRequest\x1a\x17.ledger.v1.ReadResponse\x12H\n\tReadRange\x12\x1b.ledger.v1.ReadRangeRequest\x1a\x1c.ledger.v1.ReadRangeResponse0\x01\x12@\n\x07ReadLac\x12\x19.ledger.v1.ReadLacRequest\x1a\x1a.ledger.v1.ReadLacResponse\x12\x43\n\x08WriteLac\x12\x1a.ledger.v1.WriteLacRequest\x1a\x1b.ledger.v1.WriteLacResponse\x12@\n\x07WaitLac\x12\x19.ledger.v1.WaitLacRequest\x1a\x1a.ledger.v1.ReadLacResponse\x12\x43\n\x08NodeInfo\x12\x1a.ledger.v1.NodeInfoRequest\x1a\x1b.ledger.v1.NodeInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/ledger.proto\x12\tledger.v1\"\x8f\x01\n\x08\x41\x64\x64\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\r\n\x05\x66lags\x18\x04 \x01(\r\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x07\"I\n\nAddRequest\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.ledger.v1.AddEntry\x12\x15\n\rrange_results\x18\x02 \x01(\x08\"d\n\tAddResult\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12!\n\x06status\x18\x03 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x80\x01\n\x08\x41\x64\x64Range\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12!\n\x06status\x18\x04 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x05 \x01(\t\"Y\n\x0b\x41\x64\x64Response\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ledger.v1.AddResult\x12#\n\x06ranges\x18\x02 \x03(\x0b\x32\x13.ledger.v1.AddRange\"U\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x08\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\"\xa4\x01\n\x0cReadResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tledger_id\x18\x03 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x04 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x07\"\x96\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\x12\x1d\n\x15max_bytes_per_message\x18\x06 \x01(\x05\"\x7f\n\x11ReadRangeResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12(\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x17.ledger.v1.ReadResponse\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\"F\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"x\n\x0fReadLacResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x04 \x01(\x03\"T\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\"F\n\x10WriteLacResponse\x12!\n\x06status\x18\x01 \x01(\x0e\x32\x11.ledger.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\"M\n\x0eWaitLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x03 \x01(\x05\"\x11\n\x0fNodeInfoRequest\"\xb5\x02\n\x10NodeInfoResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x18\n\x10\x64isk_total_bytes\x18\x04 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x05 \x01(\x03\x12\x14\n\x0cledger_count\x18\x06 \x01(\x03\x12\x13\n\x0b\x65ntry_count\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\t \x01(\x03\x12\x16\n\x0ejournal_fsyncs\x18\n \x01(\x03\x12\x17\n\x0fjournal_records\x18\x0b \x01(\x03\x12\x18\n\x10read_only_reason\x18\x0c \x01(\t\x12\x19\n\x11max_request_bytes\x18\r \x01(\x03*\x8a\x01\n\x06Status\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x00\x12\x06\n\x02OK\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0c\n\x08NO_ENTRY\x10\x03\x12\n\n\x06\x46\x45NCED\x10\x04\x12\x10\n\x0cUNAUTHORIZED\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x07\x12\t\n\x05\x45RROR\x10\x08*.\n\x07\x41\x64\x64\x46lag\x12\x11\n\rADD_FLAG_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01\x32\xd8\x03\n\x0bStorageNode\x12\x38\n\x03\x41\x64\x64\x12\x15.ledger.v1.AddRequest\x1a\x16.ledger.v1.AddResponse(\x01\x30\x01\x12\x37\n\x04Read\x12\x16.ledger.v1.ReadRequest\x1a\x17.ledger.v1.ReadResponse\x12H\n\tReadRange\x12\x1b.ledger.v1.ReadRangeRequest\x1a\x1c.ledger.v1.ReadRangeResponse0\x01\x12@\n\x07ReadLac\x12\x19.ledger.v1.ReadLacRequest\x1a\x1a.ledger.v1.ReadLacResponse\x12\x43\n\x08WriteLac\x12\x1a.ledger.v1.WriteLacRequest\x1a\x1b.ledger.v1.WriteLacResponse\x12@\n\x07WaitLac\x12\x19.ledger.v1.WaitLacRequest\x1a\x1a.ledger.v1.ReadLacResponse\x12\x43\n\x08NodeInfo\x12\x1a.ledger.v1.NodeInfoRequest\x1a\x1b.ledger.v1.NodeInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.ledger_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=1687
-  _globals['_STATUS']._serialized_end=1825
-  _globals['_ADDFLAG']._serialized_start=1827
-  _globals['_ADDFLAG']._serialized_end=1873
+  _globals['_STATUS']._serialized_start=1878
+  _globals['_STATUS']._serialized_end=2016
+  _globals['_ADDFLAG']._serialized_start=2018
+  _globals['_ADDFLAG']._serialized_end=2064
   _globals['_ADDENTRY']._serialized_start=35
   _globals['_ADDENTRY']._serialized_end=178
   _globals['_ADDREQUEST']._serialized_start=180
-  _globals['_ADDREQUEST']._serialized_end=230
-  _globals['_ADDRESULT']._serialized_start=232
-  _globals['_ADDRESULT']._serialized_end=332
-  _globals['_ADDRESPONSE']._serialized_start=334
-  _globals['_ADDRESPONSE']._serialized_end=386
-  _globals['_READREQUEST']._serialized_start=388
-  _globals['_READREQUEST']._serialized_end=473
-  _globals['_READRESPONSE']._serialized_start=476
-  _globals['_READRESPONSE']._serialized_end=640
-  _globals['_READRANGEREQUEST']._serialized_start=643
-  _globals['_READRANGEREQUEST']._serialized_end=793
-  _globals['_READRANGERESPONSE']._serialized_start=795
-  _globals['_READRANGERESPONSE']._serialized_end=922
-  _globals['_READLACREQUEST']._serialized_start=924
-  _globals['_READLACREQUEST']._serialized_end=994
-  _globals['_READLACRESPONSE']._serialized_start=996
-  _globals['_READLACRESPONSE']._serialized_end=1116
-  _globals['_WRITELACREQUEST']._serialized_start=1118
-  _globals['_WRITELACREQUEST']._serialized_end=1202
-  _globals['_WRITELACRESPONSE']._serialized_start=1204
-  _globals['_WRITELACRESPONSE']._serialized_end=1274
-  _globals['_WAITLACREQUEST']._serialized_start=1276
-  _globals['_WAITLACREQUEST']._serialized_end=1353
-  _globals['_NODEINFOREQUEST']._serialized_start=1355
-  _globals['_NODEINFOREQUEST']._serialized_end=1372
-  _globals['_NODEINFORESPONSE']._serialized_start=1375
-  _globals['_NODEINFORESPONSE']._serialized_end=1684
-  _globals['_STORAGENODE']._serialized_start=1876
-  _globals['_STORAGENODE']._serialized_end=2348
+  _globals['_ADDREQUEST']._serialized_end=253
+  _globals['_ADDRESULT']._serialized_start=255
+  _globals['_ADDRESULT']._serialized_end=355
+  _globals['_ADDRANGE']._serialized_start=358
+  _globals['_ADDRANGE']._serialized_end=486
+  _globals['_ADDRESPONSE']._serialized_start=488
+  _globals['_ADDRESPONSE']._serialized_end=577
+  _globals['_READREQUEST']._serialized_start=579
+  _globals['_READREQUEST']._serialized_end=664
+  _globals['_READRESPONSE']._serialized_start=667
+  _globals['_READRESPONSE']._serialized_end=831
+  _globals['_READRANGEREQUEST']._serialized_start=834
+  _globals['_READRANGEREQUEST']._serialized_end=984
+  _globals['_READRANGERESPONSE']._serialized_start=986
+  _globals['_READRANGERESPONSE']._serialized_end=1113
+  _globals['_READLACREQUEST']._serialized_start=1115
+  _globals['_READLACREQUEST']._serialized_end=1185
+  _globals['_READLACRESPONSE']._serialized_start=1187
+  _globals['_READLACRESPONSE']._serialized_end=1307
+  _globals['_WRITELACREQUEST']._serialized_start=1309
+  _globals['_WRITELACREQUEST']._serialized_end=1393
+  _globals['_WRITELACRESPONSE']._serialized_start=1395
+  _globals['_WRITELACRESPONSE']._serialized_end=1465
+  _globals['_WAITLACREQUEST']._serialized_start=1467
+  _globals['_WAITLACREQUEST']._serialized_end=1544
+  _globals['_NODEINFOREQUEST']._serialized_start=1546
+  _globals['_NODEINFOREQUEST']._serialized_end=1563
+  _globals['_NODEINFORESPONSE']._serialized_start=1566
+  _globals['_NODEINFORESPONSE']._serialized_end=1875
+  _globals['_STORAGENODE']._serialized_start=2067
+  _globals['_STORAGENODE']._serialized_end=2539
 # @@protoc_insertion_point(module_scope)

@@ -54,10 +54,12 @@ class AddEntry(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., flags: _Optional[int] = ..., last_add_confirmed: _Optional[int] = ..., payload: _Optional[bytes] = ..., digest: _Optional[int] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "range_results")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    RANGE_RESULTS_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[AddEntry]
-    def __init__(self, entries: _Optional[_Iterable[_Union[AddEntry, _Mapping]]] = ...) -> None: ...
+    range_results: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[AddEntry, _Mapping]]] = ..., range_results: _Optional[bool] = ...) -> None: ...
 
 class AddResult(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "status", "message")
@@ -71,11 +73,27 @@ class AddResult(_message.Message):
     message: str
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class AddRange(_message.Message):
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "status", "message")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    status: Status
+    message: str
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
 class AddResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "ranges")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[AddResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
+    ranges: _containers.RepeatedCompositeFieldContainer[AddRange]
+    def __init__(self, results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ..., ranges: _Optional[_Iterable[_Union[AddRange, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "fence", "master_key")

@@ -6,6 +6,9 @@ sent on its own needs no join at all. The payload is appended as its own field a
 protobuf serializes (fields may come in any order on the wire), so building a frame copies the payload
 exactly once, however many nodes it goes to: for 1 MiB entries those copies are most of a writer's CPU.
 
+Appending `RANGE_RESULTS` to joined frames asks the node to answer the request's entries in ranges
+(AddResponse.ranges) rather than one AddResult each.
+
 `read_range_entry(...)` does the same for an entry of a ReadRangeResponse on the node: the parts of the
 frame, the payload a view into the record read from the journal, copied once when the message is joined.
 """
@@ -17,6 +20,7 @@ _ENTRIES_TAG = bytes([(pb.AddRequest.ENTRIES_FIELD_NUMBER << 3) | 2])  # length-
 _PAYLOAD_TAG = bytes([(pb.AddEntry.PAYLOAD_FIELD_NUMBER << 3) | 2])
 _RANGE_ENTRIES_TAG = bytes([(pb.ReadRangeResponse.ENTRIES_FIELD_NUMBER << 3) | 2])
 _READ_PAYLOAD_TAG = bytes([(pb.ReadResponse.PAYLOAD_FIELD_NUMBER << 3) | 2])
+RANGE_RESULTS = pb.AddRequest(range_results=True).SerializeToString()
 
 
 def add_request(ledger_id: int, entry_id: int, master_key: bytes, flags: int, last_add_confirmed: int,

@@ -43,6 +43,7 @@ class AddEntry:
 @dataclasses.dataclass(slots=True)
 class AddRequest:
     entries: list[AddEntry]
+    range_results: bool = False
 
 
 def parse_add_request(data: bytes) -> AddRequest | pb.AddRequest:
@@ -59,13 +60,17 @@ def parse_add_request(data: bytes) -> AddRequest | pb.AddRequest:
 
 def parse_in_place(data: bytes) -> AddRequest:
     view = memoryview(data)
-    entries = []
+    request = AddRequest([])
     for number, wire_type, value in _fields(view, 0, len(view)):
         if number == 1:
             if wire_type != _LENGTH:
                 raise DecodeError(f"AddRequest.entries has wire type {wire_type}, expected length-delimited")
-            entries.append(_entry(view, *value))
-    return AddRequest(entries)
+            request.entries.append(_entry(view, *value))
+        elif number == 2:
+            if wire_type != _VARINT:
+                raise DecodeError(f"AddRequest.range_results has wire type {wire_type}, expected varint")
+            request.range_results = value != 0
+    return request
 
 
 def _entry(view: memoryview, start: int, end: int) -> AddEntry:

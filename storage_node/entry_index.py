@@ -64,6 +64,26 @@ class LedgerIndex:
                 self.count += 1
             self.overflow[entry_id] = (location, length)
 
+    def put_run(self, first_entry_id: int, locations, lengths) -> None:
+        """put() of entries first_entry_id, first_entry_id + 1, ... at locations (an array("q")) with lengths;
+        in one step when they extend the dense window, as a run of new entries usually does."""
+        if self.base < 0:
+            self.base = first_entry_id
+        slot = first_entry_id - self.base
+        size = len(self.locations)
+        # put()'s rule for the first entry; every later one then lands at the end of the window.
+        if size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count)):
+            holes = slot - size
+            if holes:
+                self.locations.extend(array("q", [ABSENT]) * holes)
+                self.lengths.extend(array("i", [0]) * holes)
+            self.locations.extend(locations)
+            self.lengths.extend(lengths)
+            self.count += len(lengths)
+            return
+        for offset, (location, length) in enumerate(zip(locations, lengths)):
+            self.put(first_entry_id + offset, location, length)
+
     def get(self, entry_id: int) -> tuple[int, int] | None:
         """(packed location, record length) or None if the entry was never stored here."""
         slot = entry_id - self.base

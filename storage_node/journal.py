@@ -276,6 +276,17 @@ class Journal:
             self._wakeup.set()
         return rel
 
+    def append_many(self, group: Group, chunks: list, size: int, records: int) -> None:
+        """Add several records' chunks (size bytes in all) to group at once; the caller knows their offsets
+        (the group's size before the call, then running sums)."""
+        if not group.size:
+            group.started = time.perf_counter()
+        group.buffers.extend(chunks)
+        group.size += size
+        group.records += records
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
     async def _flush_loop(self) -> None:
         while True:
             await self._wakeup.wait()

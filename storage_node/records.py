@@ -92,9 +92,14 @@ class DeleteRecord(NamedTuple):
 # -- each record's encoder and decoder ----------------------------------------------------------
 
 def encode_entry_head(ledger_id: int, entry_id: int, lac: int, flags: int, digest: int, payload) -> bytes:
-    """Frame + body head of an ENTRY record; the payload is written after it unchanged (no copy)."""
-    head = ENTRY_HEAD.pack(RecordType.ENTRY, ledger_id, entry_id, lac, flags, digest)
-    return FRAME.pack(len(head) + len(payload), crc32c.crc32c(payload, crc32c.crc32c(head))) + head
+    """Frame + body head of an ENTRY record; the payload is written after it unchanged (no copy). Runs once
+    per add, so what it looks up is bound once, here."""
+    head = _pack_entry_head(_ENTRY, ledger_id, entry_id, lac, flags, digest)
+    return _pack_frame(_ENTRY_HEAD_SIZE + len(payload), _crc32c(payload, _crc32c(head))) + head
+
+
+_pack_entry_head, _pack_frame, _crc32c = ENTRY_HEAD.pack, FRAME.pack, crc32c.crc32c
+_ENTRY, _ENTRY_HEAD_SIZE = int(RecordType.ENTRY), ENTRY_HEAD.size
 
 
 def decode_entry(body, at: int = 0) -> EntryRecord:

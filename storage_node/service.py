@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2
 from protos import ledger_pb2 as pb
 from protos import wire
 from storage_node.config import NodeConfig
-from storage_node.storage import AddResult, LacAnswer, Storage, id_problem
+from storage_node.storage import AddRun, LacAnswer, Storage, id_problem, runs_of
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
@@ -81,7 +81,8 @@ class StorageNodeService:
     # -- Add ----------------------------------------------------------------------------------
 
     async def Add(self, request_iterator, context) -> None:
-        """Reads batches while earlier ones wait for their fsync; one AddResponse per group commit."""
+        """Reads batches while earlier ones wait for their fsync; one AddResponse per group commit, or sooner
+        where the answers change form (ranges for requests that asked for them, results for the others)."""
         pending: collections.deque = collections.deque()
         arrived = asyncio.Event()
         drained = asyncio.Event()
@@ -94,16 +95,17 @@ class StorageNodeService:
                     arrived.clear()
                     await arrived.wait()
                     continue
-                response = pb.AddResponse()
+                runs: list[AddRun] = []
+                ranged = pending[0][0]
                 while pending:
-                    results, group = pending[0]
-                    if group is not None and not group.done.done() and len(response.results):
+                    as_ranges, answers, group = pending[0]
+                    if runs and (as_ranges != ranged or (group is not None and not group.done.done())):
                         break
                     pending.popleft()
                     error = (await group.outcome()) if group is not None else None
-                    _fill_results(response, results, error)
+                    _gather(runs, answers, error)
                 drained.set()
-                await context.write(response)
+                await context.write(_response(runs, ranged))
         finally:
             reader.cancel()
 
@@ -119,18 +121,19 @@ class StorageNodeService:
         finally:
             arrived.set()
 
-    def _add(self, request) -> tuple[list, object]:
+    def _add(self, request) -> tuple[bool, list[AddRun], object]:
+        """(whether to answer in ranges, the answers, the group to await or None)."""
         if isinstance(request, Malformed):
-            return [AddResult(-1, -1, pb.BAD_REQUEST, request.reason)], None
+            return False, [AddRun(-1, -1, -1, pb.BAD_REQUEST, request.reason)], None
+        ranged = request.range_results
         refusal = self.storage.refusal()
         if refusal:
-            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, refusal) for e in request.entries], None
+            return ranged, runs_of(request.entries, pb.ERROR, refusal), None
         try:
-            return self.storage.add_batch(request.entries)
+            return (ranged, *self.storage.add_runs(request.entries))
         except Exception as exc:
             _log.exception("Add failed")
-            message = f"node {self.config.node_id} failed: {exc!r}"
-            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, message) for e in request.entries], None
+            return ranged, runs_of(request.entries, pb.ERROR, f"node {self.config.node_id} failed: {exc!r}"), None
 
     # -- reads, fencing, LAC --------------------------------------------------------------------
 
@@ -253,17 +256,34 @@ class StorageNodeService:
         )
 
 
-def _fill_results(response: pb.AddResponse, results: list, error) -> None:
-    add = response.results.add
-    if error is None:
-        for ledger_id, entry_id, status, message in results:
-            add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
-        return
-    lost = f"not durable, retry: {error}"
-    for ledger_id, entry_id, status, message in results:
-        if status == pb.OK:
-            status, message = pb.ERROR, lost
-        add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+def _gather(runs: list[AddRun], answers: list[AddRun], error) -> None:
+    """Append a request's answers to a response's runs: OK ones as ERROR when their group failed (rule 5),
+    the first joined to the last one before it where it continues it."""
+    if error is not None:
+        lost = f"not durable, retry: {error}"
+        answers = [a._replace(status=pb.ERROR, message=lost) if a.status == pb.OK else a for a in answers]
+    if runs and answers:
+        last, first = runs[-1], answers[0]
+        if (first.first_entry_id == last.last_entry_id + 1 and first.ledger_id == last.ledger_id
+                and first.status == last.status and first.message == last.message):
+            runs[-1] = last._replace(last_entry_id=first.last_entry_id)
+            answers = answers[1:]
+    runs.extend(answers)
+
+
+def _response(runs: list[AddRun], ranged: bool) -> pb.AddResponse:
+    """The answers as ranges, or as one AddResult per entry for a client that did not ask for ranges."""
+    response = pb.AddResponse()
+    if ranged:
+        add = response.ranges.add
+        for ledger_id, first, last, status, message in runs:
+            add(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, status=status, message=message)
+    else:
+        add = response.results.add
+        for ledger_id, first, last, status, message in runs:
+            for entry_id in range(first, last + 1):
+                add(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+    return response
 
 
 def _lac_response(answer: LacAnswer) -> pb.ReadLacResponse:

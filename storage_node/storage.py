@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import itertools
 import logging
 import shutil
 import time
+from array import array
 from typing import Callable, Iterator, NamedTuple
 
 from metadata.model import HEALTH_OK
@@ -63,6 +65,28 @@ class AddResult(NamedTuple):
     message: str
 
 
+class AddRun(NamedTuple):
+    """The same answer for the entries first_entry_id..last_entry_id of a ledger, which came one after
+    another in the request with consecutive ids (ledger.proto AddRange): exactly what one AddResult per
+    entry would say. OK holds only once the entries' group is durable."""
+
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    status: int                 # ledger.proto Status
+    message: str
+
+    def results(self) -> Iterator[AddResult]:
+        """The run as one AddResult per entry, in order."""
+        for entry_id in range(self.first_entry_id, self.last_entry_id + 1):
+            yield AddResult(self.ledger_id, entry_id, self.status, self.message)
+
+
+def runs_of(entries, status: int, message: str) -> list[AddRun]:
+    """The same answer for every entry of a request, as runs."""
+    return _joined([AddRun(e.ledger_id, e.entry_id, e.entry_id, status, message) for e in entries])
+
+
 class ReadResult(NamedTuple):
     status: int                 # ledger.proto Status
     message: str
@@ -78,13 +102,24 @@ class LacAnswer(NamedTuple):
     lac: int = -1               # the highest LAC seen
 
 
-# What a journal group applies once it is durable (Storage._apply, in journal order: rule 5), one per record.
-class PendingEntry(NamedTuple):
-    state: LedgerState
-    entry_id: int
-    lac: int
-    rel: int                    # offset of the record's frame from the start of its group
-    length: int                 # of the whole frame
+# What a journal group applies once it is durable (Storage._apply, in journal order: rule 5): a run of
+# entries, or one other record.
+class PendingRun:
+    """ENTRY records of one ledger with consecutive ids, first_entry_id onwards, one after another in the
+    group from `rel` (their frames' offset from the start of the group) on: an OK AddRun once durable."""
+
+    __slots__ = ("state", "first_entry_id", "rel", "lengths", "lac")
+
+    def __init__(self, state: LedgerState, first_entry_id: int, rel: int):
+        self.state = state
+        self.first_entry_id = first_entry_id
+        self.rel = rel
+        self.lengths: list[int] = []    # of each whole frame, in entry order
+        self.lac = -1                   # the highest piggybacked LAC the entries carry
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.first_entry_id + len(self.lengths) - 1
 
 
 class PendingKey(NamedTuple):
@@ -98,6 +133,22 @@ class PendingFence(NamedTuple):
 class PendingLac(NamedTuple):
     state: LedgerState
     lac: int
+
+
+def _joined(answers: list) -> list[AddRun]:
+    """add_runs' answers (PendingRun: OK once durable, or AddRun: a refusal), in order, as AddRuns; neighbours
+    that say the same of consecutive ids of one ledger are joined."""
+    runs: list[AddRun] = []
+    for answer in answers:
+        if type(answer) is PendingRun:
+            answer = AddRun(answer.state.ledger_id, answer.first_entry_id, answer.last_entry_id, pb.OK, "")
+        last = runs[-1] if runs else None
+        if (last is not None and answer.first_entry_id == last.last_entry_id + 1 and answer.ledger_id == last.ledger_id
+                and answer.status == last.status and answer.message == last.message):
+            runs[-1] = last._replace(last_entry_id=answer.last_entry_id)
+        else:
+            runs.append(answer)
+    return runs
 
 
 def id_problem(ledger_id: int, entry_id: int = 0) -> str:
@@ -218,47 +269,101 @@ class Storage:
     # -- adds -----------------------------------------------------------------------------------
 
     def add_batch(self, entries) -> tuple[list[AddResult], Group | None]:
-        """Check and journal a batch; OK results hold only once the returned group is durable."""
+        """add_runs with one AddResult per entry."""
+        runs, group = self.add_runs(entries)
+        return [result for run in runs for result in run.results()], group
+
+    def add_runs(self, entries) -> tuple[list[AddRun], Group | None]:
+        """Check and journal a batch; returns the answers in entry order as runs, and the group to await
+        (None when nothing was journaled). OK runs hold only once that group is durable.
+
+        Every entry is checked and journaled on its own (one ENTRY record each), but what a batch shares is
+        done once per run of entries of one ledger, with one key and flags, and consecutive ids: the ledger,
+        key, fence and read-only checks, the answer (one AddRun) and, once durable, the index update."""
         try:
             group = self.journal.group
         except JournalWriteError as exc:
-            return [AddResult(e.ledger_id, e.entry_id, pb.ERROR, str(exc)) for e in entries], None
-        journal = self.journal
-        items = group.items
-        results = []
-        journaled = False
-        for e in entries:
-            ledger_id = e.ledger_id
-            entry_id = e.entry_id
-            lac = e.last_add_confirmed
-            payload = e.payload
-            key = e.master_key
-            flags = e.flags
-            problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, e.digest)
-            if problem:
-                results.append(AddResult(ledger_id, entry_id, pb.BAD_REQUEST, problem))
-                continue
-            recovery = flags & pb.RECOVERY_ADD
-            if self.read_only_reason and not recovery:
-                results.append(AddResult(ledger_id, entry_id, pb.READ_ONLY, self._read_only_message()))
-                continue
-            state = self.ledgers.get(ledger_id)
-            if state is None:
-                state = self._create(ledger_id, key)
-            else:
-                verdict = state.check_add(key, recovery)
-                if verdict:
-                    results.append(AddResult(ledger_id, entry_id, *verdict))
-                    continue
-            # _journal_record's steps, inline: this runs once per entry.
-            if not state.key_durable:
-                self._journal_key(group, state)
-            head = encode_entry_head(ledger_id, entry_id, lac, flags, e.digest, payload)
-            rel = journal.append(group, head, payload)
-            items.append(PendingEntry(state, entry_id, lac, rel, len(head) + len(payload)))
-            results.append(AddResult(ledger_id, entry_id, pb.OK, ""))
-            journaled = True
-        return results, group if journaled else None
+            return runs_of(entries, pb.ERROR, str(exc)), None
+        answers: list = []              # PendingRun (OK once durable) or AddRun (a refusal), in entry order
+        chunks: list = []               # the records' bytes, appended to the group at the end
+        pending: list = []              # what the group applies once durable, for those records
+        base = group.size               # where this batch's records start in the group
+        size = 0
+        # The ledger, key and flags of the entries journaled last: the next entry with the same ones needs
+        # none of the checks that depend only on them (they cannot change while the batch is checked).
+        ledger_now = key_now = flags_now = state = None
+        run = None                      # the run the next entry extends if its id is next_id
+        next_id = lengths = None
+        max_entry_bytes = self.config.max_entry_bytes
+        try:
+            for e in entries:
+                ledger_id = e.ledger_id
+                entry_id = e.entry_id
+                lac = e.last_add_confirmed
+                payload = e.payload
+                key = e.master_key
+                flags = e.flags
+                digest = e.digest
+                known = ledger_id == ledger_now and flags == flags_now and key == key_now
+                # _entry_problem's checks, at once; it says which one failed.
+                if not (0 <= ledger_id < MAX_ID and -1 <= lac < entry_id < MAX_ID
+                        and (known or (0 < len(key) <= MAX_KEY_BYTES and not flags & ~_KNOWN_FLAGS))
+                        and len(payload) <= max_entry_bytes
+                        and entry_digest(ledger_id, entry_id, lac, payload) == digest):
+                    problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, digest)
+                    if problem:
+                        answers.append(AddRun(ledger_id, entry_id, entry_id, pb.BAD_REQUEST, problem))
+                        run = None
+                        continue
+                if not known:
+                    refusal = self._add_refusal(ledger_id, key, flags)
+                    if refusal:
+                        answers.append(AddRun(ledger_id, entry_id, entry_id, *refusal))
+                        run = None
+                        continue
+                    state = self.ledgers[ledger_id]
+                    ledger_now, key_now, flags_now = ledger_id, key, flags
+                    run = None
+                    if not state.key_durable:
+                        key_record = self._key_record(group, state)
+                        if key_record is not None:
+                            chunks.append(key_record)
+                            pending.append(PendingKey(state))
+                            size += len(key_record)
+                head = encode_entry_head(ledger_id, entry_id, lac, flags, digest, payload)
+                length = len(head) + len(payload)
+                if run is None or entry_id != next_id:
+                    run = PendingRun(state, entry_id, base + size)
+                    lengths = run.lengths
+                    answers.append(run)
+                    pending.append(run)
+                chunks.append(head)
+                chunks.append(payload)
+                lengths.append(length)
+                if lac > run.lac:
+                    run.lac = lac
+                size += length
+                next_id = entry_id + 1
+        finally:
+            # Whatever was journaled goes into the group with what applies it (also after a bug raised
+            # mid-batch: the service then answers ERROR, which claims nothing).
+            if chunks:
+                records = sum(len(p.lengths) if type(p) is PendingRun else 1 for p in pending)
+                self.journal.append_many(group, chunks, size, records)
+                group.items.extend(pending)
+        return _joined(answers), group if chunks else None
+
+    def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> Refusal | None:
+        """Why adds of this ledger with this key and flags are refused (read-only, rules 6 and 7), or None;
+        creates the ledger on its first add."""
+        recovery = flags & pb.RECOVERY_ADD
+        if self.read_only_reason and not recovery:
+            return Refusal(pb.READ_ONLY, self._read_only_message())
+        state = self.ledgers.get(ledger_id)
+        if state is None:
+            self._create(ledger_id, key)
+            return None
+        return state.check_add(key, recovery)
 
     def _entry_problem(self, ledger_id: int, entry_id: int, lac: int, key: bytes, flags: int,
                        payload: bytes, digest: int) -> str:
@@ -286,12 +391,20 @@ class Storage:
         return state
 
     def _journal_key(self, group: Group, state: LedgerState) -> None:
-        """Once per ledger; again only if the group that carried it failed (then key_group is reset)."""
+        record = self._key_record(group, state)
+        if record is not None:
+            self.journal.append(group, record)
+            group.items.append(PendingKey(state))
+
+    @staticmethod
+    def _key_record(group: Group, state: LedgerState) -> bytes | None:
+        """The ledger's KEY record for group to carry, or None while a group on its way carries it: once per
+        ledger, again only if the group that carried it failed (then key_group is reset). The caller
+        journals it (before the ledger's other records: replay needs the key first) with its PendingKey."""
         if state.key_group is not None and not state.key_group.done.done():
-            return
-        self.journal.append(group, encode_key(state.ledger_id, state.master_key))
-        group.items.append(PendingKey(state))
+            return None
         state.key_group = group
+        return encode_key(state.ledger_id, state.master_key)
 
     def _journal_record(self, ledger_id: int, key: bytes, state: LedgerState | None, record: bytes, pending,
                         *fields) -> tuple[Group, LedgerState]:
@@ -323,12 +436,15 @@ class Storage:
         entries = stored = 0
         for item in group.items:
             kind = type(item)
-            if kind is PendingEntry:
-                state, entry_id, lac, rel, length = item
-                state.index.put(entry_id, origin + rel, length)
-                entries += 1
-                stored += length
-                if state.record_entry(entry_id, lac):
+            if kind is PendingRun:
+                state, lengths = item.state, item.lengths
+                # The run's frames lie one after another: their locations are running sums of their lengths.
+                locations = array("q", itertools.accumulate(lengths, initial=origin + item.rel))
+                locations.pop()
+                state.index.put_run(item.first_entry_id, locations, lengths)
+                entries += len(lengths)
+                stored += sum(lengths)
+                if state.record_entry(item.last_entry_id, item.lac):
                     advanced.append(state.ledger_id)
             elif kind is PendingKey:
                 item.state.key_durable, item.state.key_group = True, None

@@ -128,7 +128,7 @@ class Acknowledged:
                 expected.extend(pb.AddRequest.FromString(data).entries)
             except DecodeError:
                 expected.append(None)  # answered by one BAD_REQUEST result with ids -1/-1
-        results = [r for response in responses for r in response.results]
+        results = [r for response in responses for r in _answers(response)]
         assert len(results) == len(expected)
         for entry, result in zip(expected, results):
             assert result.status in ADD_STATUSES, result
@@ -148,6 +148,17 @@ class Acknowledged:
         else:
             assert response.status in CALL_STATUSES, (method, response)
         self.requests += 1
+
+
+def _answers(response: pb.AddResponse) -> list[pb.AddResult]:
+    """One AddResult per entry answered. A response answers either in results or, for requests that asked for
+    them (AddRequest.range_results, which damaged bytes may set too), in ranges: never both."""
+    assert not (response.results and response.ranges), response
+    for answer in response.ranges:
+        assert 0 <= answer.last_entry_id - answer.first_entry_id < ADDS_PER_EXAMPLE * 4, answer
+    return [pb.AddResult(ledger_id=r.ledger_id, entry_id=entry_id, status=r.status, message=r.message)
+            for r in response.ranges for entry_id in range(r.first_entry_id, r.last_entry_id + 1)
+            ] or list(response.results)
 
 
 def raw_calls(channel: grpc.Channel, calls: list[tuple[str, bytes]]) -> list[tuple[str, object]]:
