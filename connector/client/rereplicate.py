@@ -251,6 +251,12 @@ class _CopySink:
         self._writes.on_result(node, result.entry_id, result.status, result.message)
         self._check()
 
+    def on_add_range(self, node: str, first: int, last: int, status: int, message: str) -> None:
+        # on_result for each id in turn; only the copies still waiting for this node can be answered
+        for entry_id in sorted(e for e, n in self._writes.waiting if n == node and first <= e <= last):
+            self._writes.on_result(node, entry_id, status, message)
+        self._check()
+
     def on_node_failure(self, node: str, reason: str) -> None:
         self._writes.on_node_failure(node, reason)
         self._check()

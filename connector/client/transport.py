@@ -4,8 +4,10 @@ One channel per node, addresses from the node registry. Adds travel on one bidi 
 (normal writes, recovery write-back) shared by every ledger of the client: whatever is queued for a node when
 its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Each
 entry is framed once (protos.wire) and the same bytes go to every node of its write set; a frame of
-MAX_BATCH_BYTES or more travels alone, without being copied into a batch. Results
-are routed to the ledger's sink. gRPC retries only the idempotent reads; adds and fences are retried, or
+MAX_BATCH_BYTES or more travels alone, without being copied into a batch. A batch asks the node to answer
+in ranges (AddRequest.range_results: one AddRange for a run of acknowledged entries instead of an AddResult
+each); a frame that travels alone, or a node that predates ranges, gets results. Both are routed to the
+ledger's sink, a range in one call. gRPC retries only the idempotent reads; adds and fences are retried, or
 not, by the ops.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
+from protos import wire
 from protos.ledger_pb2_grpc import StorageNodeStub
 
 MAX_BATCH_BYTES = 1024 * 1024
@@ -38,6 +41,9 @@ class AddSink(Protocol):
     """Where a ledger's add results go (runner.AddPipeline)."""
 
     def on_add_result(self, node: str, result: pb.AddResult) -> None: ...
+
+    def on_add_range(self, node: str, first: int, last: int, status: int, message: str) -> None:
+        """The same answer for entries first..last (an AddRange): what on_add_result for each would say."""
 
     def on_node_failure(self, node: str, reason: str) -> None: ...
 
@@ -67,7 +73,7 @@ class Transport(Protocol):
 class _AddStream:
     """One Add bidi stream to a node: a sender task that batches whatever is queued, a receiver that routes."""
 
-    def __init__(self, node: str, stub: grpc.aio.StreamStreamCall, route: Callable[[pb.AddResult], None],
+    def __init__(self, node: str, stub: grpc.aio.StreamStreamCall, route: Callable[[pb.AddResponse], None],
                  on_broken: Callable[[str], None]):
         self.node = node
         self.queue: list[bytes] = []
@@ -89,7 +95,11 @@ class _AddStream:
                 self.wakeup.clear()
                 while self.queue:
                     batch, self.queue = self._take_batch()
-                    await self.call.write(batch[0] if len(batch) == 1 else b"".join(batch))
+                    if len(batch) == 1 and len(batch[0]) >= MAX_BATCH_BYTES:
+                        await self.call.write(batch[0])     # not copied to add the flag: one result
+                    else:
+                        batch.append(wire.RANGE_RESULTS)
+                        await self.call.write(b"".join(batch))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream is gone: every ledger using it must replace the node
@@ -109,8 +119,7 @@ class _AddStream:
                 response = await self.call.read()
                 if response is grpc.aio.EOF:
                     raise NodeError(f"node {self.node} ended the add stream")
-                for result in response.results:
-                    self._route(result)
+                self._route(response)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -169,17 +178,23 @@ class GrpcTransport:
             except NodeError as exc:
                 self._fail_node(node, recovery, str(exc))
                 return
-            stream = _AddStream(node, call, lambda result: self._route(node, recovery, result),
+            stream = _AddStream(node, call, lambda response: self._route(node, recovery, response),
                                 lambda reason: self._stream_broken(node, recovery, reason))
             self._streams[(node, recovery)] = stream
             self._stream_channels[(node, recovery)] = channel
             self._close_retired()
         stream.send(entries)
 
-    def _route(self, node: str, recovery: bool, result: pb.AddResult) -> None:
-        sink = self._sinks[recovery].get(result.ledger_id)
-        if sink is not None:
-            sink.on_add_result(node, result)
+    def _route(self, node: str, recovery: bool, response: pb.AddResponse) -> None:
+        sinks = self._sinks[recovery]
+        for answer in response.ranges:
+            sink = sinks.get(answer.ledger_id)
+            if sink is not None:
+                sink.on_add_range(node, answer.first_entry_id, answer.last_entry_id, answer.status, answer.message)
+        for result in response.results:
+            sink = sinks.get(result.ledger_id)
+            if sink is not None:
+                sink.on_add_result(node, result)
 
     def _stream_broken(self, node: str, recovery: bool, reason: str) -> None:
         self._streams.pop((node, recovery), None)

@@ -77,6 +77,36 @@ class AddSequence:
             self.on_node_failure(node)
         return []
 
+    def on_results(self, node: str, first: int, last: int, status: int, message: str = "") -> list[PendingAdd]:
+        """A node's one answer for entries first..last (ledger.proto AddRange): exactly what on_result for each
+        of them in turn would do, for the cost of one call; returns the adds that completed, in entry order.
+
+        An OK range adds the node's ack to every add of the range whose write set holds it (rule 2: each
+        add still completes at AQ acks of its own write set, striping's included), then completes what it
+        can, in entry order, as the last of those calls would. Another status is taken from the first such
+        add, as on_result takes it: it fails the ledger or the node, after which the rest would change
+        nothing. Only pending adds can be answered, so the walk covers the pending ids within the range,
+        however wide the range a node sent."""
+        pending = self.pending
+        ids = range(max(first, self.last_add_confirmed + 1), min(last, self.next_entry_id - 1) + 1)
+        if status != pb.OK:
+            for entry_id in ids:
+                add = pending.get(entry_id)
+                if add is not None and node in add.write_set:
+                    return self.on_result(node, entry_id, status, message)
+            return []
+        lac = None
+        for entry_id in ids:
+            add = pending.get(entry_id)
+            if add is not None and node in add.write_set:
+                add.acked.add(node)
+                if lac is None or add.last_add_confirmed > lac:
+                    lac = add.last_add_confirmed
+        if lac is None:
+            return []
+        self.on_lac_written(node, lac)
+        return self._complete()
+
     def on_node_failure(self, node: str) -> None:
         """The node could not take adds (stream broken, error, read-only, timeout): rule 3 replaces it."""
         if node in self.ensemble and self.error is None:

@@ -126,6 +126,9 @@ class AddPipeline:
     def on_add_result(self, node: str, result: pb.AddResult) -> None:
         self._settle(self.seq.on_result(node, result.entry_id, result.status, result.message))
 
+    def on_add_range(self, node: str, first: int, last: int, status: int, message: str) -> None:
+        self._settle(self.seq.on_results(node, first, last, status, message))
+
     def on_node_failure(self, node: str, reason: str) -> None:
         self.seq.on_node_failure(node)
         self._settle([])
