@@ -6,7 +6,8 @@ ledger, then to a replicated one, for 1 KiB and 1 MiB entries, and prints the ra
 Then it times the recovery of OPEN ledgers of 1,000 and 100,000 entries: recovery starts at the LAC, so
 its time must not grow with the ledger's length.
 
-Beside each figure it prints the CPU the nodes and the client used (in cores) and per acknowledged MB:
+Beside each figure it prints the CPU the nodes and the client used (in cores), per acknowledged MB and per
+acknowledged entry (all three nodes' CPU together, and the client's):
 a replicated add moves every byte through three nodes and out of the client three times, so once the
 machine's cores are saturated the ratio is bounded by the two cases' CPU per MB, not by the protocol.
 """
@@ -89,15 +90,17 @@ class CpuClock:
 def _compare(client: LedgerClient, clock: CpuClock, label: str, size: int, window: int, args) -> None:
     single, single_cpu = _throughput(client, clock, (1, 1, 1), size, window, args)
     replicated, replicated_cpu = _throughput(client, clock, (3, 3, 2), size, window, args)
-    ratio = replicated / single
+    ratio = replicated / max(single, 1e-9)     # 0 only on a machine too slow for --seconds
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
     print(f"client {label}: replicated E=3 WQ=3 AQ=2 {replicated:,.0f} appends/s {replicated * size / 1e6:,.1f} MB/s; "
           f"single node {single:,.0f} appends/s {single * size / 1e6:,.1f} MB/s; ratio {ratio:.2f} "
           f"(target >= {TARGET_RATIO:.2f}: {verdict})", flush=True)
     for name, rate, (nodes, own) in (("replicated", replicated, replicated_cpu), ("single", single, single_cpu)):
-        mb = rate * size / 1e6
+        mb = max(rate * size / 1e6, 1e-9)
         print(f"  cpu {name:<10}: nodes {nodes:.2f} + client {own:.2f} of {os.cpu_count()} cores; "
-              f"{(nodes + own) * 1000 / mb:.2f} ms per acknowledged MB", flush=True)
+              f"{(nodes + own) * 1000 / mb:.2f} ms per acknowledged MB; per acknowledged entry: "
+              f"nodes {nodes * 1e6 / max(rate, 1e-9):,.1f} us + client {own * 1e6 / max(rate, 1e-9):,.1f} us",
+              flush=True)
 
 
 def _throughput(client: LedgerClient, clock: CpuClock, quorums: tuple[int, int, int], size: int, window: int,
@@ -116,6 +119,7 @@ def _throughput(client: LedgerClient, clock: CpuClock, quorums: tuple[int, int, 
         now = time.perf_counter()
         if now >= end:
             cpu_to = clock.read()
+            cpu_from = cpu_from or cpu_to     # a machine so slow that no add ended in the measured time
             break
         if cpu_from is None and now >= measure_from:
             cpu_from = clock.read()

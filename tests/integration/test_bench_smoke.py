@@ -10,10 +10,12 @@ from tests.harness.bench import NUMBER, bench
 
 @pytest.mark.parametrize("args,lines", [
     (("node", "--seconds", "0.3", "--warmup", "0.1"),
-     [rf"node 1KiB: {NUMBER} entries/s .* ratio {NUMBER}", rf"node 1MiB: {NUMBER} entries/s .* ratio {NUMBER}"]),
+     [rf"node 1KiB: {NUMBER} entries/s .* ratio {NUMBER}", rf"node 1MiB: {NUMBER} entries/s .* ratio {NUMBER}",
+      rf"cpu per acknowledged entry: node {NUMBER} us .* driver {NUMBER} us .* at one full core: {NUMBER} entries/s"]),
     (("client", "--seconds", "0.3", "--warmup", "0.1", "--recovery-lengths", "10,200"),
      [rf"client 1KiB: replicated .* ratio {NUMBER}", rf"client 1MiB: replicated .* ratio {NUMBER}",
-      rf"cpu replicated: nodes {NUMBER} \+ client {NUMBER} of \d+ cores; {NUMBER} ms per acknowledged MB",
+      rf"cpu replicated: nodes {NUMBER} \+ client {NUMBER} of \d+ cores; {NUMBER} ms per acknowledged MB; "
+      rf"per acknowledged entry: nodes {NUMBER} us \+ client {NUMBER} us",
       rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms"]),
     (("history", "--quick"),
      [rf"sink commit: .* {NUMBER} ms on an empty stream .* {NUMBER} ms on a stream of 2,000 ledgers .* ratio {NUMBER}",
