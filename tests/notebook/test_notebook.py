@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from connector.cluster import LocalCluster
@@ -94,6 +95,7 @@ def test_notebook_uses_only_the_public_api():
     assert "dataSource.register" not in source and ".store" not in source
 
 
+@pytest.mark.timeout(900)   # a whole notebook with Spark: over pytest.ini's 300 s when it shares 2 cores with workers
 def test_notebook_executes_cleanly(tmp_path):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel starts its own cluster (no LEDGER_METADATA), under tmp_path, and its own Spark (not the
