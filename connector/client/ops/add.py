@@ -43,6 +43,7 @@ class AddSequence:
         self.failed_nodes: set[str] = set()
         self.error: LedgerError | None = None
         self.node_lac: dict[str, int] = {}  # the LAC each node is known to hold (piggybacked or explicit)
+        self._write_sets: dict[int, tuple[str, ...]] = {}  # entry_id % E -> write set in this ensemble
 
     @property
     def flags(self) -> int:
@@ -55,12 +56,21 @@ class AddSequence:
         entry_id = self.next_entry_id
         self.next_entry_id += 1
         lac = self.last_add_confirmed
-        add = PendingAdd(
-            entry_id, payload, lac, entry_digest(self.ledger_id, entry_id, lac, payload),
-            self.schedule.write_set_nodes(entry_id, self.ensemble), now,
-        )
+        add = PendingAdd(entry_id, payload, lac, entry_digest(self.ledger_id, entry_id, lac, payload),
+                         self._write_set(entry_id), now)
         self.pending[entry_id] = add
+        if not self.failed_nodes:
+            return add, add.write_set
         return add, tuple(n for n in add.write_set if n not in self.failed_nodes)
+
+    def _write_set(self, entry_id: int) -> tuple[str, ...]:
+        """Rule 1's write set (schedule.py); it depends on entry_id % E only, so it is worked out once per
+        position until the ensemble changes."""
+        position = entry_id % self.schedule.ensemble_size
+        write_set = self._write_sets.get(position)
+        if write_set is None:
+            write_set = self._write_sets[position] = self.schedule.write_set_nodes(entry_id, self.ensemble)
+        return write_set
 
     def on_result(self, node: str, entry_id: int, status: int, message: str = "") -> list[PendingAdd]:
         """A node's answer for one entry; returns the adds that completed, in entry order."""
@@ -131,6 +141,7 @@ class AddSequence:
         """
         replacement = {old: new for old, new in zip(self.ensemble, new_ensemble) if old != new}
         self.ensemble = tuple(new_ensemble)
+        self._write_sets.clear()
         self.failed_nodes -= set(replacement)
         resends = []
         for add in self.pending.values():
