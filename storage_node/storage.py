@@ -305,10 +305,11 @@ class Storage:
                 flags = e.flags
                 digest = e.digest
                 known = ledger_id == ledger_now and flags == flags_now and key == key_now
-                # _entry_problem's checks, at once; it says which one failed.
-                if not (0 <= ledger_id < MAX_ID and -1 <= lac < entry_id < MAX_ID
-                        and (known or (0 < len(key) <= MAX_KEY_BYTES and not flags & ~_KNOWN_FLAGS))
-                        and len(payload) <= max_entry_bytes
+                # _entry_problem's checks, at once (those of the ledger id, key and flags passed already for
+                # a known entry); it says which one failed.
+                if not ((known or (0 <= ledger_id < MAX_ID and 0 < len(key) <= MAX_KEY_BYTES
+                                   and not flags & ~_KNOWN_FLAGS))
+                        and -1 <= lac < entry_id < MAX_ID and len(payload) <= max_entry_bytes
                         and entry_digest(ledger_id, entry_id, lac, payload) == digest):
                     problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, digest)
                     if problem:
