@@ -230,10 +230,15 @@ class StreamWriter:
         return ledger.ledger_id, ledger.last_add_confirmed
 
     def _update_own_stream(self, closed: tuple[int, int], new_ledger_id: int | None) -> StreamRecord:
+        """Seal the closed ledger on the stream (and append the new one) in one CAS. A write whose reply was lost
+        is read back (rule 16): found in the stream, it is not written again; the new ledger is never left out
+        of the stream by a lost reply (it would be orphaned: a stream's ledger the stream never got)."""
         closed_id, last_entry_id = closed
 
-        def transform(record: StreamRecord) -> StreamRecord:
+        def transform(record: StreamRecord) -> StreamRecord | None:
             tail = record.last_ledger
+            if record.owner == self.owner_id and _holds(record, closed_id, new_ledger_id):
+                return None   # this update landed, its reply was lost
             if record.owner != self.owner_id or tail is None or tail.ledger_id != closed_id:
                 raise LedgerFencedError(
                     f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
@@ -244,13 +249,24 @@ class StreamWriter:
                 ledgers += (StreamLedger(new_ledger_id, tail.first_offset + last_entry_id + 1, None),)
             return record.replace(tail=ledgers)
 
-        return streams.update_stream(self._store, self.name, transform).value
+        return streams.update_stream(self._store, self.name, transform, read_back=True).value
 
     def __enter__(self) -> "StreamWriter":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _holds(record: StreamRecord, closed_id: int, new_ledger_id: int | None) -> bool:
+    """Whether the stream already holds the update that seals closed_id (and appends new_ledger_id after it: a
+    ledger just created, so its being the tail says the update landed; the sealed one may be paged by then)."""
+    last = record.last_ledger
+    if last is None:
+        return False
+    if new_ledger_id is not None:
+        return last.ledger_id == new_ledger_id
+    return last.ledger_id == closed_id and last.last_offset is not None
 
 
 def _joined_offsets(parts: list[tuple[int, concurrent.futures.Future]]) -> "concurrent.futures.Future[list[int]]":

@@ -91,3 +91,37 @@ def test_handover_from_a_paused_owner_loses_nothing_and_fences_it(client, metada
         assert sorted(stored) == list(range(takeover_offset + 1))
     finally:
         owner.kill()
+
+
+@pytest.mark.parametrize("lose", ["after", "before"])
+def test_a_roll_whose_stream_update_lost_its_reply_leaves_no_ledger_out_of_the_stream(client, monkeypatch, lose):
+    """Found by the soak (seed 15): a roll's stream CAS got ConnectionLoss; the new ledger was created but never in
+    the stream (orphaned). The update is read back instead: found if it landed, written if it did not."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from metadata.errors import MetadataError
+
+    real = streams.write_stream
+    pending = {"lose": None}
+
+    def losing_write(store, record, version, *args, **kwargs):
+        lose_now, pending["lose"] = pending["lose"], None
+        if lose_now == "before":
+            raise MetadataError("connection lost before the request reached ZooKeeper") from ConnectionLoss()
+        stored = real(store, record, version, *args, **kwargs)
+        if lose_now == "after":
+            raise MetadataError("connection lost before the reply") from ConnectionLoss()
+        return stored
+
+    monkeypatch.setattr(streams, "write_stream", losing_write)
+    with Streams(client).open_writer("events", max_ledger_entries=2) as writer:
+        assert [writer.append(f"e{i}".encode()) for i in range(2)] == [0, 1]
+        pending["lose"] = lose
+        assert writer.append(b"e2") == 2   # rolls first: the roll's stream update loses its reply
+        assert writer.append(b"e3") == 3
+    record = streams.read_stream(client.store, "events").value
+    in_stream = [l.ledger_id for l in record.tail]
+    assert [(l.first_offset, l.last_offset) for l in record.tail] == [(0, 1), (2, 3)]
+    made_for_stream = [i for i in client.list_ledgers() if client.ledger_metadata(i).custom.get("stream") == "events"]
+    assert sorted(made_for_stream) == sorted(in_stream)   # no ledger of the stream left out of it
+    assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(4)]
