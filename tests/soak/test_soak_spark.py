@@ -12,11 +12,12 @@ import re
 
 import pytest
 
+from connector.soak.run import SPARK_START_SECONDS
 from tests.soak.soak_run import soak_line
 
 SEED = 15
 MINUTES = 1
-BUDGET = MINUTES * 60 + 420  # setup, the Spark session, stopping the actors (the query's drain), the check
+BUDGET = MINUTES * 60 + 420 + SPARK_START_SECONDS  # setup, the Spark session (the timed run waits for its query), stopping the actors (the query's drain), the check
 
 
 @pytest.mark.timeout(BUDGET + 60)
