@@ -91,6 +91,10 @@ class EphemeralRegistration:
                 self._stale = False
 
     def _on_state(self, state: str) -> None:
+        if state == KazooState.SUSPENDED and not self._closed:
+            log.warning("ZooKeeper connection lost: %s stays registered until the session expires", self._path)
+        elif state == KazooState.LOST and not self._closed:
+            log.warning("ZooKeeper session expired: %s is gone until ZooKeeper is back", self._path)
         if state == KazooState.CONNECTED and not self._closed:
             # kazoo calls listeners on its event thread, where blocking calls would deadlock.
             threading.Thread(target=self._reregister, daemon=True).start()
