@@ -11,6 +11,7 @@ import pathlib
 import signal
 import sys
 import threading
+import time
 
 import psutil
 from pyspark import TaskContext
@@ -25,7 +26,9 @@ from tests.spark.helpers import REPO
 
 ROWS = 200_000
 HOLD_AT_BATCH = 10  # of 1000 rows: Spark passes all but the last batch or two on to the writer
-observed: list = []
+HOLD_SECONDS = 240  # the longest the first attempt waits to be killed (CI's two loaded cores start executors slowly)
+observed: list = []   # the last (ledger, closed, LAC) the killer saw
+seen: list = []       # each change of it, with the seconds since the killer started: told if the kill never lands
 
 
 def hold_first_attempt(pid_file: str, marker: str):
@@ -38,13 +41,14 @@ def hold_first_attempt(pid_file: str, marker: str):
             os.replace(pid_file + ".tmp", pid_file)
         for index, batch in enumerate(batches):
             if first_attempt and index == HOLD_AT_BATCH:
-                poll_until(lambda: os.path.exists(marker), 120, what="the executor to be killed")
+                poll_until(lambda: os.path.exists(marker), HOLD_SECONDS, what="the executor to be killed")
             yield batch
     return run
 
 
 def kill_while_writing(uri: str, stream: str, pid_file: str, marker: str) -> None:
     others: set[int] = set()  # ledgers of other writers (tags never change): not read again
+    started = time.monotonic()
 
     with LedgerClient(uri) as lc:
         def writing_ledger():
@@ -55,10 +59,13 @@ def kill_while_writing(uri: str, stream: str, pid_file: str, marker: str) -> Non
                     continue
                 handle = lc.open_ledger(ledger_id, recover=False)
                 observed[:] = [ledger_id, handle.is_closed, handle.last_entry_id]
+                if not seen or seen[-1][1:] != tuple(observed):
+                    seen.append((round(time.monotonic() - started, 1), *observed))
                 return ledger_id if not handle.is_closed and handle.last_entry_id >= 0 else None
             return None
 
-        ledger_id = poll_until(lambda: os.path.exists(pid_file) and writing_ledger(), 180, what="partition 0 writing")
+        ledger_id = poll_until(lambda: os.path.exists(pid_file) and writing_ledger(), HOLD_SECONDS + 60,
+                               what="partition 0 writing")
         os.kill(int(pathlib.Path(pid_file).read_text()), signal.SIGKILL)
         pathlib.Path(marker).write_text(str(ledger_id))
 
@@ -80,8 +87,9 @@ def main(uri: str, stream: str, marker: str) -> None:
     df.write.format("ledger").mode("append").option("metadata", uri).option("entryBytes", "8192").save(stream)
     killer.join(10)
     spark.stop()
+    print(f"the killer saw (seconds, ledger, closed, LAC): {seen}", file=sys.stderr)
     if not os.path.exists(marker):
-        sys.exit(f"the write finished before its executor could be killed; last seen (ledger, closed, LAC): {observed}")
+        sys.exit(f"the write finished before its executor could be killed; seen (seconds, ledger, closed, LAC): {seen}")
 
 
 if __name__ == "__main__":

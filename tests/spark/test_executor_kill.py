@@ -9,11 +9,11 @@ from tests.spark.executor_kill_job import ROWS
 from tests.spark.helpers import read, run_application, stream_ledgers
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_executor_killed_mid_write(spark, shared_uri, stream, tmp_path):
     marker = tmp_path / "killed"
     run_application("tests.spark.executor_kill_job", shared_uri, stream, str(marker), log=tmp_path / "job.log",
-                    timeout=420)
+                    timeout=720)
     dead_ledger = int(marker.read_text())
     back = read(spark, shared_uri, stream)
     assert back.count() == ROWS
