@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NoSuchLedgerError
 from connector.client.time_search import NoOffsetForTimeError, first_offset_at_or_after
+from connector.spark import columns as cols
 from connector.spark.data_loss import planned, read_or_lost
 from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
@@ -40,7 +41,6 @@ from metadata.streams import iter_ledgers, read_stream
 
 ARROW_ROLES = {(LEDGER_ID,): "ledgers", (ENTRY_ID,): "entries", (OFFSET,): "offsets", (TIMESTAMP,): "times"}
 RAW_ROLES = {("ledger_id",): "ledgers", ("entry_id",): "entries", (OFFSET,): "offsets", (TIMESTAMP,): "times"}
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")   # Spark's TimestampType in Arrow (schema.arrow_schema_of)
 RAW_BATCH_BYTES = 4 * 1024 * 1024
 SEARCH_MIN_ENTRIES = 16  # fewer entries are read in one go sooner than searched one at a time
 
@@ -251,9 +251,9 @@ def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds
                 columns = dict(zip(batch.schema.names, batch.slice(start, end - start).columns))
                 if with_metadata:
                     count = end - start
-                    columns[LEDGER_ID] = _constant(partition.ledger_id, count)
-                    columns[ENTRY_ID] = _constant(entry.entry_id, count)
-                    columns[OFFSET] = pa.array(np.arange(offset + start, offset + end, dtype=np.int64))
+                    columns[LEDGER_ID] = cols.constant(partition.ledger_id, count)
+                    columns[ENTRY_ID] = cols.constant(entry.entry_id, count)
+                    columns[OFFSET] = cols.int64s(np.arange(offset + start, offset + end, dtype=np.int64))
                     columns[TIMESTAMP] = _time_column(entry.time_ms, count)   # one time for all rows of an entry
                 yield assemble(columns, target)
             offset += batch.num_rows
@@ -281,13 +281,13 @@ def raw_batches(entries, partition: LedgerPartition, target: pa.Schema) -> Itera
 def _raw_batch(entry_ids: list[int], payloads: list[bytes], times: list[int | None], partition: LedgerPartition,
                target: pa.Schema) -> pa.RecordBatch:
     ids = np.asarray(entry_ids, dtype=np.int64)
-    offsets = pa.nulls(len(ids), pa.int64()) if partition.first_offset is None else pa.array(ids + partition.first_offset)
+    offsets = pa.nulls(len(ids), pa.int64()) if partition.first_offset is None else cols.int64s(ids + partition.first_offset)
     columns = {
-        "ledger_id": _constant(partition.ledger_id, len(ids)),
-        "entry_id": pa.array(ids),
-        "payload": pa.array(payloads, pa.binary()),
+        "ledger_id": cols.constant(partition.ledger_id, len(ids)),
+        "entry_id": cols.int64s(ids),
+        "payload": cols.binaries(payloads),
         OFFSET: offsets,
-        TIMESTAMP: pa.array([None if t is None else t * 1000 for t in times], TIMESTAMP_TYPE),
+        TIMESTAMP: cols.times_of(times),
     }
     return assemble(columns, target)
 
@@ -308,9 +308,5 @@ def assemble(columns: dict[str, pa.Array], target: pa.Schema) -> pa.RecordBatch:
 
 def _time_column(time_ms: int | None, count: int) -> pa.Array:
     if time_ms is None:
-        return pa.nulls(count, TIMESTAMP_TYPE)
-    return pa.array(np.full(count, time_ms * 1000, dtype=np.int64), TIMESTAMP_TYPE)
-
-
-def _constant(value: int, count: int) -> pa.Array:
-    return pa.array(np.full(count, value, dtype=np.int64))
+        return pa.nulls(count, cols.TIMESTAMP_TYPE)
+    return cols.timestamps(np.full(count, time_ms * 1000, dtype=np.int64))
