@@ -6,11 +6,16 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+FIRST_INTERVAL = 0.05  # a condition that holds soon is seen soon...
+LONGEST_INTERVAL = 0.25  # ...and a long wait does not spend CI's two cores on checks (many run a Spark query)
 
-def poll_until(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
-    """Call condition until it returns something truthy; return that, or fail after timeout."""
+
+def poll_until(condition: Callable[[], T], timeout: float = 30.0, interval: float | None = None, what: str = "") -> T:
+    """Call condition until it returns something truthy; return that, or fail after timeout. Checks every
+    interval seconds if given, else at intervals growing from FIRST_INTERVAL to LONGEST_INTERVAL."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
+    pause = FIRST_INTERVAL if interval is None else interval
     while True:
         try:
             result = condition()
@@ -21,4 +26,6 @@ def poll_until(condition: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_error!r})" if last_error else ""
             raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}{detail}")
-        time.sleep(interval)
+        time.sleep(pause)
+        if interval is None:
+            pause = min(LONGEST_INTERVAL, pause * 1.5)

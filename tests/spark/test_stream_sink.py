@@ -86,13 +86,18 @@ def test_query_killed_after_its_tasks_wrote_but_before_the_commit(spark, shared_
     write_input(source, "a.json", range(0, 200))
     job = run_job(shared_uri, stream, source, checkpoint, hold_file=hold, wait=False)
     try:
-        def partition_zero_wrote():
-            with LedgerClient(shared_uri) as lc:
-                return any(
-                    m.custom.get(STREAM_TAG) == stream and m.state is LedgerState.CLOSED
-                    for m in (lc.ledger_metadata(i) for i in lc.list_ledgers())
-                )
-        poll_until(partition_zero_wrote, 180, what="partition 0's ledger to be written")
+        with LedgerClient(shared_uri) as lc:
+            others: set[int] = set()  # other streams' ledgers (tags never change): not read again
+
+            def partition_zero_wrote():
+                for ledger_id in set(lc.list_ledgers()) - others:
+                    meta = lc.ledger_metadata(ledger_id)
+                    if meta.custom.get(STREAM_TAG) == stream and meta.state is LedgerState.CLOSED:
+                        return True
+                    if meta.custom.get(STREAM_TAG) != stream:
+                        others.add(ledger_id)
+                return False
+            poll_until(partition_zero_wrote, 180, what="partition 0's ledger to be written")
         assert ledgers_of(shared_uri, stream)[0] == []   # nothing committed yet
     finally:
         os.killpg(job.pid, signal.SIGKILL)
@@ -112,7 +117,7 @@ def test_a_commit_that_raises_then_restart_leaves_no_duplicates(spark, shared_ur
     query = start_query(spark, shared_uri, stream, source, checkpoint, hold_file=str(hold))
     owner = LedgerClient(shared_uri)
     try:
-        poll_until(lambda: len(ledgers_of(shared_uri, stream)[1]) > len(ledgers_of(shared_uri, stream)[0]),
+        poll_until(lambda: len((found := ledgers_of(shared_uri, stream))[1]) > len(found[0]),
                    180, what="the second batch's first task to write")
         # Another writer takes the stream's tail meanwhile: the batch's commit must refuse, not interleave.
         tail = owner.create_ledger(custom_metadata={STREAM_TAG: stream})
