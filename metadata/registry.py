@@ -91,11 +91,13 @@ class EphemeralRegistration:
                 self._stale = False
 
     def _on_state(self, state: str) -> None:
-        if state == KazooState.SUSPENDED and not self._closed:
+        if self._closed:
+            return
+        if state == KazooState.SUSPENDED:
             log.warning("ZooKeeper connection lost: %s stays registered until the session expires", self._path)
-        elif state == KazooState.LOST and not self._closed:
+        elif state == KazooState.LOST:
             log.warning("ZooKeeper session expired: %s is gone until ZooKeeper is back", self._path)
-        if state == KazooState.CONNECTED and not self._closed:
+        elif state == KazooState.CONNECTED:
             # kazoo calls listeners on its event thread, where blocking calls would deadlock.
             threading.Thread(target=self._reregister, daemon=True).start()
 

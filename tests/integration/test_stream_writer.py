@@ -125,3 +125,29 @@ def test_a_roll_whose_stream_update_lost_its_reply_leaves_no_ledger_out_of_the_s
     made_for_stream = [i for i in client.list_ledgers() if client.ledger_metadata(i).custom.get("stream") == "events"]
     assert sorted(made_for_stream) == sorted(in_stream)   # no ledger of the stream left out of it
     assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(4)]
+
+
+def test_a_close_whose_stream_update_lost_its_reply_seals_the_stream_once(client, monkeypatch):
+    """The close's stream update (seal the last ledger) whose reply was lost is read back (rule 16): the close
+    succeeds and the stream holds the sealed ledger, instead of the close raising after it landed."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from metadata.errors import MetadataError
+
+    real = streams.write_stream
+    lose = {"next": False}
+
+    def losing_write(store, record, version, *args, **kwargs):
+        stored = real(store, record, version, *args, **kwargs)
+        if lose.pop("next", False):
+            raise MetadataError("connection lost before the reply") from ConnectionLoss()
+        return stored
+
+    monkeypatch.setattr(streams, "write_stream", losing_write)
+    writer = Streams(client).open_writer("events")
+    assert [writer.append(f"e{i}".encode()) for i in range(3)] == [0, 1, 2]
+    lose["next"] = True
+    writer.close()
+    record = streams.read_stream(client.store, "events").value
+    assert [(l.first_offset, l.last_offset) for l in record.tail] == [(0, 2)]
+    assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(3)]

@@ -27,8 +27,7 @@ from tests.spark.helpers import REPO
 ROWS = 200_000
 HOLD_AT_BATCH = 10  # of 1000 rows: Spark passes all but the last batch or two on to the writer
 HOLD_SECONDS = 240  # the longest the first attempt waits to be killed (CI's two loaded cores start executors slowly)
-observed: list = []   # the last (ledger, closed, LAC) the killer saw
-seen: list = []       # each change of it, with the seconds since the killer started: told if the kill never lands
+seen: list = []  # each change of (ledger, closed, LAC) the killer saw, with seconds since it started: told if the kill never lands
 
 
 def hold_first_attempt(pid_file: str, marker: str):
@@ -58,9 +57,9 @@ def kill_while_writing(uri: str, stream: str, pid_file: str, marker: str) -> Non
                     others.add(ledger_id)
                     continue
                 handle = lc.open_ledger(ledger_id, recover=False)
-                observed[:] = [ledger_id, handle.is_closed, handle.last_entry_id]
-                if not seen or seen[-1][1:] != tuple(observed):
-                    seen.append((round(time.monotonic() - started, 1), *observed))
+                state = (ledger_id, handle.is_closed, handle.last_entry_id)
+                if not seen or seen[-1][1:] != state:
+                    seen.append((round(time.monotonic() - started, 1), *state))
                 return ledger_id if not handle.is_closed and handle.last_entry_id >= 0 else None
             return None
 
