@@ -36,6 +36,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
+from connector.spark.task_client import read_client
 from metadata.model import StreamRecord
 from metadata.streams import iter_ledgers, read_stream
 
@@ -136,9 +137,10 @@ def _iso(time_ms: int) -> str:
 def read_partition(
     options: LedgerOptions, schema: StructType, raw: bool, partition: LedgerPartition, bounds: ReadBounds
 ) -> Iterator[pa.RecordBatch]:
-    """An executor's read of one partition: its entries as Arrow batches of exactly the schema."""
+    """An executor's read of one partition: its entries as Arrow batches of exactly the schema, read through
+    the worker's shared read client (task_client.py)."""
     target = arrow_schema_of(schema)
-    with LedgerClient(options.metadata, **options.task_client_options()) as lc:
+    with read_client(options) as lc:
         try:
             handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
         except NoSuchLedgerError as exc:
