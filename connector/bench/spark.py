@@ -127,4 +127,31 @@ def _run(directory: pathlib.Path, args) -> int:
           "same rows from memory (connector/bench/ceiling.py), the most any Python Data Source reaches here: "
           + ", ".join(f"{case} {took:.2f}s = {times[(case, 'parquet')][0] / took:.2f}x parquet"
                       for case, took in ceiling.items()))
+    _print_issue_targets(times)
     return 0 if ok else 1
+
+
+COLD_TARGETS = {"parquet": 2.0, "best": 1.5}   # first run <= 2x parquet's first run; <= 1.5x the best run
+CEILING_TARGETS = {"write": 0.7, "count": 0.8, "group-by": 0.8}   # ceiling time / ledger time
+
+
+def _print_issue_targets(times: dict) -> None:
+    """The cold-query and ceiling ratios, each against its target."""
+    def mark(met: bool) -> str:
+        return "" if met else " MISSED"
+
+    cold = []
+    limit = COLD_TARGETS["parquet"]
+    for case in ("write", "group-by"):
+        ratio = times[(case, "ledger")][1] / times[(case, "parquet")][1]
+        cold.append(f"{case} {ratio:.2f}x parquet's first run (<= {limit:g}){mark(ratio <= limit)}")
+    for case in ("write", "count", "group-by"):
+        best, first = times[(case, "ledger")]
+        ratio = first / best
+        cold.append(f"{case} first/best {ratio:.2f} (<= {COLD_TARGETS['best']:g}){mark(ratio <= COLD_TARGETS['best'])}")
+    print("  cold      " + "; ".join(cold))
+    ceiling = []
+    for case, target in CEILING_TARGETS.items():
+        ratio = times[(case, "ceiling")][0] / times[(case, "ledger")][0]
+        ceiling.append(f"{case} {ratio:.2f} (>= {target:g}){mark(ratio >= target)}")
+    print("  vs ceiling (ceiling time / ledger time) " + "; ".join(ceiling))

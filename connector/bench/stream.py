@@ -6,7 +6,8 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
   for each entry, the time from its append being acknowledged to its row reaching the query's output
   (foreachBatch on the driver). Printed as p50 and p99, beside the same run over the ceiling
   (connector/bench/stream_ceiling.py: a minimal Python streaming source over a local file, same
-  trigger, same sink), and their ratio.
+  trigger, same sink), and their ratio. Both are measured after warm-up appends of their own, twice, in
+  alternating order (_print_latency says why); the ledger query's first row after its start is printed apart.
 - Sink against Spark's own exactly-once sink: a rate source into the ledger sink and into the parquet
   file sink (checkpointed), same trigger, same run: committed rows/s at a rate neither keeps up with
   (--sink-fast-rate), and the median micro-batch at a rate both keep up with (--sink-rate).
@@ -19,6 +20,7 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import tempfile
 import threading
@@ -31,12 +33,16 @@ from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState
 from metadata.store import MetadataStore
 
+WARM_UP_ENTRIES = 3  # rows a latency query gets at least before it is measured (its first batch starts Python workers)
 WARM_UP_BATCHES = 3  # micro-batches left out of the commit medians (Spark compiles and caches on the first ones)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--entries", type=int, default=300, help="entries appended for the latency run")
-    parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency run")
+    parser.add_argument("--entries", type=int, default=300,
+                        help="entries measured per source in the latency runs (half in each of two rounds)")
+    parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency runs")
+    parser.add_argument("--warm-up-seconds", type=float, default=5.0,
+                        help="appends at --rate each latency query gets before it is measured")
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
     parser.add_argument("--unrelated", type=int, default=2_000, help="other ledgers in the cluster for the commit run")
     parser.add_argument("--commit-batches", type=int, default=15, help="micro-batches measured per commit run")
@@ -55,7 +61,7 @@ def run(args) -> int:
         spark = local_session("ledger-bench-stream")
         spark.dataSource.register(CeilingStreamDataSource)
         try:
-            _print_latency(spark, uri, tmp, args.entries, args.rate)
+            _print_latency(spark, uri, tmp, args.entries, args.rate, args.warm_up_seconds)
             _print_sinks(spark, uri, tmp, args)
 
             rows = sample_dataframe(spark, args.rows, partitions=2)
@@ -78,34 +84,56 @@ def run(args) -> int:
     return 0
 
 
-def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float) -> None:
+def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up_seconds: float) -> None:
+    """Steady-state latency of the ledger source and of the ceiling, measured alike: each query first gets
+    warm_up_seconds of appends at the rate that are not measured (its first batch starts Python workers, and
+    the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice, in the
+    order ledger, ceiling and then ceiling, ledger, so that neither gains from running second. The entries of
+    both of a source's runs are pooled. The ledger query's first row after its start is printed apart."""
+    records = f"{tmp}/ceiling-records"
+    positions = itertools.count()
+
+    def append_ceiling(_i: int) -> int:
+        position = next(positions)  # the ceiling's offset is the record's position in the file
+        append_record(records, position)
+        return position
+
+    measured: dict[str, list[float]] = {"ledger": [], "ceiling": []}
+    firsts = []
     with LedgerClient(uri) as lc:
         writer = Streams(lc).open_writer("latency-bench")
         try:
             writer.append(b"warm-up")   # the stream exists before the query starts
-            ledger = _latency(spark.readStream.format("ledger").option("metadata", uri)
-                              .option("includeMetadata", "true").option("startingOffsets", "latest")
-                              .load("latency-bench"), f"{tmp}/latency-ck", entries, rate,
-                              lambda i: writer.append(f"entry {i}".encode()))
+            sources = {
+                "ledger": (lambda: spark.readStream.format("ledger").option("metadata", uri)
+                           .option("includeMetadata", "true").option("startingOffsets", "latest")
+                           .load("latency-bench"), lambda i: writer.append(f"entry {i}".encode())),
+                "ceiling": (lambda: spark.readStream.format(CeilingStreamDataSource.name()).option("path", records)
+                            .load(), append_ceiling),
+            }
+            for round_, order in enumerate((("ledger", "ceiling"), ("ceiling", "ledger"))):
+                for name in order:
+                    reader, append = sources[name]
+                    first, latencies = _latency(reader(), f"{tmp}/latency-{name}-{round_}-ck", max(1, entries // 2), rate,
+                                                append, warm_up_seconds)
+                    measured[name] += latencies
+                    if name == "ledger":
+                        firsts.append(first[0])
         finally:
             writer.close()
-    records = f"{tmp}/ceiling-records"
-
-    def append_ceiling(i: int) -> int:
-        append_record(records, i)
-        return i
-
-    ceiling = _latency(spark.readStream.format(CeilingStreamDataSource.name()).option("path", records).load(),
-                       f"{tmp}/ceiling-ck", entries, rate, append_ceiling)
-    (p50, p99), (c50, c99) = _percentiles(ledger), _percentiles(ceiling)
-    print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(ledger)} entries at "
-          f"{rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; ceiling (a minimal Python streaming "
-          f"source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 {c99 * 1000:.0f} ms; p50 ratio "
-          f"{p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} 1 s")
+    (p50, p99), (c50, c99) = _percentiles(measured["ledger"]), _percentiles(measured["ceiling"])
+    print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(measured['ledger'])} "
+          f"entries at {rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; ceiling (a minimal Python "
+          f"streaming source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 {c99 * 1000:.0f} ms; p50 ratio "
+          f"{p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} 1 s; the ledger query's first "
+          f"row after its start {firsts[0] * 1000:.0f} ms")
 
 
-def _latency(reader, checkpoint: str, entries: int, rate: float, append) -> list[float]:
-    """Per entry: time from append(i) returning its offset (acknowledged) to its row reaching foreachBatch."""
+def _latency(reader, checkpoint: str, entries: int, rate: float, append,
+             warm_up_seconds: float = 0.0) -> tuple[list[float], list[float]]:
+    """Per entry: time from append(i) returning its offset (acknowledged) to its row reaching foreachBatch; for
+    the warm-up entries appended at the rate once the query runs (warm_up_seconds' worth, at least
+    WARM_UP_ENTRIES: not measured; the first starts the query's Python workers) and for the entries after them."""
     acked: dict[int, float] = {}
     seen: dict[int, float] = {}
     lock = threading.Lock()
@@ -116,21 +144,35 @@ def _latency(reader, checkpoint: str, entries: int, rate: float, append) -> list
             for row in batch_df.select("_offset").collect():
                 seen.setdefault(row[0], now)
 
+    def appended(i: int) -> int:
+        offset = append(i)
+        acked[offset] = time.monotonic()
+        return offset
+
     query = (reader.writeStream.foreachBatch(collect).trigger(processingTime="0 seconds")
              .option("checkpointLocation", checkpoint).start())
     try:
         _wait(lambda: query.lastProgress is not None, 120)
         interval = 1.0 / rate
         next_at = time.monotonic()
-        for i in range(entries):
-            offset = append(i)
-            acked[offset] = time.monotonic()
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        _wait(lambda: all(o in seen for o in acked), 120)
+
+        def paced(count: int, first: int) -> list[int]:
+            nonlocal next_at
+            offsets = []
+            for i in range(first, first + count):
+                offsets.append(appended(i))
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+            return offsets
+
+        warm_up = paced(max(WARM_UP_ENTRIES, int(warm_up_seconds * rate)), -1_000_000)
+        _wait(lambda: all(o in seen for o in warm_up), 120)
+        next_at = time.monotonic()
+        measured = paced(entries, 0)
+        _wait(lambda: all(o in seen for o in measured), 120)
     finally:
         query.stop()
-    return [seen[o] - acked[o] for o in acked]
+    return [seen[o] - acked[o] for o in warm_up], [seen[o] - acked[o] for o in measured]
 
 
 def _print_sinks(spark, uri: str, tmp: str, args) -> None:

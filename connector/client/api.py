@@ -134,13 +134,16 @@ class LedgerClient:
             created = self.store.create_ledger_guarded(meta.replace(ledger_id=ledger_id), guard)
         return WriteHandle(self, created, master_key(password))
 
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True) -> "ReadHandle":
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True,
+                    confirmed: int | None = None) -> "ReadHandle":
         """A reader. recover=True fences and closes an OPEN ledger first (rules 10-12); recover=False reads an
-        OPEN ledger up to its LAC, for tailing."""
+        OPEN ledger up to its LAC, for tailing, which it asks the nodes for, unless the caller gives an entry it
+        knows was confirmed (a LAC it read before, e.g. the one a Spark driver planned with): then the handle
+        reads up to that entry without asking (read_lac() asks later)."""
         current = self._authorized(ledger_id, password)
         if recover and not current.value.is_closed:
             current = self._recover(current, password)
-        return ReadHandle(self, current)
+        return ReadHandle(self, current, confirmed)
 
     def recover_ledger(self, ledger_id: int, password: bytes = b"") -> LedgerMetadata:
         """Fence and close a ledger another client was writing; its metadata once CLOSED."""
@@ -267,7 +270,7 @@ async def _make_pipeline(ctx: Context, current: Versioned[LedgerMetadata], key: 
 class ReadHandle:
     """Reads a closed ledger up to last_entry_id, or an OPEN one (opened with recover=False) up to its LAC."""
 
-    def __init__(self, client: LedgerClient, current: Versioned[LedgerMetadata]):
+    def __init__(self, client: LedgerClient, current: Versioned[LedgerMetadata], confirmed: int | None = None):
         self._client = client
         self._ctx = client._ctx
         self._runtime = client._runtime
@@ -275,7 +278,8 @@ class ReadHandle:
         self.ledger_id = current.value.ledger_id
         self.last_entry_id = current.value.last_entry_id if current.value.is_closed else -1
         if not current.value.is_closed:
-            self.read_lac()
+            # current was just read: only the nodes are asked, unless the caller knows a confirmed entry
+            self.last_entry_id = self._nodes_lac() if confirmed is None else max(-1, confirmed)
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -327,9 +331,13 @@ class ReadHandle:
         if meta.is_closed:
             self.last_entry_id = meta.last_entry_id
         else:
-            op = self._runtime.run(read_last_add_confirmed(self._ctx, meta, b"", fence=False))
-            self.last_entry_id = max(self.last_entry_id, op.last_add_confirmed)
+            self.last_entry_id = max(self.last_entry_id, self._nodes_lac())
         return self.last_entry_id
+
+    def _nodes_lac(self) -> int:
+        """The LAC the nodes of the OPEN ledger know (no fencing)."""
+        op = self._runtime.run(read_last_add_confirmed(self._ctx, self._current.value, b"", fence=False))
+        return op.last_add_confirmed
 
     def wait_lac(self, previous: int | None = None, timeout: float = 10.0) -> int:
         """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout."""

@@ -142,13 +142,14 @@ def read_partition(
     target = arrow_schema_of(schema)
     with read_client(options) as lc:
         try:
-            handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False)
+            handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False,
+                                    confirmed=partition.last_entry)
         except NoSuchLedgerError as exc:
             # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
             read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
             return
         # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
-        # executor reaches know a lower LAC.
+        # executor reaches know a lower LAC; so the handle asks the nodes for none.
         first = partition.first_entry if raw else seek_entry(handle, partition)
         entries = handle.read(first, partition.last_entry, confirmed=partition.last_entry)
         if raw:

@@ -64,8 +64,8 @@ def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dan
         return ReadableEnd(meta.last_entry_id, True, meta.length, RowIndex.of(meta), _time_range(meta), untimed)
     if recover_dangling and lc.is_dangling(meta):
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
-    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).read_lac(), False,
-                       untimed=untimed)
+    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).last_entry_id, False,
+                       untimed=untimed)  # opening read its LAC
 
 
 def _time_range(meta: LedgerMetadata) -> tuple[int, int] | None:

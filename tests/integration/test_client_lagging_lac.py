@@ -2,8 +2,9 @@
 nodes it asks know a lower LAC (each node's LAC lags its own way; entries up to any LAC seen were
 acknowledged)."""
 import pyarrow as pa
+import pytest
 
-from connector.client import LedgerClient
+from connector.client import LedgerClient, LedgerError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition
 from connector.spark.read import read_partition
@@ -47,3 +48,23 @@ def test_an_executor_reads_the_partition_its_driver_planned_from_a_higher_lac(cl
     batches = list(read_partition(options, schema, True, partition, None))
     payloads = pa.Table.from_batches(batches).column("payload").to_pylist()
     assert payloads == [payload_for(ledger_id, e) for e in range(ENTRIES)]
+
+
+def test_a_reader_given_a_confirmed_entry_opens_without_asking_the_nodes(cluster, store, metadata_uri):
+    """An executor's read task knows its entries were confirmed (its driver planned up to a LAC it read), so
+    its open asks no node for a LAC: with every node paused it still opens, where an open that asks fails."""
+    nodes = cluster(3)
+    ledger_id = open_ledger_with_lagging_lacs(store, nodes)
+    with LedgerClient(metadata_uri, timeout=2.0) as client:
+        for node in nodes:
+            node.pause()
+        try:
+            with pytest.raises(LedgerError):
+                client.open_ledger(ledger_id, password=PASSWORD, recover=False)
+            handle = client.open_ledger(ledger_id, password=PASSWORD, recover=False, confirmed=ENTRIES - 1)
+            assert handle.last_entry_id == ENTRIES - 1
+        finally:
+            for node in nodes:
+                node.resume()
+        read = [e.payload for e in handle.read(0, ENTRIES - 1)]
+    assert read == [payload_for(ledger_id, e) for e in range(ENTRIES)]
