@@ -12,6 +12,10 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
         assert re.search(rf"{case} +ledger +{NUMBER}s .* ledger/parquet throughput {NUMBER}x", out), out
     assert re.search(rf"ceiling .* write {NUMBER}s = {NUMBER}x parquet, count {NUMBER}s = {NUMBER}x parquet, "
                      rf"group-by {NUMBER}s = {NUMBER}x parquet", out), out
+    assert re.search(rf"cold +write {NUMBER}x parquet's first run .* group-by first/best {NUMBER}", out), out
+    assert re.search(rf"cold ceiling, .*: write first {NUMBER}s, best {NUMBER}s, first/best {NUMBER}, {NUMBER}x parquet's "
+                     rf"first run; count first {NUMBER}s, best {NUMBER}s, first/best {NUMBER}; group-by first", out), out
+    assert re.search(rf"vs ceiling .* write {NUMBER} \(>= 0.7\).*; count {NUMBER} \(>= 0.8\).*; group-by {NUMBER}", out), out
 
 
 def test_stream_bench_prints_latency_throughput_and_commit_figures():
