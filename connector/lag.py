@@ -94,7 +94,8 @@ def latest_offset(lc: "LedgerClient", record: StreamRecord, password: bytes = b"
     meta = lc.ledger_metadata(last.ledger_id)
     if meta.is_closed:  # closed by a recovery, not yet sealed on the stream
         return last.first_offset + meta.last_entry_id + 1
-    return last.first_offset + lc.open_ledger(last.ledger_id, password=password, recover=False).read_lac() + 1
+    tail = lc.open_ledger(last.ledger_id, password=password, recover=False)  # reads its LAC
+    return last.first_offset + tail.last_entry_id + 1
 
 
 def _bytes_behind(lc: "LedgerClient", record: StreamRecord, lo: int, hi: int, password: bytes) -> tuple[int | None, int]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import sys
 
 import pytest
+from hypothesis import settings
 
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import MetadataStore, initialise_root
@@ -26,6 +28,23 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "root_credentials(user_secret): metadata_uri's root is initialised with these ZooKeeper "
                    "digest credentials (user:secret), so only they can read or change it")
+
+
+# Property tests check results, not speed: hypothesis's default 200 ms deadline per example is a timed assertion,
+# which fails on a loaded CI machine (a first example that imports or warms a library).
+settings.register_profile("ledger", deadline=None)
+settings.load_profile("ledger")
+
+
+@pytest.fixture(autouse=True)
+def no_shared_read_client():
+    """A test that reads partitions in this process (as an executor would) leaves the shared read client
+    (connector/spark/task_client.py) open for the next task; it is closed after the test, so that no test
+    inherits one connected to another test's cluster (or to a ZooKeeper that test stopped)."""
+    yield
+    task_client = sys.modules.get("connector.spark.task_client")
+    if task_client is not None:
+        task_client.close_shared()
 
 
 @pytest.fixture(scope="session")

@@ -143,7 +143,7 @@ def _run(directory: pathlib.Path, args) -> int:
             assert ledger_reader().count() == args.rows, "the ledger stream does not hold every row"
         finally:
             spark.stop()
-    cold_ceiling = _cold_ceiling(args, directory)
+        cold_ceiling = _cold_ceiling(args, directory)  # beside the same (idle) nodes and ZooKeeper as the ledger's
     mb = args.rows * (8 + 8 + 16 + 192) / 1e6
     print(f"{args.rows:,} rows (~{mb:.0f} MB of column data), {args.master}, 3 storage nodes with fsync, "
           f"E=3 WQ=3 AQ=2, entryBytes={args.entry_bytes}, compression={args.compression} "

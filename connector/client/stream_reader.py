@@ -40,8 +40,9 @@ def _read_ledger(
     client: LedgerClient, ledger: StreamLedger, start: int, end: int | None, password: bytes
 ) -> Iterator[StreamEntry]:
     handle = client.open_ledger(ledger.ledger_id, password=password, recover=False)
-    # A sealed ledger ends at its recorded offset; the OPEN tail at what its writer has confirmed.
-    last_entry = ledger.last_offset - ledger.first_offset if ledger.last_offset is not None else handle.read_lac()
+    # A sealed ledger ends at its recorded offset; the OPEN tail at what its writer has confirmed (the LAC the
+    # open read).
+    last_entry = ledger.last_offset - ledger.first_offset if ledger.last_offset is not None else handle.last_entry_id
     first_entry = max(0, start - ledger.first_offset)
     if end is not None:
         last_entry = min(last_entry, end - ledger.first_offset)

@@ -13,7 +13,10 @@ The shared client is replaced, never reused, when:
 - the task's client settings differ (another cluster, TLS files or token: a rotated token file reads anew);
 - it is older than REUSE_SECONDS (certificates rotated in place are loaded again by then);
 - a task using it failed (whatever broke, the next task starts from a fresh session and fresh channels).
-A replaced client is closed once no task uses it; the last one is closed when the worker exits.
+A replaced client is closed once no task uses it. The last one ends with the worker: Spark's forked workers
+exit with os._exit (or are killed when idle), so its ZooKeeper session, and the writer registration in it,
+expire after the session timeout. Nothing is opened or closed while the module's lock is held: a task's
+generator that the garbage collector finalises in the middle of it would take the lock again.
 """
 from __future__ import annotations
 
@@ -36,9 +39,10 @@ class _Shared:
         self.opened = time.monotonic()
         self.users = 0
         self.retired = False
+        self.closed = False
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()   # guards _current and the users/retired fields; no client is opened or closed under it
 _current: _Shared | None = None
 
 
@@ -62,13 +66,23 @@ def _acquire(options: LedgerOptions) -> _Shared:
     settings = options.task_client_options()
     key = (options.metadata, tuple(sorted(settings.items(), key=lambda item: item[0])))
     with _lock:
-        stale = _current
-        if stale is not None and (stale.key != key or time.monotonic() - stale.opened > REUSE_SECONDS):
-            _retire(stale)
+        idle = _retire_unfit(key)
+        shared = _current
+        if shared is not None:
+            shared.users += 1
+    _close(idle)
+    if shared is not None:
+        return shared
+    opened = _Shared(key, LedgerClient(options.metadata, **settings))
+    opened.users = 1
+    with _lock:
+        idle = _retire_unfit(key)
         if _current is None:
-            _current = _Shared(key, LedgerClient(options.metadata, **settings))
-        _current.users += 1
-        return _current
+            _current = opened
+        else:
+            opened.retired = True   # another was installed meanwhile: this one is closed when this task is done
+    _close(idle)
+    return opened
 
 
 def _release(shared: _Shared, failed: bool) -> None:
@@ -76,27 +90,49 @@ def _release(shared: _Shared, failed: bool) -> None:
         shared.users -= 1
         if failed:
             _retire(shared)
-        else:
-            _close_if_idle(shared)
+        idle = [shared] if _idle(shared) else []
+    _close(idle)
+
+
+def _retire_unfit(key: tuple) -> list[_Shared]:
+    """Under _lock: retire the current client if it does not fit key or is too old; the retired clients no task
+    holds, to be closed once the lock is released."""
+    stale = _current
+    if stale is None or (stale.key == key and time.monotonic() - stale.opened <= REUSE_SECONDS):
+        return []
+    _retire(stale)
+    return [stale] if _idle(stale) else []
 
 
 def _retire(shared: _Shared) -> None:
-    """Take shared out of use (under _lock): closed now if no task holds it, else when the last one leaves."""
+    """Under _lock: take shared out of use; it is closed when no task holds it."""
     global _current
     if _current is shared:
         _current = None
     shared.retired = True
-    _close_if_idle(shared)
 
 
-def _close_if_idle(shared: _Shared) -> None:
-    if shared.retired and shared.users == 0:
-        shared.client.close()  # closing twice is a no-op
+def _idle(shared: _Shared) -> bool:
+    """Under _lock: retired and held by no task, so due to be closed (once: closed clients are never idle)."""
+    if shared.retired and shared.users == 0 and not shared.closed:
+        shared.closed = True
+        return True
+    return False
+
+
+def _close(clients: list[_Shared]) -> None:
+    for shared in clients:
+        shared.client.close()
 
 
 @atexit.register
 def close_shared() -> None:
-    """Close the worker's shared client (at exit; tests call it to start from none)."""
+    """Close the worker's shared client, if no task holds it (tests call it to start from none; at a normal
+    interpreter exit too, though Spark's forked workers end with os._exit or SIGKILL, and their client's
+    session then expires on its own)."""
     with _lock:
-        if _current is not None:
-            _retire(_current)
+        shared = _current
+        if shared is not None:
+            _retire(shared)
+        idle = [shared] if shared is not None and _idle(shared) else []
+    _close(idle)

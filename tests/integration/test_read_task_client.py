@@ -3,7 +3,8 @@ a task fails, when their settings change, or when it grows old.
 
 Partitions are read in this process with the code an executor runs (reader.read(partition)); which client a
 task used is seen in ZooKeeper: every LedgerClient registers a writer znode, and the writers folder's child
-version (cversion) counts every registration made and ended.
+version (cversion) counts every registration made and ended. tests/conftest.py closes the shared client after
+every test, so each starts without one.
 """
 from __future__ import annotations
 
@@ -15,13 +16,6 @@ from metadata import layout
 from metadata.store import MetadataStore
 
 ENTRIES = 12  # in ledgers of 2 entries: 6 partitions
-
-
-@pytest.fixture(autouse=True)
-def no_shared_client():
-    task_client.close_shared()
-    yield
-    task_client.close_shared()
 
 
 @pytest.fixture
