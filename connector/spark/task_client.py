@@ -15,8 +15,7 @@ The shared client is replaced, never reused, when:
 - a task using it failed (whatever broke, the next task starts from a fresh session and fresh channels).
 A replaced client is closed once no task uses it. The last one ends with the worker: Spark's forked workers
 exit with os._exit (or are killed when idle), so its ZooKeeper session, and the writer registration in it,
-expire after the session timeout. Nothing is opened or closed while the module's lock is held: a task's
-generator that the garbage collector finalises in the middle of it would take the lock again.
+expire after the session timeout.
 """
 from __future__ import annotations
 
@@ -42,7 +41,10 @@ class _Shared:
         self.closed = False
 
 
-_lock = threading.Lock()   # guards _current and the users/retired fields; no client is opened or closed under it
+# Guards _current and the users/retired/closed fields. Re-entrant: a read generator that the garbage collector
+# finalises releases its client, and that may happen at any allocation, inside these steps too. No client is
+# opened or closed by a step while it holds the lock.
+_lock = threading.RLock()
 _current: _Shared | None = None
 
 
