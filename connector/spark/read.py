@@ -141,6 +141,8 @@ def read_partition(
     the worker's shared read client (task_client.py)."""
     target = arrow_schema_of(schema)
     with read_client(options) as lc:
+        # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
+        # executor reaches know a lower LAC; so the handle takes that entry as confirmed and asks no node.
         try:
             handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False,
                                     confirmed=partition.last_entry)
@@ -148,10 +150,8 @@ def read_partition(
             # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
             read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
             return
-        # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
-        # executor reaches know a lower LAC; so the handle asks the nodes for none.
         first = partition.first_entry if raw else seek_entry(handle, partition)
-        entries = handle.read(first, partition.last_entry, confirmed=partition.last_entry)
+        entries = handle.read(first, partition.last_entry)
         if raw:
             yield from raw_batches(entries, partition, target)
         else:
