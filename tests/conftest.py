@@ -11,15 +11,24 @@ from hypothesis import settings
 
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import MetadataStore, initialise_root
+from tests.harness.class_archive import BASE_OPTIONS, java_options
 from tests.harness.node_process import NodeProcess
 
 # Spark binds to the first non-loopback address unless told otherwise; tests stay on 127.0.0.1.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Every JVM a test starts (ZooKeeper, Spark drivers, executors, applications, the notebook's) lives for seconds to
-# minutes: the client compiler alone and the serial collector cut their CPU by about a third (measured on
-# tests/spark/test_round_trip.py: 114 -> 77 CPU seconds), which is what the suite is bound by on CI's two cores.
-# The java launcher notes the variable on each JVM's stderr.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+def use_test_jvm_options() -> None:
+    """Every JVM a test starts (ZooKeeper, Spark drivers, executors, applications, the notebook's) gets the
+    tests' options (tests/harness/class_archive.py): the client compiler, the serial collector and, once
+    scripts/test.sh's background build has written it, the class archive. CPU is what the suite is bound by
+    on CI's two cores. Options of your own in JDK_JAVA_OPTIONS are kept. The java launcher notes the variable
+    on each JVM's stderr."""
+    if os.environ.get("JDK_JAVA_OPTIONS", BASE_OPTIONS).startswith(BASE_OPTIONS):
+        os.environ["JDK_JAVA_OPTIONS"] = java_options()
+
+
+use_test_jvm_options()
 
 _chroots = itertools.count()
 
@@ -34,6 +43,12 @@ def pytest_configure(config):
 # which fails on a loaded CI machine (a first example that imports or warms a library).
 settings.register_profile("ledger", deadline=None)
 settings.load_profile("ledger")
+
+
+@pytest.fixture(autouse=True)
+def test_jvm_options():
+    """The archive may appear while the suite runs: JVMs started from here on use it."""
+    use_test_jvm_options()
 
 
 @pytest.fixture(autouse=True)
