@@ -144,9 +144,15 @@ def test_an_open_ledger_after_the_final_recovery_is_reported():
 
 @pytest.fixture(scope="module")
 def spark():
+    """A session of this module's own, unless this process has one already: getOrCreate then hands out that one
+    (the Spark tests' session, which runs on the same xdist worker after this module), which stays up."""
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()
     session = spark_actor.session("soak-checker-tests")
     yield session
-    session.stop()
+    if existing is None:
+        session.stop()
 
 
 def spark_output(spark, rate_values, batches=(), committed_end=10, spark_committed_end=None) -> SparkOutput:
