@@ -18,7 +18,7 @@ from tests.harness.bench import NUMBER, bench
       rf"per acknowledged entry: nodes {NUMBER} us \+ client {NUMBER} us",
       rf"client 1KiB in batches of 128 \(append_many\): replicated E=3 WQ=3 AQ=2 {NUMBER} appends/s \(target >= "
       rf"75,000: (met|MISSED)\); per acknowledged entry: nodes {NUMBER} us \+ client {NUMBER} us; bound at \d+ "
-      rf"cores: {NUMBER} appends/s",
+      rf"cores: {NUMBER} appends/s \(the nodes' CPU alone: {NUMBER}\)",
       rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms"]),
     (("history", "--quick"),
      [rf"sink commit: .* {NUMBER} ms on an empty stream .* {NUMBER} ms on a stream of 2,000 ledgers .* ratio {NUMBER}",
