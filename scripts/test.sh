@@ -6,11 +6,12 @@ python -m protos.generate --check
 # has none, beside the first tests, and stopped if they end first.
 python -m tests.harness.class_archive > .venv/class-archive.log 2>&1 &
 ARCHIVE_BUILD=$!
-# Three workers on CI's two cores: most tests wait (node processes, ZooKeeper sessions, Spark jobs) more than they
-# compute; an idle worker takes tests queued on a busy one (worksteal), so the slow Spark tests do not pile up at
-# the end on one. LEDGER_TEST_WORKERS=0 runs in this process; a later -n of your own wins.
+# Four workers on CI's two cores: many tests wait (node processes, ZooKeeper sessions, Spark applications of their
+# own) more than they compute, and with three the cores were idle a tenth of the time; an idle worker takes tests
+# queued on a busy one (worksteal), so the slow Spark tests do not pile up at the end on one.
+# LEDGER_TEST_WORKERS=0 runs in this process; a later -n of your own wins.
 set +e
-python -m pytest -n "${LEDGER_TEST_WORKERS:-3}" --dist worksteal "$@"
+python -m pytest -n "${LEDGER_TEST_WORKERS:-4}" --dist worksteal "$@"
 STATUS=$?
 kill "$ARCHIVE_BUILD" 2>/dev/null
 wait "$ARCHIVE_BUILD" 2>/dev/null

@@ -6,7 +6,7 @@ of classes each time. Java's Class Data Sharing keeps them, parsed and verified,
 maps at start: `python -m tests.harness.class_archive` writes one, if this virtualenv has none, by running a
 small Spark job against a real cluster (a batch write, reads, a group-by and streaming queries of the ledger
 data source) in a JVM started with -XX:ArchiveClassesAtExit. scripts/test.sh runs it in the background
-beside the first tests (about a minute, most of it the JVM writing the archive at its exit) and stops it
+beside the first tests (one to four minutes, a good part of it the JVM writing the archive at its exit) and stops it
 if the tests end first; every JVM a test starts after it has finished gets -XX:SharedArchiveFile
 (tests/conftest.py, through JDK_JAVA_OPTIONS).
 
