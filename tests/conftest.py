@@ -46,7 +46,7 @@ settings.load_profile("ledger")
 
 
 @pytest.fixture(autouse=True)
-def test_jvm_options():
+def jvm_options_now():
     """The archive may appear while the suite runs: JVMs started from here on use it."""
     use_test_jvm_options()
 
