@@ -108,21 +108,23 @@ def _compare(client: LedgerClient, clock: CpuClock, label: str, size: int, windo
     for name, rate, (nodes, own) in (("replicated", replicated, replicated_cpu), ("single", single, single_cpu)):
         mb = max(rate * size / 1e6, 1e-9)
         print(f"  cpu {name:<10}: nodes {nodes:.2f} + client {own:.2f} of {os.cpu_count()} cores; "
-              f"{(nodes + own) * 1000 / mb:.2f} ms per acknowledged MB; per acknowledged entry: "
-              f"nodes {nodes * 1e6 / max(rate, 1e-9):,.1f} us + client {own * 1e6 / max(rate, 1e-9):,.1f} us",
-              flush=True)
+              f"{(nodes + own) * 1000 / mb:.2f} ms per acknowledged MB; {_per_entry(nodes, own, rate)}", flush=True)
+
+
+def _per_entry(nodes: float, own: float, rate: float) -> str:
+    """The nodes' and the client's CPU (cores) over an acknowledged rate, per acknowledged entry."""
+    rate = max(rate, 1e-9)
+    return f"per acknowledged entry: nodes {nodes * 1e6 / rate:,.1f} us + client {own * 1e6 / rate:,.1f} us"
 
 
 def _small_events(client: LedgerClient, clock: CpuClock, args) -> None:
     rate, (nodes, own) = _throughput(client, clock, (3, 3, 2), KiB, args.small_window, args, batch=args.small_batch)
-    per_entry = (nodes + own) / max(rate, 1e-9)          # CPU seconds per acknowledged entry, all processes
     cores = os.cpu_count() or 1
-    bound = cores / max(per_entry, 1e-12)
-    nodes_bound = cores * max(rate, 1e-9) / max(nodes, 1e-12)    # the nodes' CPU alone, with a client for free
+    bound = cores * rate / max(nodes + own, 1e-12)        # every core busy at the CPU an entry cost here
+    nodes_bound = cores * rate / max(nodes, 1e-12)        # the nodes' CPU alone, with a client for free
     verdict = "met" if rate >= TARGET_SMALL_EVENTS_PER_S else "MISSED"
     print(f"client 1KiB in batches of {args.small_batch} (append_many): replicated E=3 WQ=3 AQ=2 {rate:,.0f} appends/s "
-          f"(target >= {TARGET_SMALL_EVENTS_PER_S:,}: {verdict}); per acknowledged entry: nodes "
-          f"{nodes * 1e6 / max(rate, 1e-9):,.1f} us + client {own * 1e6 / max(rate, 1e-9):,.1f} us; "
+          f"(target >= {TARGET_SMALL_EVENTS_PER_S:,}: {verdict}); {_per_entry(nodes, own, rate)}; "
           f"bound at {cores} cores: {bound:,.0f} appends/s (the nodes' CPU alone: {nodes_bound:,.0f})", flush=True)
 
 

@@ -45,7 +45,8 @@ class BulkHistogram(Collector):
             counts[bisect.bisect_left(self._bounds, value)] += 1   # the first bucket whose bound (le) holds it
             total += value
         with self._lock:
-            self._counts = [mine + theirs for mine, theirs in zip(self._counts, counts)]
+            for bucket, count in enumerate(counts):
+                self._counts[bucket] += count
             self._sum += total
 
     def collect(self):

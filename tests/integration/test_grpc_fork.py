@@ -1,6 +1,6 @@
 """A process whose LedgerClient is busy can start subprocesses the way pyspark starts its JVM (a fork that runs
-Python before exec: subprocess.Popen with preexec_fn). With gRPC's fork support on, about a quarter of such
-children died of SIGSEGV before exec (grpc/grpc#43055; a driver then failed to start a SparkSession with
+Python before exec: subprocess.Popen with preexec_fn). With gRPC's fork support on, a quarter to a third of such
+children died (SIGSEGV, SIGABRT) before exec (grpc/grpc#43055; a driver then failed to start a SparkSession with
 JAVA_GATEWAY_EXITED); importing our packages turns it off (protos/__init__.py)."""
 import os
 import subprocess
