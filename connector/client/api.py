@@ -135,12 +135,13 @@ class LedgerClient:
         return WriteHandle(self, created, master_key(password))
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True,
-                    confirmed: int | None = None) -> "ReadHandle":
+                    confirmed: int | None = None, current: Versioned[LedgerMetadata] | None = None) -> "ReadHandle":
         """A reader. recover=True fences and closes an OPEN ledger first (rules 10-12); recover=False reads an
         OPEN ledger up to its LAC, for tailing, which it asks the nodes for, unless the caller gives an entry it
         knows was confirmed (a LAC it read before, e.g. the one a Spark driver planned with): then the handle
-        reads up to that entry without asking (read_lac() asks later)."""
-        current = self._authorized(ledger_id, password)
+        reads up to that entry without asking (read_lac() asks later). current: the ledger's metadata as the
+        caller just read it (store.read_ledger), so that it is not read again; the password is checked as ever."""
+        current = self._authorized(ledger_id, password, current)
         if recover and not current.value.is_closed:
             current = self._recover(current, password)
         return ReadHandle(self, current, confirmed)
@@ -172,8 +173,12 @@ class LedgerClient:
 
     # -- internals ---------------------------------------------------------------------------------------------
 
-    def _authorized(self, ledger_id: int, password: bytes) -> Versioned[LedgerMetadata]:
-        current = self.store.read_ledger(ledger_id)
+    def _authorized(self, ledger_id: int, password: bytes,
+                    current: Versioned[LedgerMetadata] | None = None) -> Versioned[LedgerMetadata]:
+        if current is None:
+            current = self.store.read_ledger(ledger_id)
+        elif current.value.ledger_id != ledger_id:
+            raise ValueError(f"the metadata given for ledger {ledger_id} is ledger {current.value.ledger_id}'s")
         if current.value.password_hash != password_hash(password):
             raise UnauthorizedError(unauthorized_message(ledger_id))  # before any node is touched (rule 7)
         return current

@@ -46,26 +46,34 @@ class ReadableEnd:
 
 def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool,
                  known: dict[int, ReadableEnd] | None = None) -> ReadableEnd:
-    """known: ends of closed ledgers found before (a closed ledger's end never changes); a closed end found
-    here is added to it."""
-    if known is not None and ledger_id in known:
-        return known[ledger_id]
-    end = _readable_end(lc, ledger_id, password, recover_dangling)
-    if known is not None and end.closed:
+    """known: ends found before, by ledger id, and the end found here is put in it. A closed ledger's end never
+    changes, so it is not read again; for the OPEN ledger of a live writer it is the end read last time."""
+    before = None if known is None else known.get(ledger_id)
+    if before is not None and before.closed:
+        return before
+    end = _readable_end(lc, ledger_id, password, recover_dangling, before)
+    if known is not None:
         known[ledger_id] = end
     return end
 
 
-def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool) -> ReadableEnd:
-    meta = lc.ledger_metadata(ledger_id)
+def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool,
+                  before: ReadableEnd | None = None) -> ReadableEnd:
+    """The metadata is read once. A dangling ledger is recovered before any node is asked for its LAC; for an
+    OPEN ledger seen before (before), its LAC is read first, and a LAC past the one seen then shows its writer
+    alive without asking ZooKeeper (a writer gone since is found on the next call, when its LAC stands still)."""
+    current = lc.store.read_ledger(ledger_id)
+    meta = current.value
     check_password(meta, password, f"ledger {ledger_id}")
     untimed = not carries_times(meta)
     if meta.is_closed:
         return ReadableEnd(meta.last_entry_id, True, meta.length, RowIndex.of(meta), _time_range(meta), untimed)
-    if recover_dangling and lc.is_dangling(meta):
+    if recover_dangling and before is None and lc.is_dangling(meta):
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
-    return ReadableEnd(lc.open_ledger(ledger_id, password=password, recover=False).last_entry_id, False,
-                       untimed=untimed)  # opening read its LAC
+    lac = lc.open_ledger(ledger_id, password=password, recover=False, current=current).last_entry_id  # asks the nodes
+    if recover_dangling and before is not None and lac <= before.last_entry and lc.is_dangling(meta):
+        return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
+    return ReadableEnd(lac, False, untimed=untimed)
 
 
 def _time_range(meta: LedgerMetadata) -> tuple[int, int] | None:

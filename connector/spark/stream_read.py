@@ -113,11 +113,11 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._driver
 
     def _with_client(self, work):
-        """work(client, closed ends known) on the driver's client; a failure closes it (the next call opens a
+        """work(client, ledger ends known) on the driver's client; a failure closes it (the next call opens a
         new one, so a client left broken by a ZooKeeper outage is never reused)."""
         side = self._side()
         try:
-            return work(side.client, side.closed_ends)
+            return work(side.client, side.ends)
         except BaseException:
             self.stop()
             raise
@@ -130,7 +130,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _extent(self) -> StreamExtent:
         """From the head and its most recent ledgers only: the cost does not grow with the stream (rule 15).
-        The ends of closed ledgers are remembered between calls, so a call reads the head and the OPEN tail."""
+        The ends of closed ledgers are remembered between calls, so a call reads the head and the OPEN tail
+        (its metadata once, and its LAC; spans.readable_end)."""
         opts = self.options
 
         def spans_of(lc: LedgerClient, known: dict) -> tuple[StreamRecord, list[LedgerSpan]]:
@@ -163,7 +164,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
 
         def wait(lc: LedgerClient, _known) -> int:
-            handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False)
+            handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False,
+                                    confirmed=tail.last_entry_id)   # the LAC the extent just read
             return handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
 
         return self._with_client(wait) > tail.last_entry_id
@@ -198,6 +200,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if extent.end <= at and extent.open_tail is not None and self.available_now_end is None:
             if self._tail_moved(extent.open_tail):
                 extent = self._extent()
+        self._side().latest_end = extent.end
         begin = self._checked_start(at, extent.first)
         end = self._checked_extent(begin, extent.end)
         if self.available_now_end is not None:
@@ -229,7 +232,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def reportLatestOffset(self) -> dict:
-        return self._offset(self._extent().end)
+        """The end the last latestOffset found (before caps and admission), as Kafka's source reports it: Spark
+        asks after every latestOffset, for the query's progress, and a second extent would double its cost."""
+        latest = self._side().latest_end
+        return self._offset(self._extent().end if latest is None else latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now_end = self._extent().end
@@ -319,10 +325,11 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 @dataclasses.dataclass
 class _DriverSide:
     """What the source keeps in the driver's Python process between Spark's calls (one per query): a client,
-    and the ends of the recent closed ledgers."""
+    the ends of the recent ledgers (spans.readable_end) and the stream's end the last latestOffset found."""
 
     client: LedgerClient
-    closed_ends: dict = dataclasses.field(default_factory=dict)
+    ends: dict = dataclasses.field(default_factory=dict)
+    latest_end: int | None = None
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:

@@ -1,0 +1,121 @@
+"""What the streaming source's driver asks ZooKeeper for on each trigger (issue 17 item 5), and that its shortcut
+never leaves a dangling tail unrecovered.
+
+A trigger calls latestOffset and then reportLatestOffset. latestOffset reads the stream's head and the OPEN tail's
+metadata, once, and the nodes' LAC; while that LAC moves on, the tail's writer is alive and ZooKeeper is not asked
+about it. reportLatestOffset is what latestOffset found, as Kafka's source reports it: no second look.
+"""
+import collections
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from connector.client import LedgerClient, Streams
+from connector.spark.schema import raw_read_schema
+from connector.spark.stream_options import StreamOptions
+from connector.spark.stream_read import LedgerStreamReader
+from metadata import registry
+from metadata.model import Fragment, LedgerMetadata, StreamLedger, StreamRecord
+from metadata.streams import create_stream
+from protos import ledger_pb2 as pb
+from protos.digest import password_hash
+from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+from tests.harness.poll import poll_until
+
+PASSWORD = b"test-password"
+WRITER = "writer-trigger-cost-test"
+
+
+def stream_reader(metadata_uri: str, password: bytes = b"") -> LedgerStreamReader:
+    options, stream_options = StreamOptions.parse(
+        {"metadata": metadata_uri, "path": "events", "password": password.decode()})
+    return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+
+class ZooKeeperRequests:
+    """Counts the reads the reader's driver client sends to the real ZooKeeper, by kind."""
+
+    KINDS = ("get", "exists", "get_children")
+
+    def __init__(self, reader: LedgerStreamReader):
+        self.counts: collections.Counter = collections.Counter()
+        zk = reader._side().client.store.zk
+        for kind in self.KINDS:
+            setattr(zk, kind, self._counted(kind, getattr(zk, kind)))
+
+    def _counted(self, kind, call):
+        def counted(*args, **kwargs):
+            self.counts[kind] += 1
+            return call(*args, **kwargs)
+        return counted
+
+    def taken(self) -> dict:
+        counts, self.counts = dict(self.counts), collections.Counter()
+        return counts
+
+
+def test_a_trigger_reads_the_head_and_the_tail_once_and_reports_without_asking_again(cluster, metadata_uri):
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        writer = Streams(lc).open_writer("events")
+        reader = stream_reader(metadata_uri)
+        try:
+            for i in range(5):
+                writer.append(b"entry %d" % i)
+            poll_until(lambda: reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5,
+                       what="the nodes to know the writer's LAC")
+            requests = ZooKeeperRequests(reader)
+            for i in range(5, 8):
+                writer.append(b"entry %d" % i)
+            poll_until(lambda: lc.open_ledger(writer.ledger_id, recover=False).last_entry_id == 7,
+                       what="the nodes to know the writer's new LAC")
+            requests.taken()
+            # The LAC moved on: the head and the tail's metadata are read, nothing else of ZooKeeper.
+            assert reader.latestOffset({"offset": 5}, ReadAllAvailable()) == {"offset": 8, "stream": "events"}
+            assert requests.taken() == {"get": 2}
+            assert reader.reportLatestOffset() == {"offset": 8, "stream": "events"}
+            assert requests.taken() == {}
+        finally:
+            reader.stop()
+            writer.close()
+
+
+def open_tail(store, nodes, entries: int, lac: int) -> int:
+    """The OPEN ledger of writer WRITER: every node holds `entries` entries and knows LAC `lac`."""
+    ensemble = tuple(n.node_id for n in nodes)
+    meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ensemble),), password_hash=password_hash(PASSWORD),
+                          writer_id=WRITER)
+    ledger_id = store.create_ledger(meta).value.ledger_id
+    batch = [make_entry(ledger_id, e, payload_for(ledger_id, e), key=KEY, lac=-1) for e in range(entries)]
+    for node in nodes:
+        with NodeClient(node.address) as nc:
+            assert all(r.status == pb.OK for r in nc.add(*batch))
+    publish_lac(nodes, ledger_id, lac)
+    return ledger_id
+
+
+def publish_lac(nodes, ledger_id: int, lac: int) -> None:
+    for node in nodes:
+        with NodeClient(node.address) as nc:
+            assert nc.write_lac(ledger_id, lac).status == pb.OK
+
+
+def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger(cluster, store, metadata_uri):
+    """The source saw the tail OPEN at LAC 4. The writer publishes LAC 7 and is gone before the next trigger: that
+    trigger sees the LAC move (so it does not ask whether the writer lives) and promises offsets up to 7; the one
+    after sees the LAC stand still, finds the writer gone, recovers the tail and promises all ten entries."""
+    nodes = cluster(3)
+    writer = registry.register_writer(store, WRITER)
+    tail = open_tail(store, nodes, entries=10, lac=4)
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
+    reader = stream_reader(metadata_uri, PASSWORD)
+    try:
+        assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
+        publish_lac(nodes, tail, 7)
+        writer.close()
+        assert reader.latestOffset({"offset": 5}, ReadAllAvailable())["offset"] == 8
+        assert not store.read_ledger(tail).value.is_closed
+        assert reader.latestOffset({"offset": 8}, ReadAllAvailable())["offset"] == 10
+        assert store.read_ledger(tail).value.last_entry_id == 9
+        assert reader.latestOffset({"offset": 10}, ReadAllAvailable())["offset"] == 10
+    finally:
+        reader.stop()
