@@ -12,6 +12,8 @@
 from connector.client.api import LedgerClient, ReadHandle, WriteHandle, default_metadata_uri
 from connector.client.errors import (
     DigestMismatchError,
+    EntryRefusedError,
+    EntryTooLargeError,
     LedgerClosedError,
     LedgerError,
     LedgerFencedError,
@@ -32,5 +34,6 @@ __all__ = [
     "LedgerClient", "TlsConfig", "SecurityConfigError", "WriteHandle", "ReadHandle", "Entry", "Retry",
     "default_metadata_uri", "Streams", "StreamWriter", "StreamEntry",
     "LedgerError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError", "UnauthorizedError",
+    "EntryTooLargeError", "EntryRefusedError",
     "NotEnoughNodesError", "RecoveryIncompleteError", "MetadataConflictError", "DigestMismatchError",
 ]

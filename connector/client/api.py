@@ -15,7 +15,15 @@ import uuid
 from typing import Iterable, Iterator, Mapping
 
 from connector.client import entry_time
-from connector.client.errors import LedgerClosedError, LedgerError, UnauthorizedError, closed_message, unauthorized_message
+from connector.client.errors import (
+    DEFAULT_MAX_ENTRY_BYTES,
+    LedgerClosedError,
+    LedgerError,
+    UnauthorizedError,
+    check_entry_sizes,
+    closed_message,
+    unauthorized_message,
+)
 from connector.client.ops.close import close_own
 from connector.client.ops.read import Entry, plan_chunks
 from connector.client.placement import choose_ensemble
@@ -55,11 +63,18 @@ class LedgerClient:
     $LEDGER_TLS_CA/_CERT/_KEY and $LEDGER_AUTH_TOKEN_FILE (see security.py). ZooKeeper credentials travel in
     the URI (zk://user:secret@host:port/root) or $LEDGER_ZK_AUTH. node_addresses (node id -> host:port) makes
     the client dial those addresses instead of the registered ones, e.g. a proxy in front of each node.
+
+    max_entry_bytes: the largest entry a write handle sends, the storage nodes' --max-entry-bytes (8 MiB by
+    default on both sides): a larger one is refused with EntryTooLargeError before anything is sent.
     """
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
                  tls: TlsConfig | None = None, auth_token: str | None = None,
-                 node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0):
+                 node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+        if max_entry_bytes < 1:
+            raise ValueError(f"max_entry_bytes must be at least 1, not {max_entry_bytes}")
+        self.max_entry_bytes = max_entry_bytes
         self.uri = uri or default_metadata_uri()
         self.node_addresses = dict(node_addresses or {})
         self.tls = tls if tls is not None else TlsConfig.from_env()
@@ -231,8 +246,11 @@ class WriteHandle:
         return self.append_async(payload).result()
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future:
-        """Add one entry without waiting; futures complete in entry order with the entry id."""
+        """Add one entry without waiting; futures complete in entry order with the entry id. An entry over the
+        client's max_entry_bytes raises EntryTooLargeError here, and the ledger takes the next one as before."""
         self._check_open()
+        if len(payload) > self._client.max_entry_bytes:
+            check_entry_sizes((payload,), self._client.max_entry_bytes)
         return self._pipeline.append_async(payload)
 
     def append_many(self, payloads: Iterable[bytes]) -> list[int]:
@@ -242,8 +260,11 @@ class WriteHandle:
         return self.append_many_async(payloads).result()
 
     def append_many_async(self, payloads: Iterable[bytes]) -> concurrent.futures.Future:
-        """append_many without waiting: a future of the entry ids, completed in entry order with other appends."""
+        """append_many without waiting: a future of the entry ids, completed in entry order with other appends.
+        One entry over max_entry_bytes refuses the whole batch (EntryTooLargeError): none of it is sent."""
         self._check_open()
+        payloads = payloads if isinstance(payloads, (list, tuple)) else list(payloads)
+        check_entry_sizes(payloads, self._client.max_entry_bytes)
         return self._pipeline.append_many_async(payloads)
 
     def _check_open(self) -> None:

@@ -12,8 +12,11 @@ from protos.refusals import REFUSALS
 __all__ = [
     "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
     "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError", "DigestMismatchError",
-    "NodeError", "error_for_status", "refuses_ledger",
+    "EntryTooLargeError", "EntryRefusedError", "NodeError", "error_for_status", "refuses_ledger", "check_entry_sizes",
+    "DEFAULT_MAX_ENTRY_BYTES",
 ]
+
+DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-entry-bytes
 
 
 class LedgerFencedError(LedgerError):
@@ -43,6 +46,15 @@ class RecoveryRestartError(RecoveryIncompleteError):
 
 class DigestMismatchError(LedgerError):
     """An entry read back does not match its CRC32C digest: damaged in storage or in transit."""
+
+
+class EntryTooLargeError(LedgerError):
+    """An entry larger than the client's max_entry_bytes: refused before anything of the call was sent."""
+
+
+class EntryRefusedError(LedgerError):
+    """A node refused an entry itself (BAD_REQUEST: oversized or malformed). Every node would refuse it alike, so
+    no node is replaced: the writer stops at that entry, and the entries before it stay."""
 
 
 class NodeError(LedgerError):
@@ -81,6 +93,22 @@ def refuses_ledger(status: int) -> bool:
     fails with error_for_status(status) rather than trying another node. Any other status is about the node
     that answered, or a negative the op weighs itself (rule 11)."""
     return status in REFUSALS
+
+
+def check_entry_sizes(payloads, limit: int, overhead: int = 0) -> None:
+    """Raise EntryTooLargeError, naming the first entry over limit (with overhead bytes the client adds to each),
+    before any of payloads (a sequence) is sent: an entry the nodes would refuse must not cost the ledger its
+    writer."""
+    if not payloads or max(map(len, payloads)) + overhead <= limit:
+        return
+    for index, payload in enumerate(payloads):
+        size = len(payload) + overhead
+        if size > limit:
+            where = f"entry {index} of the batch" if len(payloads) > 1 else "the entry"
+            raise EntryTooLargeError(
+                f"{where} is {size:,} bytes, over the {limit:,} bytes an entry may have (the storage nodes' "
+                "--max-entry-bytes, and this client's max_entry_bytes): nothing was appended. Split it into "
+                "smaller entries, or raise both limits")
 
 
 def error_for_status(status: int, *, node: str, ledger: int, entry: int = -1, detail: str = "") -> LedgerError:

@@ -24,7 +24,7 @@ from typing import Iterable
 
 from connector.client import entry_time, time_search
 from connector.client.api import LedgerClient, WriteHandle
-from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError
+from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError, check_entry_sizes
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
 
@@ -155,6 +155,7 @@ class StreamWriter:
     def append_async(self, payload: bytes) -> "concurrent.futures.Future[int]":
         if self._closed:
             raise LedgerClosedError(f"the writer of stream {self.name!r} is closed; open a new stream writer")
+        self._check_sizes((payload,))
         if self._should_roll():
             self.roll()
         first_offset = self._first_offset
@@ -182,6 +183,8 @@ class StreamWriter:
         """append_many without waiting: a future of the stream offsets."""
         if self._closed:
             raise LedgerClosedError(f"the writer of stream {self.name!r} is closed; open a new stream writer")
+        payloads = payloads if isinstance(payloads, (list, tuple)) else list(payloads)
+        self._check_sizes(payloads)   # before a roll or a batch is sent: an oversized entry appends nothing
         parts: list[tuple[int, concurrent.futures.Future]] = []   # (first offset of the ledger, its batch)
         batch: list[bytes] = []
         for payload in payloads:
@@ -196,6 +199,10 @@ class StreamWriter:
         if batch:
             parts.append((self._first_offset, self._ledger.append_many_async(batch)))
         return _joined_offsets(parts)
+
+    def _check_sizes(self, payloads) -> None:
+        """EntryTooLargeError unless every entry, with the time frame it gets, fits the client's max_entry_bytes."""
+        check_entry_sizes(payloads, self._client.max_entry_bytes, overhead=entry_time.FRAME.size)
 
     def _should_roll(self) -> bool:
         if self._ledger_entries == 0:

@@ -16,6 +16,7 @@ import os
 from typing import Callable, Mapping
 
 from connector.client import default_metadata_uri
+from connector.client.errors import DEFAULT_MAX_ENTRY_BYTES
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
@@ -28,7 +29,7 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
-NODE_ENTRY_LIMIT = 8 * 1024 * 1024  # a storage node's default --max-entry-bytes
+NODE_ENTRY_LIMIT = DEFAULT_MAX_ENTRY_BYTES  # a storage node's default --max-entry-bytes
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -131,6 +132,7 @@ class LedgerOptions:
             return {
                 "tls": TlsConfig.from_paths(self.tls_ca, self.tls_cert, self.tls_key),
                 "auth_token": read_token_file(self.auth_token_file) if self.auth_token_file else None,
+                "max_entry_bytes": self.max_entry_bytes,
             }
         except LedgerError as exc:
             raise InvalidOptionError(f"options tlsCa/tlsCert/tlsKey/authTokenFile: {exc}") from exc

@@ -5,7 +5,7 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from connector.client.errors import LedgerFencedError, UnauthorizedError
+from connector.client.errors import EntryRefusedError, LedgerFencedError, UnauthorizedError
 from connector.client.ops.add import AddSequence
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
@@ -86,7 +86,23 @@ def test_unauthorized_answer_is_fatal():
     assert isinstance(seq.error, UnauthorizedError)
 
 
-@pytest.mark.parametrize("status", [pb.ERROR, pb.READ_ONLY, pb.STATUS_UNKNOWN, pb.BAD_REQUEST])
+def test_an_entry_a_node_refuses_as_a_bad_request_fails_the_ledger_and_replaces_no_node():
+    """Every node would refuse an oversized or malformed entry alike: replacing nodes for it would only walk the
+    writer through every node of the cluster (it did, down to NotEnoughNodesError)."""
+    seq = sequence()
+    seq.append(b"p")
+    seq.append(b"q")
+    assert [a.entry_id for a in seq.on_result("a", 0, pb.OK) + seq.on_result("b", 0, pb.OK)] == [0]
+    seq.on_result("c", 1, pb.BAD_REQUEST, "entry of 9437184 bytes exceeds this node's limit of 8388608 bytes")
+    assert seq.failed_nodes == set()
+    assert isinstance(seq.error, EntryRefusedError)
+    assert "node c refused entry 1 of ledger" in str(seq.error) and "exceeds this node's limit" in str(seq.error)
+    assert seq.last_add_confirmed == 0
+    with pytest.raises(EntryRefusedError):
+        seq.append(b"r")
+
+
+@pytest.mark.parametrize("status", [pb.ERROR, pb.READ_ONLY, pb.STATUS_UNKNOWN])
 def test_node_errors_hold_completion_until_the_node_is_replaced(status):
     seq = sequence()
     seq.append(b"p")
