@@ -46,6 +46,7 @@ from connector.spark.jobs import (
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
+from connector.spark.task_client import driver_client
 from connector.spark.write import check_target, ensure_stream, write_task_ledger
 from metadata import layout
 from metadata.errors import LedgerError
@@ -89,7 +90,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     @classmethod
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
-        with LedgerClient(options.metadata, **options.client_options()) as lc:
+        with driver_client(options) as lc:
             check_target(lc, options, arrow, overwrite=False, streaming=True)
             ensure_stream(lc.store, options.stream)
             clean_stream(lc, options.stream, options.password)  # the janitor: queries on it whose driver is gone
@@ -117,7 +118,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
         kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
-        with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
+        with driver_client(self.options) as lc:
             try:
                 replayed = self._register(lc, tasks, batchId)
             except REFUSALS:
@@ -136,7 +137,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                             self.options.stream, batchId, self.query_id, exc)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with LedgerClient(self.options.metadata, **self.options.client_options()) as lc:
+        with driver_client(self.options) as lc:
             lc.store.sync(layout.stream_path(self.options.stream))
             if self._fenced(lc):
                 return  # a janitor cleaned this run's registry; a new run of the query may be using it now
