@@ -104,3 +104,24 @@ class NodeClient:
             response_deserializer=pb.AddResponse.FromString,
         )
         return list(call(iter(messages), timeout=30))
+
+
+def open_ledger_on_nodes(store, nodes, entries: int, password: bytes, writer_id: str, lacs=()) -> int:
+    """An OPEN ledger of writer_id on an ensemble of nodes (E = WQ = 3, AQ = 2), whose `entries` entries every node
+    holds, each piggybacking LAC -1 as a pipelined writer sends them before any completes; lacs: the explicit LAC
+    each node then takes, in the order of nodes (none: they know -1). Its id."""
+    from metadata.model import Fragment, LedgerMetadata
+    from protos.digest import password_hash
+
+    meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, tuple(n.node_id for n in nodes)),),
+                          password_hash=password_hash(password), writer_id=writer_id)
+    ledger_id = store.create_ledger(meta).value.ledger_id
+    key = master_key(password)
+    batch = [make_entry(ledger_id, e, payload_for(ledger_id, e), key=key, lac=-1) for e in range(entries)]
+    for node in nodes:
+        with NodeClient(node.address) as nc:
+            assert all(r.status == pb.OK for r in nc.add(*batch))
+    for node, lac in zip(nodes, lacs):
+        with NodeClient(node.address) as nc:
+            assert nc.write_lac(ledger_id, lac).status == pb.OK
+    return ledger_id

@@ -18,9 +18,7 @@ from connector.spark.stream_read import LedgerStreamReader
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger, StreamRecord
 from metadata.streams import create_stream
-from protos import ledger_pb2 as pb
-from protos.digest import password_hash
-from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+from tests.harness.node_client import NodeClient, open_ledger_on_nodes, payload_for
 
 PASSWORD = b"test-password"
 SEALED = 100    # entries (= offsets) of the sealed ledger
@@ -37,16 +35,7 @@ def sealed_ledger(metadata_uri) -> int:
 
 def open_tail_known_to_one_node(store, nodes) -> int:
     """The OPEN ledger of a live writer: every node holds its entries, only nodes[0] knows they are confirmed."""
-    ensemble = tuple(n.node_id for n in nodes)
-    meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ensemble),), password_hash=password_hash(PASSWORD),
-                          writer_id=WRITER)
-    ledger_id = store.create_ledger(meta).value.ledger_id
-    entries = [make_entry(ledger_id, e, payload_for(ledger_id, e), key=KEY, lac=-1) for e in range(TAIL)]
-    for node in nodes:
-        with NodeClient(node.address) as nc:
-            assert all(r.status == pb.OK for r in nc.add(*entries))
-    with NodeClient(nodes[0].address) as nc:
-        assert nc.write_lac(ledger_id, TAIL - 1).status == pb.OK
+    ledger_id = open_ledger_on_nodes(store, nodes, TAIL, PASSWORD, WRITER, lacs=(TAIL - 1,))
     for node, lac in zip(nodes, (TAIL - 1, -1, -1)):
         with NodeClient(node.address) as nc:
             assert nc.read_lac(ledger_id).last_add_confirmed == lac

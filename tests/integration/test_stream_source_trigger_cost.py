@@ -14,11 +14,10 @@ from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import LedgerStreamReader
 from metadata import registry
-from metadata.model import Fragment, LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import StreamLedger, StreamRecord
 from metadata.streams import create_stream
 from protos import ledger_pb2 as pb
-from protos.digest import password_hash
-from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
+from tests.harness.node_client import NodeClient, open_ledger_on_nodes
 from tests.harness.poll import poll_until
 
 PASSWORD = b"test-password"
@@ -79,20 +78,6 @@ def test_a_trigger_reads_the_head_and_the_tail_once_and_reports_without_asking_a
             writer.close()
 
 
-def open_tail(store, nodes, entries: int, lac: int) -> int:
-    """The OPEN ledger of writer WRITER: every node holds `entries` entries and knows LAC `lac`."""
-    ensemble = tuple(n.node_id for n in nodes)
-    meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, ensemble),), password_hash=password_hash(PASSWORD),
-                          writer_id=WRITER)
-    ledger_id = store.create_ledger(meta).value.ledger_id
-    batch = [make_entry(ledger_id, e, payload_for(ledger_id, e), key=KEY, lac=-1) for e in range(entries)]
-    for node in nodes:
-        with NodeClient(node.address) as nc:
-            assert all(r.status == pb.OK for r in nc.add(*batch))
-    publish_lac(nodes, ledger_id, lac)
-    return ledger_id
-
-
 def publish_lac(nodes, ledger_id: int, lac: int) -> None:
     for node in nodes:
         with NodeClient(node.address) as nc:
@@ -105,7 +90,7 @@ def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger
     after sees the LAC stand still, finds the writer gone, recovers the tail and promises all ten entries."""
     nodes = cluster(3)
     writer = registry.register_writer(store, WRITER)
-    tail = open_tail(store, nodes, entries=10, lac=4)
+    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
     create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
     reader = stream_reader(metadata_uri, PASSWORD)
     try:
