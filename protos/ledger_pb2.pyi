@@ -18,6 +18,7 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     READ_ONLY: _ClassVar[Status]
     BAD_REQUEST: _ClassVar[Status]
     ERROR: _ClassVar[Status]
+    TOO_LARGE: _ClassVar[Status]
 
 class AddFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +33,7 @@ UNAUTHORIZED: Status
 READ_ONLY: Status
 BAD_REQUEST: Status
 ERROR: Status
+TOO_LARGE: Status
 ADD_FLAG_NONE: AddFlag
 RECOVERY_ADD: AddFlag
 

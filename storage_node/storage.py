@@ -311,9 +311,9 @@ class Storage:
                                    and not flags & ~_KNOWN_FLAGS))
                         and -1 <= lac < entry_id < MAX_ID and len(payload) <= max_entry_bytes
                         and entry_digest(ledger_id, entry_id, lac, payload) == digest):
-                    problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, digest)
+                    status, problem = self._entry_problem(ledger_id, entry_id, lac, key, flags, payload, digest)
                     if problem:
-                        answers.append(AddRun(ledger_id, entry_id, entry_id, pb.BAD_REQUEST, problem))
+                        answers.append(AddRun(ledger_id, entry_id, entry_id, status, problem))
                         run = None
                         continue
                 if not known:
@@ -367,22 +367,26 @@ class Storage:
         return state.check_add(key, recovery)
 
     def _entry_problem(self, ledger_id: int, entry_id: int, lac: int, key: bytes, flags: int,
-                       payload: bytes, digest: int) -> str:
+                       payload: bytes, digest: int) -> tuple[int, str]:
+        """(status, why) of an add's entry that cannot be taken, or (OK, "") when it can: BAD_REQUEST when it is
+        malformed or damaged; TOO_LARGE when it is well formed and over --max-entry-bytes (the writer may send
+        it to no node with this limit, and a writer treats it as its own error, not this node's failure)."""
         problem = id_problem(ledger_id, entry_id)
+        if not problem and not -1 <= lac < entry_id:
+            problem = f"piggybacked LAC {lac} of entry {entry_id} must be in [-1, entry id)"
+        if not problem and (not key or len(key) > MAX_KEY_BYTES):
+            problem = f"master key must be 1..{MAX_KEY_BYTES} bytes, got {len(key)}"
+        if not problem and flags & ~_KNOWN_FLAGS:
+            problem = f"unknown add flags {flags:#x}"
         if problem:
-            return problem
-        if not -1 <= lac < entry_id:
-            return f"piggybacked LAC {lac} of entry {entry_id} must be in [-1, entry id)"
-        if not key or len(key) > MAX_KEY_BYTES:
-            return f"master key must be 1..{MAX_KEY_BYTES} bytes, got {len(key)}"
-        if flags & ~_KNOWN_FLAGS:
-            return f"unknown add flags {flags:#x}"
+            return pb.BAD_REQUEST, problem
         if len(payload) > self.config.max_entry_bytes:
-            return (f"entry of {len(payload)} bytes exceeds this node's limit of {self.config.max_entry_bytes} "
-                    "bytes (--max-entry-bytes): split it")
+            return pb.TOO_LARGE, (f"entry of {len(payload)} bytes exceeds this node's limit of "
+                                  f"{self.config.max_entry_bytes} bytes (--max-entry-bytes): split it")
         if entry_digest(ledger_id, entry_id, lac, payload) != digest:
-            return f"digest mismatch on entry {ledger_id}/{entry_id}: damaged in transit or computed wrongly"
-        return ""
+            return pb.BAD_REQUEST, (f"digest mismatch on entry {ledger_id}/{entry_id}: damaged in transit or "
+                                    "computed wrongly")
+        return pb.OK, ""
 
     def _read_only_message(self) -> str:
         return f"node {self.config.node_id} is read-only ({self.read_only_reason}); write to other nodes"

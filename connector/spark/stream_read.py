@@ -8,7 +8,8 @@ stream with the same checkpoint is refused instead of reading the new stream fro
 The readable end of a stream is the end of its last sealed ledger, or, for the OPEN ledger of a live
 stream writer, the entry its writer last confirmed (LAC) as the nodes know it: a row is visible only
 once it is acknowledged, and never before. A dangling tail (writer gone) is recovered first, as for
-batch reads.
+batch reads; while the tail's LAC moves on, its writer is known alive without asking ZooKeeper, so a writer
+gone since the last trigger is found (and its tail recovered) by the trigger after (spans.readable_end).
 
 A micro-batch reads exactly the range its latestOffset promised (DESIGN rule 17): partitions(start,
 end) plans from the offsets Spark hands it and the stream record, without reading a LAC again. The

@@ -46,8 +46,8 @@ def test_an_entry_a_node_refuses_stops_the_writer_without_replacing_any_node(clu
         writer = lc.create_ledger(3, 3, 2)
         ensemble = writer.metadata.fragments[0].ensemble
         assert writer.append(b"kept") == 0
-        with pytest.raises(EntryRefusedError, match=r"refused entry 1 of ledger .*exceeds this node's limit of 65536 "
-                                                    r"bytes.*none is replaced"):
+        with pytest.raises(EntryRefusedError, match=r"refused entry 1 of ledger \d+: too large for it; no node is "
+                                                    r"replaced .*exceeds this node's limit of 65536 bytes"):
             writer.append(b"x" * 100_000)
         with pytest.raises(EntryRefusedError):
             writer.append(b"small")                # the writer stopped at the refused entry

@@ -11,7 +11,8 @@ from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 
-def test_malformed_oversized_and_damaged_requests_get_bad_request_and_the_node_keeps_serving(start_node):
+def test_malformed_and_damaged_requests_get_bad_request_oversized_entries_too_large_and_the_node_keeps_serving(
+        start_node):
     node = start_node(None, "--max-entry-bytes", "1024")
     with NodeClient(node.address) as client:
         bad = client.add(
@@ -22,7 +23,7 @@ def test_malformed_oversized_and_damaged_requests_get_bad_request_and_the_node_k
             make_entry(1, 3, b"future lac", lac=7),
             make_entry(-1, 0, b"negative ledger"),
         )
-        assert [r.status for r in bad] == [pb.BAD_REQUEST] * 6
+        assert [r.status for r in bad] == [pb.TOO_LARGE] + [pb.BAD_REQUEST] * 5
         assert "limit of 1024 bytes" in bad[0].message and "digest mismatch" in bad[1].message
         mixed = client.add(make_entry(1, 0, b"x" * 1024), make_entry(1, 1, b"y", digest=1))
         assert [r.status for r in mixed] == [pb.OK, pb.BAD_REQUEST]

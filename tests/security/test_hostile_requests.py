@@ -26,7 +26,7 @@ PROTECTED, PROTECTED_KEY, PROTECTED_ENTRIES = 1, master_key(b"owner only"), 100
 FUZZ_LEDGERS = (2, 3, 4, 5)
 FUZZ_KEYS = {ledger: master_key(b"key %d" % ledger) for ledger in FUZZ_LEDGERS}
 EXAMPLES, ADDS_PER_EXAMPLE, CALLS_PER_EXAMPLE = 200, 40, 12  # 200 * 52 = 10,400 requests
-ADD_STATUSES = {pb.OK, pb.BAD_REQUEST, pb.UNAUTHORIZED, pb.FENCED}
+ADD_STATUSES = {pb.OK, pb.BAD_REQUEST, pb.TOO_LARGE, pb.UNAUTHORIZED, pb.FENCED}
 CALL_STATUSES = ADD_STATUSES | {pb.NO_LEDGER, pb.NO_ENTRY}
 RAW = object()  # "take the next 8 bytes as a signed 64-bit value"
 HOSTILE_IDS = (-1, -(1 << 63), MAX_ID - 1, MAX_ID, (1 << 63) - 1, RAW)

@@ -86,14 +86,14 @@ def test_unauthorized_answer_is_fatal():
     assert isinstance(seq.error, UnauthorizedError)
 
 
-def test_an_entry_a_node_refuses_as_a_bad_request_fails_the_ledger_and_replaces_no_node():
-    """Every node would refuse an oversized or malformed entry alike: replacing nodes for it would only walk the
-    writer through every node of the cluster (it did, down to NotEnoughNodesError)."""
+def test_an_entry_a_node_refuses_as_too_large_fails_the_writer_and_replaces_no_node():
+    """Replacing nodes for an entry over their --max-entry-bytes would only walk the writer through every node
+    with that limit (it did, as BAD_REQUEST, down to NotEnoughNodesError)."""
     seq = sequence()
     seq.append(b"p")
     seq.append(b"q")
     assert [a.entry_id for a in seq.on_result("a", 0, pb.OK) + seq.on_result("b", 0, pb.OK)] == [0]
-    seq.on_result("c", 1, pb.BAD_REQUEST, "entry of 9437184 bytes exceeds this node's limit of 8388608 bytes")
+    seq.on_result("c", 1, pb.TOO_LARGE, "entry of 9437184 bytes exceeds this node's limit of 8388608 bytes")
     assert seq.failed_nodes == set()
     assert isinstance(seq.error, EntryRefusedError)
     assert "node c refused entry 1 of ledger" in str(seq.error) and "exceeds this node's limit" in str(seq.error)
@@ -102,7 +102,15 @@ def test_an_entry_a_node_refuses_as_a_bad_request_fails_the_ledger_and_replaces_
         seq.append(b"r")
 
 
-@pytest.mark.parametrize("status", [pb.ERROR, pb.READ_ONLY, pb.STATUS_UNKNOWN])
+def test_a_recoverys_write_back_replaces_a_node_that_refuses_an_entry_as_too_large():
+    """The entry was taken before, by nodes whose limit allows it: the write-back goes on elsewhere (rule 12)."""
+    seq = AddSequence(7, Schedule(3, 3, 2), ("a", "b", "c"), recovery=True)
+    seq.append(b"p")
+    seq.on_result("c", 0, pb.TOO_LARGE, "entry of 9437184 bytes exceeds this node's limit of 8388608 bytes")
+    assert seq.error is None and seq.failed_nodes == {"c"}
+
+
+@pytest.mark.parametrize("status", [pb.ERROR, pb.READ_ONLY, pb.STATUS_UNKNOWN, pb.BAD_REQUEST])
 def test_node_errors_hold_completion_until_the_node_is_replaced(status):
     seq = sequence()
     seq.append(b"p")

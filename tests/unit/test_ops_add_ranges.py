@@ -14,7 +14,7 @@ from protos import ledger_pb2 as pb
 
 NODES = ("a", "b", "c", "d")
 QUORUMS = [(3, 3, 2), (3, 2, 2), (4, 2, 1), (4, 3, 2), (2, 2, 2), (1, 1, 1)]
-STATUSES = [pb.OK] * 6 + [pb.ERROR, pb.READ_ONLY, pb.FENCED, pb.UNAUTHORIZED, pb.BAD_REQUEST]
+STATUSES = [pb.OK] * 6 + [pb.ERROR, pb.READ_ONLY, pb.FENCED, pb.UNAUTHORIZED, pb.BAD_REQUEST, pb.TOO_LARGE]
 
 events = st.lists(st.one_of(
     st.tuples(st.just("append"), st.integers(1, 4)),

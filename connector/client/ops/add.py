@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from connector.client.errors import EntryRefusedError, LedgerError, error_for_status, refuses_ledger
+from connector.client.errors import LedgerError, error_for_status, refuses_ledger
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
@@ -83,11 +83,10 @@ class AddSequence:
             return self._complete()
         if refuses_ledger(status):  # fenced, wrong password: no other node would take it either
             self.fail(error_for_status(status, node=node, ledger=self.ledger_id, entry=entry_id, detail=message))
-        elif status == pb.BAD_REQUEST:  # the entry itself (oversized, malformed): any replacement would refuse it too
-            self.fail(EntryRefusedError(
-                f"node {node} refused entry {entry_id} of ledger {self.ledger_id}: {message or 'bad request'}. No "
-                "node would take it, so none is replaced and this writer stops at it; the entries before it stay. "
-                "Close the ledger and write on in a new one, with entries the nodes take (--max-entry-bytes)"))
+        elif status == pb.TOO_LARGE and not self.recovery:
+            # over the node's --max-entry-bytes: a writer would only walk through the nodes with that limit. A
+            # recovery's write-back replaces the node (rule 12): the entry was taken before, by nodes that take it.
+            self.fail(error_for_status(status, node=node, ledger=self.ledger_id, entry=entry_id, detail=message))
         else:
             self.on_node_failure(node)
         return []
