@@ -39,7 +39,7 @@ from connector.client.runner import (
     recover,
     wait_last_add_confirmed,
 )
-from connector.client.transport import GrpcTransport
+from connector.client.transport import MAX_SENDABLE_ENTRY_BYTES, GrpcTransport
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
@@ -65,15 +65,17 @@ class LedgerClient:
     the client dial those addresses instead of the registered ones, e.g. a proxy in front of each node.
 
     max_entry_bytes: the largest entry a write handle sends, the storage nodes' --max-entry-bytes (8 MiB by
-    default on both sides): a larger one is refused with EntryTooLargeError before anything is sent.
+    default on both sides; at most what one gRPC message carries, just under 64 MiB): a larger one is refused
+    with EntryTooLargeError before anything is sent.
     """
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
                  tls: TlsConfig | None = None, auth_token: str | None = None,
                  node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
-        if max_entry_bytes < 1:
-            raise ValueError(f"max_entry_bytes must be at least 1, not {max_entry_bytes}")
+        if not 1 <= max_entry_bytes <= MAX_SENDABLE_ENTRY_BYTES:
+            raise ValueError(f"max_entry_bytes must be 1..{MAX_SENDABLE_ENTRY_BYTES:,} (the most one gRPC message to a "
+                             f"node carries), not {max_entry_bytes:,}")
         self.max_entry_bytes = max_entry_bytes
         self.uri = uri or default_metadata_uri()
         self.node_addresses = dict(node_addresses or {})

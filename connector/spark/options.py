@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 
 from connector.client import default_metadata_uri
 from connector.client.errors import DEFAULT_MAX_ENTRY_BYTES
+from connector.client.transport import MAX_SENDABLE_ENTRY_BYTES
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
@@ -99,7 +100,7 @@ class LedgerOptions:
             ack_quorum=integer_option(given, "ackquorum", minimum=1),
             entry_bytes=integer_option(given, "entrybytes", minimum=MIN_ENTRY_BYTES, maximum=MAX_ENTRY_BYTES),
             max_entry_bytes=integer_option(given, "maxentrybytes", minimum=MIN_ENTRY_BYTES,
-                                           maximum=512 * 1024 * 1024),
+                                           maximum=MAX_SENDABLE_ENTRY_BYTES),
             compression=_choice(given, "compression", COMPRESSIONS),
             starting_offset=_offset(given, "startingoffsets", "earliest"),
             ending_offset=_offset(given, "endingoffsets", "latest"),
