@@ -16,7 +16,6 @@ from typing import Iterable, Iterator, Mapping
 
 from connector.client import entry_time
 from connector.client.errors import (
-    DEFAULT_MAX_ENTRY_BYTES,
     LedgerClosedError,
     LedgerError,
     UnauthorizedError,
@@ -39,7 +38,7 @@ from connector.client.runner import (
     recover,
     wait_last_add_confirmed,
 )
-from connector.client.transport import MAX_SENDABLE_ENTRY_BYTES, GrpcTransport
+from connector.client.transport import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES, GrpcTransport
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore

@@ -13,10 +13,7 @@ __all__ = [
     "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
     "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError", "DigestMismatchError",
     "EntryTooLargeError", "EntryRefusedError", "NodeError", "error_for_status", "refuses_ledger", "check_entry_sizes",
-    "DEFAULT_MAX_ENTRY_BYTES",
 ]
-
-DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-entry-bytes
 
 
 class LedgerFencedError(LedgerError):

@@ -16,8 +16,7 @@ import os
 from typing import Callable, Mapping
 
 from connector.client import default_metadata_uri
-from connector.client.errors import DEFAULT_MAX_ENTRY_BYTES
-from connector.client.transport import MAX_SENDABLE_ENTRY_BYTES
+from connector.client.transport import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
@@ -30,7 +29,6 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
-NODE_ENTRY_LIMIT = DEFAULT_MAX_ENTRY_BYTES  # a storage node's default --max-entry-bytes
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -56,7 +54,7 @@ class LedgerOptions:
     ack_quorum: int = 2
     entry_bytes: int = 1024 * 1024
     # writes: the storage nodes' --max-entry-bytes; an entry is cut below it, a row that alone is larger fails
-    max_entry_bytes: int = NODE_ENTRY_LIMIT
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     compression: str | None = None
     starting_offset: int | None = None  # inclusive; None = earliest
     ending_offset: int | None = None  # exclusive; None = latest
