@@ -1,0 +1,50 @@
+"""`ledger COMMAND` loads the module that registers COMMAND, and no other: the table in connector/cli.py says which."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from connector import cli
+
+
+def registered(module_name: str) -> set[str]:
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    importlib.import_module(module_name).register(subparsers)
+    return set(subparsers.choices)
+
+
+def test_the_table_names_every_command_each_module_registers_and_no_other():
+    for module_name in cli.COMMAND_MODULES:
+        assert registered(module_name) == {c for c, m in cli.COMMANDS.items() if m == module_name}, module_name
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_each_command_parses_with_its_module_alone(command):
+    parser = cli.build_parser(command)
+    try:
+        args = parser.parse_args([command, "--help"])
+    except SystemExit as exited:
+        assert exited.code == 0
+    else:
+        assert command == "node" and args.node_args == ["--help"]   # handed to the storage node as they are
+
+
+def test_an_admin_command_starts_without_spark_pyarrow_or_the_benchmarks():
+    """`ledger list` is what an operator types most: before the table, every command imported every module."""
+    code = ("import sys; from connector import cli; cli.build_parser('list'); "
+            "print(sorted(m for m in ('pyspark', 'pyarrow', 'connector.bench.stream', 'connector.spark.janitor') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_help_and_an_unknown_command_still_list_every_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["no-such-command"])
+    error = capsys.readouterr().err
+    assert "invalid choice: 'no-such-command'" in error
+    assert all(command in error for command in cli.COMMANDS)
