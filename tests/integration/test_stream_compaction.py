@@ -94,28 +94,32 @@ def test_an_arrow_stream_of_200_small_ledgers_is_compacted_with_the_same_rows_at
         assert plan_runs(lc, streams.read_stream(lc.store, "events").value, policy, b"") == []   # nothing left
 
 
-def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer_goes_on(metadata_uri, cluster):
+def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer_goes_on(
+        metadata_uri, cluster, monkeypatch):
+    # Pages of 16 ledgers instead of 256 (test_stream_pages.py covers the real size): the same paging, with
+    # the stream's 44 ledgers in two sealed pages and a tail, and 16 times fewer appends.
+    monkeypatch.setattr(streams, "PAGE_LEDGERS", 16)
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
         writer = Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2)
-        for n in range(1400):
+        for n in range(88):
             writer.append(f"p-{n}".encode())
         before = stream_ledgers(lc.store, "raw")
-        assert len(before) == 700 and streams.list_pages(lc.store, "raw")
+        assert len(before) == 44 and len(streams.list_pages(lc.store, "raw")) == 2
         old_head = streams.read_stream(lc.store, "raw").value
         reading = Streams(lc).read("raw")
-        first_half = [next(reading) for _ in range(500)]             # a read going on during the compaction
+        first_half = [next(reading) for _ in range(31)]              # a read going on during the compaction
 
         result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=200, grace=GRACE))
 
-        for n in range(1400, 1500):                                  # the owner keeps appending and rolling
+        for n in range(88, 96):                                      # the owner keeps appending and rolling
             writer.append(f"p-{n}".encode())
         writer.close()
         after = stream_ledgers(lc.store, "raw")
-        assert all(r.state == "swapped" for r in result.runs) and len(after) < 250
+        assert all(r.state == "swapped" for r in result.runs) and len(after) < len(before) // 2
         entries = [(e.offset, e.payload) for e in Streams(lc).read("raw")]
-        assert entries == [(n, f"p-{n}".encode()) for n in range(1500)]
-        assert [(e.offset, e.payload) for e in first_half + list(reading)] == entries[:1400]
+        assert entries == [(n, f"p-{n}".encode()) for n in range(96)]
+        assert [(e.offset, e.payload) for e in first_half + list(reading)] == entries[:88]
         new = lc.ledger_metadata(after[0].ledger_id)
         assert after[0].last_offset - after[0].first_offset == new.last_entry_id   # one entry per offset
         assert list(streams.iter_ledgers(lc.store, old_head)) == before   # a head read before the swap, still whole
