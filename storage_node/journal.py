@@ -22,7 +22,10 @@ cannot be undone, a failed fsync and a failed segment roll (creating the file, s
 the directory entry) all break the journal: the group fails, so does the one gathering behind it, and no
 later add is journaled, because the state of what is on disk is unknown; the node then refuses every request
 that reads or changes its state until it is restarted (storage.py `refusal`), and replay at the restart
-trusts only what is on disk.
+trusts only what is on disk. One roll failure does not break it: a full disk (ENOSPC, EDQUOT) while the new
+segment is created or its first mark written, before its directory entry is synced. Nothing was ever
+acknowledged in that file: it is removed and the next group rolls again, while the node is read-only
+until space is freed (storage.py), as after any write that failed for want of space.
 
 Durable marks (torn groups after a power cut): a group is one pwritev acknowledged only after its
 fdatasync, so a power cut during it may leave any subset of its pages on disk: damage with valid records
@@ -61,6 +64,13 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 FSYNC_FAULT_ENV = "LEDGER_NODE_TEST_FSYNC_FAULT_FILE"
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class _DiskFull(Exception):
+    """A new segment could not be started for want of space; its cause is the OSError."""
+
+
 # -- writing ------------------------------------------------------------------------------------
 
 class SegmentWriter:
@@ -73,6 +83,7 @@ class SegmentWriter:
         # < 0 (or no posix_fadvise): leave the page cache alone
         self._page_cache_bytes = page_cache_bytes if hasattr(os, "posix_fadvise") else -1
         self._broken: str | None = None
+        self._unused_number: int | None = None   # a full disk stopped a roll to it: the next roll takes it
         self._fd = -1
         self._dropped = 0                  # bytes of the segment already dropped from the page cache
         self.segment = 0
@@ -88,32 +99,62 @@ class SegmentWriter:
         return self._broken
 
     def _roll(self) -> None:
-        """Start the next segment; any failure breaks the writer: a segment whose directory entry or
-        first mark may not be durable must never hold acknowledged records (rule 5)."""
-        number = self._numbers.take()
+        """Start the next segment. A failure breaks the writer (a segment whose directory entry or first mark
+        may not be durable must never hold acknowledged records, rule 5), except a full disk before the
+        directory entry was synced: the new file is removed (it holds no record) and the next write rolls
+        again, to the same number (replay takes a gap in the numbers for segments compaction removed); if the
+        file cannot be removed, the writer breaks."""
+        number = self._numbers.take() if self._unused_number is None else self._unused_number
+        self._unused_number = None
+        path = segment_path(self._directory, number)
         try:
             self._start_segment(number)
+        except _DiskFull as full:
+            exc = full.__cause__
+            if self._discard(path):
+                self._unused_number = number
+                raise JournalWriteError(f"starting journal segment {path} failed ({exc})") from exc
+            self._broken = (f"starting journal segment {path} failed ({exc}) and the file could not be removed: "
+                            f"the journal takes no more writes; free space on the disk, then restart the node")
+            raise JournalWriteError(self._broken) from exc
         except OSError as exc:
-            self._broken = (f"starting journal segment {segment_path(self._directory, number)} failed ({exc}): "
+            self._broken = (f"starting journal segment {path} failed ({exc}): "
                             f"the journal takes no more writes; check the disk, then restart the node")
             raise JournalWriteError(self._broken) from exc
 
     def _start_segment(self, number: int) -> None:
+        """Create segment `number` and make it and its first mark durable. Before its directory entry is synced,
+        a full disk raises _DiskFull (the file, if created, holds no record) and leaves no current segment."""
         self.close()
         self.segment = number
         self.size = self._dropped = 0
-        self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._write_all(encode_durable_mark(0), [], 0)
-        _datasync(self._fd)
+        try:
+            self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._write_all(encode_durable_mark(0), [], 0)
+            _datasync(self._fd)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            self.close()
+            raise _DiskFull() from exc
         fsync_directory(self._directory)
         self.size = MARK_SIZE
+
+    def _discard(self, path: pathlib.Path) -> bool:
+        """Remove a segment file a full disk stopped at its creation; whether it is gone (or never was)."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            _log.error("could not remove journal segment %s after a full disk stopped its creation: %s", path, exc)
+            return False
+        return True
 
     def write(self, buffers: list, total: int) -> tuple[int, int]:
         """Write a group (after its durable mark) at the end of the current segment and fsync; returns
         (segment, offset of the group's first record)."""
         if self._broken:
             raise JournalWriteError(self._broken)
-        if self.size >= self._segment_bytes:
+        if self._fd < 0 or self.size >= self._segment_bytes:   # no segment: a full disk stopped the last roll
             self._roll()
         mark_at = self.size
         try:

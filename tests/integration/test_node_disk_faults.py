@@ -8,10 +8,12 @@ group fsync fails with EIO while a file of that name exists in the node's data d
 
 A full disk (--disk-quota-bytes, rule 9) turns the node read-only while a writer appends: the writer changes
 ensemble and keeps going; deleting the ledger and letting garbage collection reclaim it makes the node
-writable again.
+writable again. On a real 16 MiB tmpfs: a journal write failing with ENOSPC, and the disk filling just as the
+journal starts its next segment, turn the node read-only (not broken) until space is freed.
 """
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import time
@@ -233,6 +235,47 @@ def test_a_journal_write_failing_with_enospc_turns_the_node_read_only_until_spac
         poll_until(lambda: client.add(make_entry(3, len(payloads), b"small"))[0].status == pb.OK, 10,
                    what="the node to take adds once space was freed")
     assert registration(store, node).state is NodeState.AVAILABLE
+
+
+def fill(filesystem) -> None:
+    """Write a filler file until the filesystem has no page left."""
+    with open(filesystem / "filler", "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+
+def test_a_disk_full_when_the_journal_rolls_turns_the_node_read_only_not_broken(start_node, store, small_filesystem):
+    """The disk fills just as the journal starts its next segment: that add fails, the half-made segment is
+    removed and the node turns read-only (it went broken until a restart before: a failed roll); it serves
+    reads meanwhile, takes adds again, rolling anew, once space is freed, and replays everything at a restart."""
+    node = start_node(None, "--journal-segment-bytes", str(1 << 20), "--read-only-threshold", "1.0",
+                      "--disk-check-interval", "0.1", data_dir=small_filesystem / "node")
+    payloads = {e: payload_for(5, e, 256 << 10) for e in range(5)}
+    with NodeClient(node.address) as client:
+        for entry_id in range(4):                                  # segment 1 is full: the next add rolls
+            assert client.add(make_entry(5, entry_id, payloads[entry_id]))[0].status == pb.OK
+        fill(small_filesystem)
+        failed = client.add(make_entry(5, 4, payloads[4]))[0]
+        assert failed.status == pb.ERROR and "starting journal segment" in failed.message, failed
+        refused = client.add(make_entry(5, 4, payloads[4]))[0]
+        assert refused.status == pb.READ_ONLY and "ENOSPC" in refused.message, refused
+        read_only = poll_until(lambda: (r := registration(store, node)) and r.state is NodeState.READ_ONLY and r, 10,
+                               what="the node registered read-only")
+        assert read_only.health == "ok", read_only
+        assert all(client.read(5, e).payload == payloads[e] for e in range(4))
+
+        (small_filesystem / "filler").unlink()
+        poll_until(lambda: client.add(make_entry(5, 4, payloads[4]))[0].status == pb.OK, 10,
+                   what="the node to take adds once space was freed")
+    segments = sorted(p.name for p in (node.data_dir / "journal").glob("*.log"))
+    assert segments == ["segment-00000001.log", "segment-00000002.log"], segments
+    node.restart()
+    with NodeClient(node.address) as client:
+        assert all(client.read(5, e).payload == payloads[e] for e in range(5))
 
 
 def test_the_registration_follows_disk_use_in_steps_not_on_every_disk_check(start_node, store):

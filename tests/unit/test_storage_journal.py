@@ -1,6 +1,6 @@
 """Journal framing, writing and replay without processes: torn tails and torn last groups are dropped,
 damage before a durable mark or in the middle of a segment from before marks is fatal, and a journal
-whose segment roll failed takes no more writes."""
+whose segment roll failed takes no more writes, unless a full disk stopped it before anything of it was durable."""
 from __future__ import annotations
 
 import asyncio
@@ -373,6 +373,59 @@ def test_a_failed_segment_roll_breaks_the_journal(tmp_path, monkeypatch, fault):
     asyncio.run(scenario())
     assert errors and all(isinstance(e, JournalWriteError) for e in errors)
     assert descriptors.closed_twice == []
+
+
+def disk_full_once(monkeypatch, where: str) -> None:
+    """The next segment roll meets a full disk (ENOSPC) once: creating the file, or syncing its first mark."""
+    error = OSError(errno.ENOSPC, "No space left on device (injected)")
+    if where == "open":
+        real_open = os.open
+
+        def failing_open(path, flags, *args, **kwargs):
+            if str(path).endswith(".log") and flags & os.O_CREAT and error.args:
+                failed = OSError(*error.args)
+                error.args = ()
+                raise failed
+            return real_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", failing_open)
+    else:
+        real_sync = journal_module._datasync
+        left = [error]
+
+        def failing_sync(fd):
+            if left:
+                raise left.pop()
+            real_sync(fd)
+
+        monkeypatch.setattr(journal_module, "_datasync", failing_sync)
+
+
+@pytest.mark.parametrize("where", ["open", "first mark"])
+def test_a_full_disk_at_a_segment_roll_fails_the_group_and_the_next_one_rolls_again(tmp_path, monkeypatch, where):
+    """A full disk while the next segment starts (before its directory entry is synced) does not break the
+    journal: the group fails with the ENOSPC as its cause (storage.py turns the node read-only for it), the
+    half-made segment file is gone, and the next group rolls again to the same number (a gap would read as
+    segments removed by compaction at a restart without a checkpoint); replay finds every acknowledged record."""
+    errors = []
+
+    async def scenario():
+        journal = Journal(tmp_path, FileNumbers(1), segment_bytes=4096, apply=lambda *_: None,
+                          on_write_error=errors.append)
+        assert await add(journal, encode_key(7, KEY) + entry_record(7, 0, b"a" * 5000))   # fills segment 1
+        disk_full_once(monkeypatch, where)
+        assert not await add(journal, entry_record(7, 1, b"lost"))
+        assert journal.broken is None
+        assert not segment_path(tmp_path, 2).exists()
+        assert await add(journal, entry_record(7, 1, b"b"))
+        assert await add(journal, entry_record(7, 2, b"c"))
+        await journal.close()
+
+    asyncio.run(scenario())
+    assert len(errors) == 1 and errors[0].__cause__.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == ["segment-00000001.log", "segment-00000002.log"]
+    recovered = recover(tmp_path.parent, tmp_path)
+    assert list(recovered.ledgers[7].index.entries_between(0, 10)) == [0, 1, 2]
 
 
 def test_a_failed_apply_breaks_the_journal_and_fails_the_group_gathering_behind_it(tmp_path):
