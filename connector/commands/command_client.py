@@ -8,5 +8,7 @@ from connector.commands import node_security
 CONNECT_TIMEOUT = 2.0  # seconds to reach ZooKeeper before a command gives up with one line saying so
 
 
-def open_client(args) -> LedgerClient:
-    return LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args))
+def open_client(args, **settings) -> LedgerClient:
+    """settings: more LedgerClient settings of the command's (max_entry_bytes, say)."""
+    return LedgerClient(args.metadata, connect_timeout=CONNECT_TIMEOUT, **node_security.client_options(args),
+                        **settings)

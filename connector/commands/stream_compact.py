@@ -14,6 +14,7 @@ import datetime
 import json
 
 from connector.client import default_metadata_uri
+from connector.client.transport import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
 from connector.commands.command_client import open_client
 from connector.compaction import (
@@ -49,6 +50,10 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
                          help="entry size of rewritten arrow ledgers (the Spark writer's entryBytes, default 1 MiB)")
     compact.add_argument("--compression", choices=COMPRESSIONS, default="none",
                          help="compression of rewritten arrow entries (default none)")
+    compact.add_argument("--max-entry-bytes", type=_entry_limit, default=DEFAULT_MAX_ENTRY_BYTES,
+                         help="the most bytes an entry may have, as the storage nodes' --max-entry-bytes (default "
+                              f"{DEFAULT_MAX_ENTRY_BYTES >> 20} MiB, theirs): raise it with theirs to compact raw "
+                              "entries larger than that")
     compact.add_argument("--wait", action="store_true",
                          help="wait for the grace and delete the replaced ledgers before returning")
     compact.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
@@ -63,7 +68,7 @@ def run_compact(args) -> int:
         compression=None if args.compression == "none" else args.compression,
     )
     progress = None if args.json else _print_step
-    with open_client(args) as lc:
+    with open_client(args, max_entry_bytes=args.max_entry_bytes) as lc:
         result = compact_stream(lc, args.name, policy, password=args.password.encode(), wait=args.wait,
                                 on_step=progress)
     if args.json:
@@ -102,4 +107,12 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _entry_limit(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_SENDABLE_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(f"{text} is over {MAX_SENDABLE_ENTRY_BYTES:,}, the most one message to a "
+                                         "storage node carries")
     return value

@@ -196,6 +196,39 @@ def test_a_compaction_killed_at_each_step_leaves_the_stream_whole_and_the_next_r
         assert all(exists(lc, s.ledger_id) for s in stream_ledgers(lc.store, "raw"))
 
 
+def test_the_compact_command_copies_raw_entries_over_the_default_limit_with_max_entry_bytes(metadata_uri, cluster,
+                                                                                             capsys):
+    """On nodes that take 16 MiB entries, a raw stream holds a 9 MiB one: `ledger stream compact` refuses it with
+    the client's default limit (8 MiB), says which limit, and leaves the stream as it was; with
+    --max-entry-bytes raised as the nodes' is, it compacts it like any other."""
+    limit = 16 << 20
+    cluster(3, "--max-entry-bytes", str(limit))
+    payloads = [b"small-0", b"L" * (9 << 20), b"small-2", b"small-3", b"small-4"]
+    with LedgerClient(metadata_uri, max_entry_bytes=limit) as lc:
+        with Streams(lc).open_writer("big", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+            for payload in payloads:
+                w.append(payload)
+        before = stream_ledgers(lc.store, "big")
+        command = ["stream", "compact", "big", "--metadata", metadata_uri, "--target-bytes", str(64 << 20), "--grace",
+                   "0.1", "--wait"]
+
+        assert main(command) == 1
+        error = capsys.readouterr().err
+        assert error.startswith("ledger: error: ") and "over the 8,388,608 bytes" in error, error
+        assert "Traceback" not in error
+        assert stream_ledgers(lc.store, "big") == before
+        assert [e.payload for e in Streams(lc).read("big")] == payloads
+
+        assert main([*command, "--max-entry-bytes", str(limit)]) == 0
+        assert len(stream_ledgers(lc.store, "big")) < len(before)
+        assert [e.payload for e in Streams(lc).read("big")] == payloads
+        poll_until(lambda: cleaned_up(lc, "big"), timeout=30, what="the refused run's new ledgers to go")
+
+    with pytest.raises(SystemExit):
+        main([*command, "--max-entry-bytes", str(1 << 30)])
+    assert "the most one message to a storage node carries" in capsys.readouterr().err
+
+
 def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_grace(metadata_uri, cluster, capsys):
     cluster(3)
     def compact(*extra: str) -> str:
