@@ -137,6 +137,11 @@ def run_path(query_id: str, driver: str) -> str:
     return f"{query_registry(query_id).path}/{RUN_PREFIX}{driver}"
 
 
+def run_started(store: MetadataStore, query_id: str, driver: str) -> bool:
+    """Whether start_query recorded this run (the query, under this driver) already."""
+    return store.exists(run_path(query_id, driver))
+
+
 @dataclasses.dataclass(frozen=True)
 class Registration:
     """What a job's znode or a query run's says: the stream written and the driver running it ("" if the

@@ -41,7 +41,7 @@ from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, start_query, task_entries,
+    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, run_started, start_query, task_entries,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
@@ -90,13 +90,19 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     @classmethod
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
+        query_id = stream_options.query_id()
         with driver_client(options) as lc:
             check_target(lc, options, arrow, overwrite=False, streaming=True)
             ensure_stream(lc.store, options.stream)
-            clean_stream(lc, options.stream, options.password)  # the janitor: queries on it whose driver is gone
-            query_id = stream_options.query_id()
+            # Spark asks for a writer again for every micro-batch's commit: those find their run recorded, and
+            # only the query's start runs the janitor (jobs and queries on the stream whose driver is gone),
+            # which reads every registry of the cluster.
             with registered_driver(lc.store, options.metadata) as driver_id:
-                start_query(lc.store, query_id, options.stream, driver_id)
+                started = run_started(lc.store, query_id, driver_id)
+            if not started:
+                clean_stream(lc, options.stream, options.password)
+                with registered_driver(lc.store, options.metadata) as driver_id:
+                    start_query(lc.store, query_id, options.stream, driver_id)
         return cls(options, arrow, query_id, driver_id)
 
     # -- executors -----------------------------------------------------------------------------
