@@ -9,6 +9,7 @@ Arrays are stored in native byte order: a snapshot is only read back by the mach
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import struct
@@ -99,12 +100,17 @@ def save_snapshot(data_dir: pathlib.Path, blob: bytes) -> None:
     tmp = data_dir / (SNAPSHOT_NAME + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(blob)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        with contextlib.suppress(OSError):   # a partial snapshot would only take space (on a full disk, say)
+            tmp.unlink()
+        raise
     os.replace(tmp, data_dir / SNAPSHOT_NAME)
     fsync_directory(data_dir)
 

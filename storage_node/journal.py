@@ -64,7 +64,7 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 FSYNC_FAULT_ENV = "LEDGER_NODE_TEST_FSYNC_FAULT_FILE"
 
 
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a write failed for want of space (storage.py: read-only)
 
 
 class _DiskFull(Exception):
@@ -113,7 +113,8 @@ class SegmentWriter:
             exc = full.__cause__
             if self._discard(path):
                 self._unused_number = number
-                raise JournalWriteError(f"starting journal segment {path} failed ({exc})") from exc
+                raise JournalWriteError(f"starting journal segment {path} failed ({exc}): the node takes no adds "
+                                        "until space is freed") from exc
             self._broken = (f"starting journal segment {path} failed ({exc}) and the file could not be removed: "
                             f"the journal takes no more writes; free space on the disk, then restart the node")
             raise JournalWriteError(self._broken) from exc
@@ -133,7 +134,7 @@ class SegmentWriter:
             self._write_all(encode_durable_mark(0), [], 0)
             _datasync(self._fd)
         except OSError as exc:
-            if exc.errno not in _DISK_FULL:
+            if exc.errno not in DISK_FULL_ERRNOS:
                 raise
             self.close()
             raise _DiskFull() from exc

@@ -247,8 +247,12 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
                 reg = current
                 registration.publish(reg)
             if loop.time() >= next_checkpoint and not storage.broken:
-                with contextlib.suppress(JournalWriteError):   # broke meanwhile: the next round publishes it
+                try:
                     await storage.checkpoint()
+                except JournalWriteError:
+                    pass                                     # broke meanwhile: the next round publishes it
+                except OSError as exc:   # a full disk, say: the journal still holds everything since the last one
+                    log.warning("checkpoint not written (%s); trying again in %g s", exc, config.checkpoint_interval)
                 next_checkpoint = loop.time() + config.checkpoint_interval
     finally:
         if config.ready_file is not None:

@@ -24,7 +24,7 @@ from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalWriteError
-from storage_node.journal import Group, Journal
+from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
 from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
 from storage_node.records import (
@@ -480,12 +480,13 @@ class Storage:
 
     def _on_write_error(self, exc: JournalWriteError) -> None:
         cause = exc.__cause__
-        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS:
             try:
                 self.enospc_free_bytes = shutil.disk_usage(self.data_dir).free
             except OSError:
                 self.enospc_free_bytes = 0
-            self.set_read_only("enospc", "the disk is full (a journal write failed with ENOSPC)")
+            self.set_read_only("enospc", f"the disk is full (a journal write failed with "
+                                         f"{errno.errorcode.get(cause.errno, cause.errno)})")
         self.on_change()
 
     # -- fencing and LAC --------------------------------------------------------------------------

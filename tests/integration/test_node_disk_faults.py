@@ -251,9 +251,12 @@ def fill(filesystem) -> None:
 def test_a_disk_full_when_the_journal_rolls_turns_the_node_read_only_not_broken(start_node, store, small_filesystem):
     """The disk fills just as the journal starts its next segment: that add fails, the half-made segment is
     removed and the node turns read-only (it went broken until a restart before: a failed roll); it serves
-    reads meanwhile, takes adds again, rolling anew, once space is freed, and replays everything at a restart."""
+    reads meanwhile, and its periodic checkpoint fails without stopping it (it exited before: an OSError out of
+    its loop); it takes adds again, rolling anew, once space is freed, and replays everything at a restart.
+    Disk checks 5 s apart: one between filling the disk and the next add would turn the node read-only first."""
     node = start_node(None, "--journal-segment-bytes", str(1 << 20), "--read-only-threshold", "1.0",
-                      "--disk-check-interval", "0.1", data_dir=small_filesystem / "node")
+                      "--disk-check-interval", "5", "--checkpoint-interval", "0.2",
+                      data_dir=small_filesystem / "node")
     payloads = {e: payload_for(5, e, 256 << 10) for e in range(5)}
     with NodeClient(node.address) as client:
         for entry_id in range(4):                                  # segment 1 is full: the next add rolls
@@ -266,10 +269,11 @@ def test_a_disk_full_when_the_journal_rolls_turns_the_node_read_only_not_broken(
         read_only = poll_until(lambda: (r := registration(store, node)) and r.state is NodeState.READ_ONLY and r, 10,
                                what="the node registered read-only")
         assert read_only.health == "ok", read_only
-        assert all(client.read(5, e).payload == payloads[e] for e in range(4))
+        poll_until(lambda: "checkpoint not written" in node.log(), 30, what="a checkpoint on the full disk")
+        assert all(client.read(5, e).payload == payloads[e] for e in range(4))   # still serving
 
         (small_filesystem / "filler").unlink()
-        poll_until(lambda: client.add(make_entry(5, 4, payloads[4]))[0].status == pb.OK, 10,
+        poll_until(lambda: client.add(make_entry(5, 4, payloads[4]))[0].status == pb.OK, 30,
                    what="the node to take adds once space was freed")
     segments = sorted(p.name for p in (node.data_dir / "journal").glob("*.log"))
     assert segments == ["segment-00000001.log", "segment-00000002.log"], segments

@@ -97,7 +97,7 @@ def test_a_stream_writer_stamps_every_entry_and_readers_get_the_payload_back(cli
 
 
 def test_a_search_over_many_ledgers_reads_logarithmically_many_ledgers_and_entries(client, monkeypatch):
-    # Pages of 16 ledgers instead of 256, so that 256 ledgers fill 16 sealed pages and the page bound below bites
+    # Pages of 16 ledgers instead of 256: 256 ledgers fill 15 sealed pages and a tail, and the page bound bites
     monkeypatch.setattr(streams, "PAGE_LEDGERS", 16)
     ledgers, per_ledger = 256, 4
     count = ledgers * per_ledger

@@ -410,13 +410,14 @@ def test_a_full_disk_at_a_segment_roll_fails_the_group_and_the_next_one_rolls_ag
     errors = []
 
     async def scenario():
-        journal = Journal(tmp_path, FileNumbers(1), segment_bytes=4096, apply=lambda *_: None,
-                          on_write_error=errors.append)
+        numbers = FileNumbers(1)
+        journal = Journal(tmp_path, numbers, segment_bytes=4096, apply=lambda *_: None, on_write_error=errors.append)
         assert await add(journal, encode_key(7, KEY) + entry_record(7, 0, b"a" * 5000))   # fills segment 1
         disk_full_once(monkeypatch, where)
         assert not await add(journal, entry_record(7, 1, b"lost"))
         assert journal.broken is None
         assert not segment_path(tmp_path, 2).exists()
+        assert numbers.take() == 3                              # a compaction takes the next number meanwhile
         assert await add(journal, entry_record(7, 1, b"b"))
         assert await add(journal, entry_record(7, 2, b"c"))
         await journal.close()
