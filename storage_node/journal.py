@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import logging
 import os
 import pathlib
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NoReturn
 
 from storage_node.errors import JournalWriteError
 from storage_node.records import MARK_SIZE, encode_durable_mark
@@ -65,10 +66,6 @@ FSYNC_FAULT_ENV = "LEDGER_NODE_TEST_FSYNC_FAULT_FILE"
 
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a write failed for want of space (storage.py: read-only)
-
-
-class _DiskFull(Exception):
-    """A new segment could not be started for want of space; its cause is the OSError."""
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -108,38 +105,33 @@ class SegmentWriter:
         self._unused_number = None
         path = segment_path(self._directory, number)
         try:
-            self._start_segment(number)
-        except _DiskFull as full:
-            exc = full.__cause__
-            if self._discard(path):
+            self._create_segment(number)
+        except OSError as exc:
+            with contextlib.suppress(OSError):   # the file is removed or the writer breaks either way
+                self.close()
+            if exc.errno in DISK_FULL_ERRNOS and self._discard(path):
                 self._unused_number = number
                 raise JournalWriteError(f"starting journal segment {path} failed ({exc}): the node takes no adds "
                                         "until space is freed") from exc
-            self._broken = (f"starting journal segment {path} failed ({exc}) and the file could not be removed: "
-                            f"the journal takes no more writes; free space on the disk, then restart the node")
-            raise JournalWriteError(self._broken) from exc
+            self._break(f"starting journal segment {path} failed ({exc})", exc)
+        try:
+            fsync_directory(self._directory)
         except OSError as exc:
-            self._broken = (f"starting journal segment {path} failed ({exc}): "
-                            f"the journal takes no more writes; check the disk, then restart the node")
-            raise JournalWriteError(self._broken) from exc
+            self._break(f"starting journal segment {path} failed ({exc}) syncing its directory entry", exc)
+        self.size = MARK_SIZE
 
-    def _start_segment(self, number: int) -> None:
-        """Create segment `number` and make it and its first mark durable. Before its directory entry is synced,
-        a full disk raises _DiskFull (the file, if created, holds no record) and leaves no current segment."""
+    def _create_segment(self, number: int) -> None:
+        """Create segment `number` with its first mark, synced (its directory entry is not yet)."""
         self.close()
         self.segment = number
         self.size = self._dropped = 0
-        try:
-            self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            self._write_all(encode_durable_mark(0), [], 0)
-            _datasync(self._fd)
-        except OSError as exc:
-            if exc.errno not in DISK_FULL_ERRNOS:
-                raise
-            self.close()
-            raise _DiskFull() from exc
-        fsync_directory(self._directory)
-        self.size = MARK_SIZE
+        self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._write_all(encode_durable_mark(0), [], 0)
+        _datasync(self._fd)
+
+    def _break(self, what: str, cause: OSError) -> NoReturn:
+        self._broken = f"{what}: the journal takes no more writes; check the disk, then restart the node"
+        raise JournalWriteError(self._broken) from cause
 
     def _discard(self, path: pathlib.Path) -> bool:
         """Remove a segment file a full disk stopped at its creation; whether it is gone (or never was)."""
