@@ -342,7 +342,7 @@ def _rewrite(
         raise CompactionAbandonedError(f"compaction {compaction.compaction_id} was abandoned by a cleanup") from exc
     on_step("created", compaction)
     with handle:
-        copy = _ArrowCopy(stream, policy) if stream.format == ARROW else _RawCopy()
+        copy = _ArrowCopy(stream, policy, lc.max_entry_bytes) if stream.format == ARROW else _RawCopy()
         in_flight: collections.deque = collections.deque()
         for ledger, entries in _read_ahead(lc, group, password):
             for payload, time_ms in copy.entries(ledger, entries):
@@ -404,10 +404,12 @@ class _RawCopy:
 
 
 class _ArrowCopy:
-    """Arrow rows re-batched into entries of entry_bytes (the recorded schema), indexed as a Spark task does."""
+    """Arrow rows re-batched into entries of entry_bytes (the recorded schema), indexed as a Spark task does, and,
+    as there, none larger than the client sends with its time frame (rows are cut into more entries)."""
 
-    def __init__(self, stream: StreamRecord, policy: CompactionPolicy):
-        self.builder = EntryBuilder(decode_schema(stream.schema), policy.entry_bytes, policy.compression)
+    def __init__(self, stream: StreamRecord, policy: CompactionPolicy, max_entry_bytes: int):
+        self.builder = EntryBuilder(decode_schema(stream.schema), policy.entry_bytes, policy.compression,
+                                    max_bytes=max_entry_bytes - entry_time.FRAME.size)
         self.row_index = RowIndexBuilder()
         self.time_ms: int | None = None   # the time of the rows pending in the builder
 

@@ -8,15 +8,20 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
-from connector.client import LedgerClient, NoSuchLedgerError, Streams
+from connector.bench.task_context import StandInTask
 from connector.cli import main
+from connector.client import LedgerClient, NoSuchLedgerError, Streams, entry_time
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
+from connector.spark.jobs import job_registry
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
+from connector.spark.write import LedgerWriter, write_task_ledger
 from metadata import layout, streams
+from tests.harness import small_ledgers
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
 
@@ -254,3 +259,29 @@ def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_
         printed = compact()
         assert "ledgers rewritten into" in printed and "kept until" in printed
         assert [e.payload for e in Streams(lc).read("raw")] == [f"p-{n}".encode() for n in range(80)]
+
+
+def test_an_arrow_compaction_cuts_its_entries_to_the_clients_entry_limit(metadata_uri, cluster):
+    """--entry-bytes over the client's entry limit (--max-entry-bytes): the rows go into more entries, each within
+    the limit with its time frame, as a Spark write task cuts them, instead of the compaction failing. Each
+    ledger's 1,000 rows are one entry with one time (8 KiB), which a compaction keeps together unless cut."""
+    cluster(3)
+    opts = small_ledgers.options(metadata_uri, "limited")
+    job = LedgerWriter.prepare(opts, small_ledgers.SCHEMA, overwrite=False)
+
+    def task(partition: int):
+        ctx = StandInTask(partition)
+        rows = pa.record_batch([pa.array(range(partition * 1000, (partition + 1) * 1000), pa.int64())], names=["id"])
+        return write_task_ledger(opts, job.schema, iter([rows]), ctx, job._tags(ctx), job_registry(job.job_id))
+
+    job.commit([task(p) for p in range(4)])
+    limit = 4096
+    with LedgerClient(metadata_uri, max_entry_bytes=limit) as lc:
+        result = compact_stream(lc, "limited", CompactionPolicy(target_bytes=1 << 20, entry_bytes=1 << 20,
+                                                                grace=GRACE))
+        assert [(r.state, r.replaced) for r in result.runs] == [("swapped", 3)]
+        new = stream_ledgers(lc.store, "limited")[0]
+        entries = list(lc.open_ledger(new.ledger_id).read())
+        assert len(entries) > 3 and all(len(e.payload) + entry_time.FRAME.size <= limit for e in entries)
+        reader = arrow_reader(metadata_uri, "limited")
+        assert rows_of(reader, reader.partitions()) == [(n, n) for n in range(4000)]
