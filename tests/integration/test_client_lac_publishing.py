@@ -37,3 +37,19 @@ def test_after_a_burst_and_a_pause_every_node_reports_the_writers_lac(cluster, m
                    timeout=IDLE_LAC_AFTER + LAC_RETRY_AFTER + 2 * TIMEOUT + 1,
                    what="the paused node to hold the writer's LAC once it runs again")
         writer.close()
+
+
+def test_a_tailing_readers_long_poll_answers_for_an_idle_writers_last_entry(cluster, metadata_uri):
+    """The entry's own add carries the LAC before it (-1 here): the idle writer's explicit LAC, sent
+    IDLE_LAC_AFTER after the append (tests/unit/test_lac_publishing.py times it on a virtual clock), is what lets
+    a tailing reader see it, with no next add."""
+    nodes = cluster(3)
+    with LedgerClient(metadata_uri, timeout=TIMEOUT) as client:
+        writer = client.create_ledger(3, 3, 2)
+        assert writer.append(b"only entry") == 0
+        reader = client.open_ledger(writer.ledger_id, recover=False)
+        assert reader.wait_lac(previous=-1, timeout=15) == 0
+        assert [e.payload for e in reader.read(0, 0)] == [b"only entry"]
+        poll_until(lambda: all(node_lac(n, writer.ledger_id) == 0 for n in nodes), timeout=10,
+                   what="every node of the ensemble to hold the LAC")
+        writer.close()

@@ -18,7 +18,10 @@ from metadata.update_loop import Transform, update_ledger
 from protos import ledger_pb2 as pb
 from protos import wire
 
-IDLE_LAC_AFTER = 0.2  # seconds without appends before an idle writer sends its LAC explicitly (rule 2)
+# A writer without an append for this long sends its LAC to the nodes that lack it (rules 2, 17), so that a tailing
+# reader sees the last entry about this soon after its acknowledgement, at any rate of appends: a writer that
+# appends more often sends none (every add carries the LAC).
+IDLE_LAC_AFTER = 0.025
 LAC_RETRY_AFTER = 1.0  # seconds before an explicit LAC a node did not take is sent to it again
 TICK = 0.1
 
@@ -62,6 +65,7 @@ class AddPipeline:
         self._quarantine = Quarantine()  # nodes that failed recently, not chosen as replacements meanwhile
         self._last_append = self.loop.time()
         self._lac_sending: dict[str, float] = {}  # node -> when its explicit LAC may be sent (again)
+        self._lac_timer: asyncio.TimerHandle | None = None
         ctx.transport.register(meta.ledger_id, recovery, self)
         self._ticker = asyncio.ensure_future(self._tick())
 
@@ -153,6 +157,8 @@ class AddPipeline:
             asyncio.ensure_future(self._change_ensemble())
         if not self._futures:
             self._drained.set()
+        if completed and not self.recovery:
+            self._arm_lac_timer()
 
     # -- rule 3 ------------------------------------------------------------------------------------------------
 
@@ -199,8 +205,26 @@ class AddPipeline:
             if not self.recovery and now - self._last_append > IDLE_LAC_AFTER:
                 self._publish_lac(now)
 
+    def _arm_lac_timer(self) -> None:
+        """The LAC moved: publish it once the writer has been idle for IDLE_LAC_AFTER, unless an add carries it."""
+        if self._lac_timer is None:
+            delay = max(0.0, self._last_append + IDLE_LAC_AFTER - self.loop.time())
+            self._lac_timer = self.loop.call_later(delay, self._on_idle, self._last_append)
+
+    def _on_idle(self, last_append: float) -> None:
+        self._lac_timer = None
+        if self.seq.pending:
+            return   # its completion arms the timer again
+        if self._last_append != last_append:
+            self._arm_lac_timer()   # appended since the timer was set
+        else:
+            self._publish_lac(self.loop.time())
+
     def _publish_lac(self, now: float) -> None:
-        """Explicit LAC to each node of the ensemble that does not hold it, retried until it does (rule 17)."""
+        """Explicit LAC to each node of the ensemble that does not hold it, retried until it does (rule 17).
+        None while an add is in flight: it carries the LAC."""
+        if self._ticker.done():
+            return   # stopped
         lac = self.seq.last_add_confirmed
         for node in self.seq.lac_targets():
             if self._lac_sending.get(node, 0.0) <= now:
@@ -221,6 +245,8 @@ class AddPipeline:
             pass  # the LAC is a hint for readers: asked again after LAC_RETRY_AFTER
         finally:
             self._lac_sending[node] = retry_at
+        if retry_at == 0.0 and self.seq.last_add_confirmed > lac:
+            self._arm_lac_timer()   # the LAC moved on while this one was sent
 
     async def drain(self) -> None:
         """Wait until every add appended so far completed or failed."""
@@ -233,4 +259,6 @@ class AddPipeline:
 
     def stop(self) -> None:
         self._ticker.cancel()
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
         self.ctx.transport.unregister(self.ledger_id, self.recovery)
