@@ -8,6 +8,8 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
   (connector/bench/stream_ceiling.py: a minimal Python streaming source over a local file, same
   trigger, same sink), and their ratio. Both are measured after warm-up appends of their own, twice, in
   alternating order (_print_latency says why); the ledger query's first row after its start is printed apart.
+  Again for a sparse stream (--sparse-rate, 2 appends/s), where an entry's visibility to a tailing reader
+  rests on the writer's explicit LAC rather than on its next add.
 - Sink against Spark's own exactly-once sink: a rate source into the ledger sink and into the parquet
   file sink (checkpointed), same trigger, same run: committed rows/s at a rate neither keeps up with
   (--sink-fast-rate), and the median micro-batch at a rate both keep up with (--sink-rate).
@@ -43,6 +45,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency runs")
     parser.add_argument("--warm-up-seconds", type=float, default=5.0,
                         help="appends at --rate each latency query gets before it is measured")
+    parser.add_argument("--sparse-entries", type=int, default=40,
+                        help="entries measured per source in the latency runs of a sparse stream")
+    parser.add_argument("--sparse-rate", type=float, default=2.0,
+                        help="appends per second of the sparse stream (an idle writer between appends)")
     parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
     parser.add_argument("--unrelated", type=int, default=2_000, help="other ledgers in the cluster for the commit run")
     parser.add_argument("--commit-batches", type=int, default=15, help="micro-batches measured per commit run")
@@ -62,6 +68,8 @@ def run(args) -> int:
         spark.dataSource.register(CeilingStreamDataSource)
         try:
             _print_latency(spark, uri, tmp, args.entries, args.rate, args.warm_up_seconds)
+            _print_latency(spark, uri, tmp, args.sparse_entries, args.sparse_rate, args.warm_up_seconds,
+                           sparse=True)
             _print_sinks(spark, uri, tmp, args)
 
             rows = sample_dataframe(spark, args.rows, partitions=2)
@@ -84,13 +92,16 @@ def run(args) -> int:
     return 0
 
 
-def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up_seconds: float) -> None:
+def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up_seconds: float,
+                   sparse: bool = False) -> None:
     """Steady-state latency of the ledger source and of the ceiling, measured alike: each query first gets
     warm_up_seconds of appends at the rate that are not measured (its first batch starts Python workers, and
     the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice, in the
     order ledger, ceiling and then ceiling, ledger, so that neither gains from running second. The entries of
-    both of a source's runs are pooled. The ledger query's first row after its start is printed apart."""
-    records = f"{tmp}/ceiling-records"
+    both of a source's runs are pooled. The ledger query's first row after its start is printed apart.
+    sparse: the runs of a sparse stream, on a stream, files and checkpoints of their own."""
+    label = "-sparse" if sparse else ""
+    records = f"{tmp}/ceiling-records{label}"
     positions = itertools.count()
 
     def append_ceiling(_i: int) -> int:
@@ -101,20 +112,20 @@ def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up
     measured: dict[str, list[float]] = {"ledger": [], "ceiling": []}
     first_row = None   # the ledger query's first row after its start, in the first round
     with LedgerClient(uri) as lc:
-        writer = Streams(lc).open_writer("latency-bench")
+        writer = Streams(lc).open_writer(f"latency-bench{label}")
         try:
             writer.append(b"warm-up")   # the stream exists before the query starts
             sources = {
                 "ledger": (lambda: spark.readStream.format("ledger").option("metadata", uri)
                            .option("includeMetadata", "true").option("startingOffsets", "latest")
-                           .load("latency-bench"), lambda i: writer.append(f"entry {i}".encode())),
+                           .load(f"latency-bench{label}"), lambda i: writer.append(f"entry {i}".encode())),
                 "ceiling": (lambda: spark.readStream.format(CeilingStreamDataSource.name()).option("path", records)
                             .load(), append_ceiling),
             }
             for round_, order in enumerate((("ledger", "ceiling"), ("ceiling", "ledger"))):
                 for name in order:
                     reader, append = sources[name]
-                    warm_up, latencies = _latency(reader(), f"{tmp}/latency-{name}-{round_}-ck",
+                    warm_up, latencies = _latency(reader(), f"{tmp}/latency{label}-{name}-{round_}-ck",
                                                   max(1, entries // 2), rate, append, warm_up_seconds)
                     measured[name] += latencies
                     if name == "ledger" and first_row is None:
@@ -122,7 +133,8 @@ def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up
         finally:
             writer.close()
     (p50, p99), (c50, c99) = _percentiles(measured["ledger"]), _percentiles(measured["ceiling"])
-    print(f"stream latency: append acknowledged -> row in a streaming query's output, {len(measured['ledger'])} "
+    print(f"stream latency{', a sparse stream' if sparse else ''}: append acknowledged -> row in a streaming query's "
+          f"output, {len(measured['ledger'])} "
           f"entries at {rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; ceiling (a minimal Python "
           f"streaming source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 {c99 * 1000:.0f} ms; p50 ratio "
           f"{p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} 1 s; the ledger query's first "
