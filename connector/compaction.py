@@ -15,8 +15,9 @@ undoes what it left:
 3. rewrite: every new ledger is registered under the record before it is created, as a Spark task registers
    its ledger (connector/spark/jobs.py): an allocated id, an entry created while the record is at version
    0, the ledger created while the entry is at version 0. It is tagged with the stream and the compaction.
-   Arrow rows are re-batched into entries of entry_bytes, with a row index; raw entries are copied one for
-   one, so a raw ledger's entries still map 1:1 to offsets. The copy must hold exactly the run's offsets.
+   Arrow rows are re-batched into entries of entry_bytes (cut smaller where that is over the client's entry
+   limit), with a row index; raw entries are copied one for one, so a raw ledger's entries still map 1:1 to
+   offsets. The copy must hold exactly the run's offsets.
    Entry times (connector/client/entry_time.py) are kept exactly when every ledger of the group has them:
    a raw entry keeps its own, and arrow rows are re-batched only with rows of the same time (an entry has
    one time), so compaction never changes a row's _timestamp; the new ledger records its earliest and
@@ -57,6 +58,7 @@ from kazoo.exceptions import NoNodeError
 from connector.client import LedgerClient, NoSuchLedgerError, entry_time
 from connector.spark.commit import ARROW
 from connector.spark.encoding import EntryBuilder, decode_entry, entry_header
+from connector.spark.errors import RowTooLargeError
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, WriteJobEndedError, create_task_ledger, drop_entry, job_registry, query_registry,
     register_task_ledger, task_entries,
@@ -408,8 +410,9 @@ class _ArrowCopy:
     as there, none larger than the client sends with its time frame (rows are cut into more entries)."""
 
     def __init__(self, stream: StreamRecord, policy: CompactionPolicy, max_entry_bytes: int):
-        self.builder = EntryBuilder(decode_schema(stream.schema), policy.entry_bytes, policy.compression,
-                                    max_bytes=max_entry_bytes - entry_time.FRAME.size)
+        max_bytes = max_entry_bytes - entry_time.FRAME.size
+        self.builder = EntryBuilder(decode_schema(stream.schema), min(policy.entry_bytes, max_bytes),
+                                    policy.compression, max_bytes=max_bytes)
         self.row_index = RowIndexBuilder()
         self.time_ms: int | None = None   # the time of the rows pending in the builder
 
@@ -419,21 +422,33 @@ class _ArrowCopy:
 
     def entries(self, ledger: StreamLedger, entries: list) -> Iterator[tuple[bytes, int | None]]:
         rows = 0
-        for entry in entries:
-            if entry.time_ms != self.time_ms:
-                yield from self._indexed(self.builder.finish())   # an entry holds rows of one time
-                self.time_ms = entry.time_ms
-            decoded = decode_entry(entry.payload)
-            if decoded.first_row != rows:
-                raise LedgerError(f"ledger {ledger.ledger_id}: an entry starts at row {decoded.first_row}, "
-                                  f"expected {rows}; the ledger is not a Spark arrow ledger")
-            rows += decoded.row_count
-            for batch in decoded.batches:
-                yield from self._indexed(self.builder.add(batch))
+        try:
+            for entry in entries:
+                if entry.time_ms != self.time_ms:
+                    yield from self._indexed(self.builder.finish())   # an entry holds rows of one time
+                    self.time_ms = entry.time_ms
+                decoded = decode_entry(entry.payload)
+                if decoded.first_row != rows:
+                    raise LedgerError(f"ledger {ledger.ledger_id}: an entry starts at row {decoded.first_row}, "
+                                      f"expected {rows}; the ledger is not a Spark arrow ledger")
+                rows += decoded.row_count
+                for batch in decoded.batches:
+                    yield from self._indexed(self.builder.add(batch))
+        except RowTooLargeError as exc:
+            raise self._too_large(f"ledger {ledger.ledger_id}") from exc
         _check_count(ledger, rows)
 
     def finish(self) -> Iterator[tuple[bytes, int | None]]:
-        return self._indexed(self.builder.finish())
+        try:
+            yield from self._indexed(self.builder.finish())
+        except RowTooLargeError as exc:
+            raise self._too_large("the run's last rows") from exc
+
+    def _too_large(self, where: str) -> LedgerError:
+        return LedgerError(
+            f"{where}: a row alone is over the entry limit of {self.builder.max_bytes:,} bytes (--max-entry-bytes "
+            "less the time frame) in this compaction's --compression; nothing of the run was swapped in. Give "
+            "--max-entry-bytes the storage nodes' value, or compress (--compression)")
 
     def _indexed(self, payloads: Iterator[bytes]) -> Iterator[tuple[bytes, int | None]]:
         for payload in payloads:

@@ -21,7 +21,7 @@ from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
     compact_stream,
 )
-from connector.spark.options import COMPRESSIONS
+from connector.spark.options import COMPRESSIONS, MIN_ENTRY_BYTES
 
 
 def register_compact(subparsers) -> argparse.ArgumentParser:
@@ -112,6 +112,9 @@ def _positive(text: str) -> int:
 
 def _entry_limit(text: str) -> int:
     value = _positive(text)
+    if value < MIN_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(f"{text} is under {MIN_ENTRY_BYTES:,}, the least an entry limit may be (as "
+                                         "the Spark option maxEntryBytes)")
     if value > MAX_SENDABLE_ENTRY_BYTES:
         raise argparse.ArgumentTypeError(f"{text} is over {MAX_SENDABLE_ENTRY_BYTES:,}, the most one message to a "
                                          "storage node carries")

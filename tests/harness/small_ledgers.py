@@ -24,18 +24,19 @@ from connector.spark.write import LedgerWriter, write_task_ledger
 SCHEMA = StructType([StructField("id", LongType())])
 
 
-def ledger_rows(ledger_ids: range, first_id: int) -> list[pa.RecordBatch]:
-    """The rows of consecutive small ledgers: 1 + n % 5 rows for ledger n, ids from first_id on."""
+def ledger_rows(ledger_ids: range, first_id: int, per_ledger: int | None = None) -> list[pa.RecordBatch]:
+    """The rows of consecutive small ledgers: 1 + n % 5 rows for ledger n (or per_ledger each), ids from
+    first_id on."""
     batches = []
     for n in ledger_ids:
-        rows = 1 + n % 5
+        rows = per_ledger or 1 + n % 5
         batches.append(pa.record_batch([pa.array(range(first_id, first_id + rows), pa.int64())], names=["id"]))
         first_id += rows
     return batches
 
 
-def rows_in(ledgers: int) -> int:
-    return sum(1 + n % 5 for n in range(ledgers))
+def rows_in(ledgers: int, per_ledger: int | None = None) -> int:
+    return sum(per_ledger or 1 + n % 5 for n in range(ledgers))
 
 
 def options(uri: str, stream: str) -> LedgerOptions:
@@ -43,13 +44,14 @@ def options(uri: str, stream: str) -> LedgerOptions:
                                 "ackQuorum": "2"})
 
 
-def write_jobs(uri: str, stream: str, ledgers: range, per_job: int = 50) -> None:
-    """Ledgers `ledgers` (numbered as in the whole stream) committed by batch write jobs of per_job tasks."""
+def write_jobs(uri: str, stream: str, ledgers: range, per_job: int = 50, per_ledger: int | None = None) -> None:
+    """Ledgers `ledgers` (numbered as in the whole stream) committed by batch write jobs of per_job tasks; the
+    rows of each task are one record batch (ledger_rows)."""
     opts = options(uri, stream)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for start in range(ledgers.start, ledgers.stop, per_job):
             numbers = range(start, min(ledgers.stop, start + per_job))
-            batches = ledger_rows(numbers, rows_in(start))
+            batches = ledger_rows(numbers, rows_in(start, per_ledger), per_ledger)
             writer = LedgerWriter.prepare(opts, SCHEMA, overwrite=False)
 
             def task(partition: int, writer=writer, batches=batches):

@@ -40,9 +40,9 @@ def test_after_a_burst_and_a_pause_every_node_reports_the_writers_lac(cluster, m
 
 
 def test_a_tailing_readers_long_poll_answers_for_an_idle_writers_last_entry(cluster, metadata_uri):
-    """The entry's own add carries the LAC before it (-1 here): the idle writer's explicit LAC, sent
-    IDLE_LAC_AFTER after the append (tests/unit/test_lac_publishing.py times it on a virtual clock), is what lets
-    a tailing reader see it, with no next add."""
+    """The entry's own add carries the LAC before it (-1 here): with no next add, the idle writer's explicit LAC
+    is what lets a tailing reader see it, over real nodes. When it is sent is checked on a virtual clock
+    (tests/simulation/test_lac_publishing.py)."""
     nodes = cluster(3)
     with LedgerClient(metadata_uri, timeout=TIMEOUT) as client:
         writer = client.create_ledger(3, 3, 2)

@@ -8,20 +8,16 @@ import json
 import subprocess
 import sys
 
-import pyarrow as pa
 import pytest
 
-from connector.bench.task_context import StandInTask
 from connector.cli import main
 from connector.client import LedgerClient, NoSuchLedgerError, Streams, entry_time
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource
-from connector.spark.jobs import job_registry
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
-from connector.spark.write import LedgerWriter, write_task_ledger
 from metadata import layout, streams
-from tests.harness import small_ledgers
+from metadata.errors import LedgerError
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
 
@@ -232,6 +228,9 @@ def test_the_compact_command_copies_raw_entries_over_the_default_limit_with_max_
     with pytest.raises(SystemExit):
         main([*command, "--max-entry-bytes", str(1 << 30)])
     assert "the most one message to a storage node carries" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*command, "--max-entry-bytes", "8"])
+    assert "8 is under 1,024, the least an entry limit may be" in capsys.readouterr().err
 
 
 def test_the_compact_command_prints_what_it_did_and_with_wait_deletes_after_the_grace(metadata_uri, cluster, capsys):
@@ -266,15 +265,7 @@ def test_an_arrow_compaction_cuts_its_entries_to_the_clients_entry_limit(metadat
     the limit with its time frame, as a Spark write task cuts them, instead of the compaction failing. Each
     ledger's 1,000 rows are one entry with one time (8 KiB), which a compaction keeps together unless cut."""
     cluster(3)
-    opts = small_ledgers.options(metadata_uri, "limited")
-    job = LedgerWriter.prepare(opts, small_ledgers.SCHEMA, overwrite=False)
-
-    def task(partition: int):
-        ctx = StandInTask(partition)
-        rows = pa.record_batch([pa.array(range(partition * 1000, (partition + 1) * 1000), pa.int64())], names=["id"])
-        return write_task_ledger(opts, job.schema, iter([rows]), ctx, job._tags(ctx), job_registry(job.job_id))
-
-    job.commit([task(p) for p in range(4)])
+    write_jobs(metadata_uri, "limited", range(4), per_ledger=1000)
     limit = 4096
     with LedgerClient(metadata_uri, max_entry_bytes=limit) as lc:
         result = compact_stream(lc, "limited", CompactionPolicy(target_bytes=1 << 20, entry_bytes=1 << 20,
@@ -285,3 +276,17 @@ def test_an_arrow_compaction_cuts_its_entries_to_the_clients_entry_limit(metadat
         assert len(entries) > 3 and all(len(e.payload) + entry_time.FRAME.size <= limit for e in entries)
         reader = arrow_reader(metadata_uri, "limited")
         assert rows_of(reader, reader.partitions()) == [(n, n) for n in range(4000)]
+
+
+def test_a_row_over_the_entry_limit_stops_the_compaction_in_its_own_words_and_leaves_the_stream(metadata_uri,
+                                                                                                  cluster):
+    cluster(3)
+    write_jobs(metadata_uri, "tight", range(4))
+    with LedgerClient(metadata_uri, max_entry_bytes=64) as lc:   # less than any arrow entry of one row
+        before = stream_ledgers(lc.store, "tight")
+        with pytest.raises(LedgerError, match=r"a row alone is over the entry limit of 56 bytes \(--max-entry-bytes "
+                                              r"less the time frame\).*nothing of the run was swapped in"):
+            compact_stream(lc, "tight", CompactionPolicy(target_bytes=1 << 20, grace=GRACE))
+        assert stream_ledgers(lc.store, "tight") == before
+        poll_until(lambda: cleaned_up(lc, "tight"), timeout=30, what="the compaction's record to be cleaned up")
+        assert not compaction_ledgers(lc)

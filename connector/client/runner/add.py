@@ -66,6 +66,7 @@ class AddPipeline:
         self._last_append = self.loop.time()
         self._lac_sending: dict[str, float] = {}  # node -> when its explicit LAC may be sent (again)
         self._lac_timer: asyncio.TimerHandle | None = None
+        self._stopped = False
         ctx.transport.register(meta.ledger_id, recovery, self)
         self._ticker = asyncio.ensure_future(self._tick())
 
@@ -207,7 +208,7 @@ class AddPipeline:
 
     def _arm_lac_timer(self) -> None:
         """The LAC moved: publish it once the writer has been idle for IDLE_LAC_AFTER, unless an add carries it."""
-        if self._lac_timer is None:
+        if self._lac_timer is None and not self._stopped:
             delay = max(0.0, self._last_append + IDLE_LAC_AFTER - self.loop.time())
             self._lac_timer = self.loop.call_later(delay, self._on_idle, self._last_append)
 
@@ -222,9 +223,9 @@ class AddPipeline:
 
     def _publish_lac(self, now: float) -> None:
         """Explicit LAC to each node of the ensemble that does not hold it, retried until it does (rule 17).
-        None while an add is in flight: it carries the LAC."""
-        if self._ticker.done():
-            return   # stopped
+        Sends none while an add is in flight (it carries the LAC), nor once the pipeline stopped."""
+        if self._stopped:
+            return
         lac = self.seq.last_add_confirmed
         for node in self.seq.lac_targets():
             if self._lac_sending.get(node, 0.0) <= now:
@@ -258,6 +259,7 @@ class AddPipeline:
                     return
 
     def stop(self) -> None:
+        self._stopped = True
         self._ticker.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()

@@ -1,6 +1,7 @@
-"""Rules 2 and 17 on a virtual clock (tests/simulation/clock.py): an idle writer publishes its LAC
-IDLE_LAC_AFTER after its last append, whatever the rate of its appends, and a writer that appends more often
-sends no explicit LAC (each add carries it). Scripted in-memory nodes (tests/harness/fake_transport.py)."""
+"""Rules 2 and 17 on the simulator's virtual clock (tests/simulation/clock.py), with the scripted in-memory nodes
+of tests/harness/fake_transport.py: an idle writer publishes its LAC IDLE_LAC_AFTER after its last append,
+whatever the rate of its appends; a writer that appends more often sends no explicit LAC (each add carries
+it); a stopped one sends none."""
 import asyncio
 
 from connector.client.runner import AddPipeline, Context
@@ -77,6 +78,18 @@ def test_a_writer_that_appends_more_often_than_idle_lac_after_sends_no_explicit_
         assert transport.explicit == []
         await asyncio.sleep(IDLE_LAC_AFTER * 1.2)
         assert node_lacs(transport) == [39] * 3
-        assert [(lac, round(at - stopped, 6) <= IDLE_LAC_AFTER) for at, _, lac in transport.explicit] == [(39, True)] * 3
+        sent = [(lac, round(at - stopped, 6) <= IDLE_LAC_AFTER) for at, _, lac in transport.explicit]
+        assert sent == [(39, True)] * 3
+
+    run(scenario)
+
+
+def test_a_stopped_writer_sends_no_explicit_lac():
+    """A close stops the pipeline right after its last add completes: the armed timer goes with it."""
+    async def scenario(pipeline, transport):
+        assert await asyncio.wrap_future(pipeline.append_async(b"last")) == 0
+        pipeline.stop()
+        await asyncio.sleep(IDLE_LAC_AFTER * 10)
+        assert transport.explicit == [] and node_lacs(transport) == [-1] * 3
 
     run(scenario)
