@@ -19,8 +19,8 @@ from protos import ledger_pb2 as pb
 from protos import wire
 
 # A writer without an append for this long sends its LAC to the nodes that lack it (rules 2, 17), so that a tailing
-# reader sees the last entry about this soon after its acknowledgement, at any rate of appends: a writer that
-# appends more often sends none (every add carries the LAC).
+# reader sees the last entry about this soon after its append (plus the nodes' fsync), at any rate of appends: a
+# writer that appends more often sends none (every add carries the LAC).
 IDLE_LAC_AFTER = 0.025
 LAC_RETRY_AFTER = 1.0  # seconds before an explicit LAC a node did not take is sent to it again
 TICK = 0.1
