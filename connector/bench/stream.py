@@ -8,8 +8,8 @@ Starts a local cluster (embedded ZooKeeper + 3 storage nodes) and Spark in local
   (connector/bench/stream_ceiling.py: a minimal Python streaming source over a local file, same
   trigger, same sink), and their ratio. Both are measured after warm-up appends of their own, twice, in
   alternating order (_print_latency says why); the ledger query's first row after its start is printed apart.
-  Again for a sparse stream (--sparse-rate, 2 appends/s), where an entry's visibility to a tailing reader
-  rests on the writer's explicit LAC rather than on its next add.
+  The same queries then measure a sparse stream (--sparse-rate, 2 appends/s), where an entry's visibility to
+  a tailing reader rests on the writer's explicit LAC rather than on its next add.
 - Sink against Spark's own exactly-once sink: a rate source into the ledger sink and into the parquet
   file sink (checkpointed), same trigger, same run: committed rows/s at a rate neither keeps up with
   (--sink-fast-rate), and the median micro-batch at a rate both keep up with (--sink-rate).
@@ -67,9 +67,8 @@ def run(args) -> int:
         spark = local_session("ledger-bench-stream")
         spark.dataSource.register(CeilingStreamDataSource)
         try:
-            _print_latency(spark, uri, tmp, args.entries, args.rate, args.warm_up_seconds)
-            _print_latency(spark, uri, tmp, args.sparse_entries, args.sparse_rate, args.warm_up_seconds,
-                           sparse=True)
+            _print_latency(spark, uri, tmp, [(args.entries, args.rate), (args.sparse_entries, args.sparse_rate)],
+                           args.warm_up_seconds)
             _print_sinks(spark, uri, tmp, args)
 
             rows = sample_dataframe(spark, args.rows, partitions=2)
@@ -92,16 +91,15 @@ def run(args) -> int:
     return 0
 
 
-def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up_seconds: float,
-                   sparse: bool = False) -> None:
+def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], warm_up_seconds: float) -> None:
     """Steady-state latency of the ledger source and of the ceiling, measured alike: each query first gets
-    warm_up_seconds of appends at the rate that are not measured (its first batch starts Python workers, and
-    the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice, in the
-    order ledger, ceiling and then ceiling, ledger, so that neither gains from running second. The entries of
-    both of a source's runs are pooled. The ledger query's first row after its start is printed apart.
-    sparse: the runs of a sparse stream, on a stream, files and checkpoints of their own."""
-    label = "-sparse" if sparse else ""
-    records = f"{tmp}/ceiling-records{label}"
+    warm_up_seconds of appends at the first phase's rate that are not measured (its first batch starts Python
+    workers, and the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice,
+    in the order ledger, ceiling and then ceiling, ledger, so that neither gains from running second. Each query
+    runs the phases one after the other, (entries, rate) each: the steady rate, then the sparse stream, whose
+    entries' visibility rests on the writer's explicit LAC. The entries of both of a source's runs are pooled,
+    phase by phase. The ledger query's first row after its start is printed apart."""
+    records = f"{tmp}/ceiling-records"
     positions = itertools.count()
 
     def append_ceiling(_i: int) -> int:
@@ -109,43 +107,47 @@ def _print_latency(spark, uri: str, tmp: str, entries: int, rate: float, warm_up
         append_record(records, position)
         return position
 
-    measured: dict[str, list[float]] = {"ledger": [], "ceiling": []}
+    measured: dict[str, list[list[float]]] = {"ledger": [[] for _ in phases], "ceiling": [[] for _ in phases]}
     first_row = None   # the ledger query's first row after its start, in the first round
+    halves = [(max(1, entries // 2), rate) for entries, rate in phases]
     with LedgerClient(uri) as lc:
-        writer = Streams(lc).open_writer(f"latency-bench{label}")
+        writer = Streams(lc).open_writer("latency-bench")
         try:
             writer.append(b"warm-up")   # the stream exists before the query starts
             sources = {
                 "ledger": (lambda: spark.readStream.format("ledger").option("metadata", uri)
                            .option("includeMetadata", "true").option("startingOffsets", "latest")
-                           .load(f"latency-bench{label}"), lambda i: writer.append(f"entry {i}".encode())),
+                           .load("latency-bench"), lambda i: writer.append(f"entry {i}".encode())),
                 "ceiling": (lambda: spark.readStream.format(CeilingStreamDataSource.name()).option("path", records)
                             .load(), append_ceiling),
             }
             for round_, order in enumerate((("ledger", "ceiling"), ("ceiling", "ledger"))):
                 for name in order:
                     reader, append = sources[name]
-                    warm_up, latencies = _latency(reader(), f"{tmp}/latency{label}-{name}-{round_}-ck",
-                                                  max(1, entries // 2), rate, append, warm_up_seconds)
-                    measured[name] += latencies
+                    warm_up, latencies = _latency(reader(), f"{tmp}/latency-{name}-{round_}-ck", halves, append,
+                                                  warm_up_seconds)
+                    for pooled, phase in zip(measured[name], latencies):
+                        pooled += phase
                     if name == "ledger" and first_row is None:
                         first_row = warm_up[0]
         finally:
             writer.close()
-    (p50, p99), (c50, c99) = _percentiles(measured["ledger"]), _percentiles(measured["ceiling"])
-    print(f"stream latency{', a sparse stream' if sparse else ''}: append acknowledged -> row in a streaming query's "
-          f"output, {len(measured['ledger'])} "
-          f"entries at {rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; ceiling (a minimal Python "
-          f"streaming source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 {c99 * 1000:.0f} ms; p50 ratio "
-          f"{p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} 1 s; the ledger query's first "
-          f"row after its start {first_row * 1000:.0f} ms")
+    for phase, (_entries, rate) in enumerate(phases):
+        ledger, ceiling = measured["ledger"][phase], measured["ceiling"][phase]
+        (p50, p99), (c50, c99) = _percentiles(ledger), _percentiles(ceiling)
+        print(f"stream latency{', a sparse stream' if phase else ''}: append acknowledged -> row in a streaming "
+              f"query's output, {len(ledger)} entries at {rate:g}/s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} "
+              f"ms; ceiling (a minimal Python streaming source, same trigger and sink) p50 {c50 * 1000:.0f} ms, p99 "
+              f"{c99 * 1000:.0f} ms; p50 ratio {p50 / c50:.2f} (target <= 1.5), p99 {'<=' if p99 <= 1.0 else 'ABOVE'} "
+              f"1 s" + ("" if phase else f"; the ledger query's first row after its start {first_row * 1000:.0f} ms"))
 
 
-def _latency(reader, checkpoint: str, entries: int, rate: float, append,
-             warm_up_seconds: float = 0.0) -> tuple[list[float], list[float]]:
+def _latency(reader, checkpoint: str, phases: list[tuple[int, float]], append,
+             warm_up_seconds: float = 0.0) -> tuple[list[float], list[list[float]]]:
     """Per entry: time from append(i) returning its offset (acknowledged) to its row reaching foreachBatch; for
-    the warm-up entries appended at the rate once the query runs (warm_up_seconds' worth, at least
-    WARM_UP_ENTRIES: not measured; the first starts the query's Python workers) and for the entries after them."""
+    the warm-up entries appended at the first phase's rate once the query runs (warm_up_seconds' worth, at least
+    WARM_UP_ENTRIES: not measured; the first starts the query's Python workers), and for the entries of each
+    phase after them ((entries, rate) each, a phase once the one before it was seen whole)."""
     acked: dict[int, float] = {}
     seen: dict[int, float] = {}
     lock = threading.Lock()
@@ -161,30 +163,27 @@ def _latency(reader, checkpoint: str, entries: int, rate: float, append,
         acked[offset] = time.monotonic()
         return offset
 
+    def paced(count: int, first: int, rate: float) -> list[int]:
+        offsets, next_at = [], time.monotonic()
+        for i in range(first, first + count):
+            offsets.append(appended(i))
+            next_at += 1.0 / rate
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        _wait(lambda: all(o in seen for o in offsets), 120)
+        return offsets
+
     query = (reader.writeStream.foreachBatch(collect).trigger(processingTime="0 seconds")
              .option("checkpointLocation", checkpoint).start())
     try:
         _wait(lambda: query.lastProgress is not None, 120)
-        interval = 1.0 / rate
-        next_at = time.monotonic()
-
-        def paced(count: int, first: int) -> list[int]:
-            nonlocal next_at
-            offsets = []
-            for i in range(first, first + count):
-                offsets.append(appended(i))
-                next_at += interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
-            return offsets
-
-        warm_up = paced(max(WARM_UP_ENTRIES, int(warm_up_seconds * rate)), -1_000_000)
-        _wait(lambda: all(o in seen for o in warm_up), 120)
-        next_at = time.monotonic()
-        measured = paced(entries, 0)
-        _wait(lambda: all(o in seen for o in measured), 120)
+        warm_up = paced(max(WARM_UP_ENTRIES, int(warm_up_seconds * phases[0][1])), -1_000_000, phases[0][1])
+        measured, first = [], 0
+        for entries, rate in phases:
+            measured.append(paced(entries, first, rate))
+            first += entries
     finally:
         query.stop()
-    return [seen[o] - acked[o] for o in warm_up], [seen[o] - acked[o] for o in measured]
+    return [seen[o] - acked[o] for o in warm_up], [[seen[o] - acked[o] for o in phase] for phase in measured]
 
 
 def _print_sinks(spark, uri: str, tmp: str, args) -> None:
