@@ -24,6 +24,7 @@ COMMANDS = {
     "soak": "connector.commands.soak",
     "stream": "connector.commands.stream",
     "jobs": "connector.commands.jobs",
+    "spark": "connector.commands.spark",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))   # in the order `ledger --help` lists them
 

@@ -18,6 +18,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet -c constraints.txt --config-settings editable_mode=compat -e ".[test]"
     echo "$WANT" > "$STAMP"
 fi
+# Spark's Python workers import PySpark from its pyspark.zip, compiling it at every start unless it has bytecode
+# (connector/spark/worker_archive.py); quick when it has.
+.venv/bin/ledger spark compile > /dev/null || echo "bootstrap: going on; each Spark Python worker compiles PySpark" >&2
 export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"

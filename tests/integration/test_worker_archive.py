@@ -1,0 +1,126 @@
+"""`ledger spark compile`: bytecode in a pyspark.zip-like archive that a fresh Python imports, never stale, never
+half-written (connector/spark/worker_archive.py). The archives here are small ones of our own; that the Spark
+workers of the test session import PySpark compiled is tests/spark/test_worker_archive.py."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from connector import cli
+from connector.spark.worker_archive import WorkerArchiveError, add_bytecode
+
+SOURCES = {
+    "pkg/__init__.py": b"",
+    "pkg/mod.py": b"VALUE = 'first'\n",
+    "pkg/sub/__init__.py": b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n",
+    "pkg/tests/test_mod.py": b"def test(): assert 1 is 1\n",   # a SyntaxWarning, and never imported by a worker
+    "pkg/data.json": b"{}",
+}
+
+
+def make_archive(path, sources=SOURCES, extra=()):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in [*sources.items(), *extra]:
+            archive.writestr(name, data)
+    return path
+
+
+def imported(archive, *modules):
+    """What a fresh Python with only `archive` on its path (as a Spark worker) makes of `modules`."""
+    code = ("import importlib, json, sys; mods = [importlib.import_module(m) for m in sys.argv[1:]]; "
+            "print(json.dumps([[m.__file__, getattr(m, 'VALUE', getattr(m, 'NAME', None))] for m in mods]))")
+    done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(archive), "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+    return json.loads(done.stdout)
+
+
+def entries(archive):
+    with zipfile.ZipFile(archive) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def test_every_source_but_the_tests_gets_bytecode_that_a_fresh_python_imports(tmp_path):
+    archive = make_archive(tmp_path / "pyspark.zip")
+    assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.py", "first"]]   # compiled at every import
+
+    done = add_bytecode(archive)
+
+    assert (done.modules, done.added) == (3, 3)
+    after = entries(archive)
+    assert {name: after[name] for name in SOURCES} == SOURCES   # the sources as they were
+    assert sorted(set(after) - set(SOURCES)) == ["pkg/__init__.pyc", "pkg/mod.pyc", "pkg/sub/__init__.pyc"]
+    assert all(after[name][:4] == importlib.util.MAGIC_NUMBER for name in after if name.endswith(".pyc"))
+    assert imported(archive, "pkg.mod", "pkg.sub") == [
+        [f"{archive}/pkg/mod.pyc", "first"], [f"{archive}/pkg/sub/__init__.pyc", "\u00e9t\u00e9"]]
+
+
+def test_a_second_run_writes_nothing(tmp_path):
+    archive = make_archive(tmp_path / "pyspark.zip")
+    add_bytecode(archive)
+    written = archive.stat().st_mtime_ns, archive.read_bytes()
+
+    assert add_bytecode(archive).added == 0
+    assert (archive.stat().st_mtime_ns, archive.read_bytes()) == written
+
+
+def test_a_source_changed_after_compiling_is_imported_as_it_is_now_not_from_the_stale_bytecode(tmp_path):
+    archive = make_archive(tmp_path / "pyspark.zip")
+    add_bytecode(archive)
+    changed = entries(archive) | {"pkg/mod.py": b"VALUE = 'second'\n"}   # the old pkg/mod.pyc kept
+    make_archive(archive, changed)
+
+    assert imported(archive, "pkg.mod")[0][1] == "second"
+
+
+def test_bytecode_of_another_python_is_compiled_again(tmp_path):
+    archive = make_archive(tmp_path / "pyspark.zip")
+    add_bytecode(archive)
+    other = dict(entries(archive))
+    other["pkg/mod.pyc"] = b"\x00\x00\r\n" + other["pkg/mod.pyc"][4:]   # another magic number
+    make_archive(archive, other)
+
+    assert add_bytecode(archive).added == 3
+    assert entries(archive)["pkg/mod.pyc"][:4] == importlib.util.MAGIC_NUMBER
+    assert sorted(entries(archive)) == sorted(other)   # each .pyc once
+    assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.pyc", "first"]]
+
+
+def test_a_source_that_does_not_compile_leaves_the_archive_as_it_was(tmp_path):
+    archive = make_archive(tmp_path / "pyspark.zip", extra=[("pkg/broken.py", b"def (:\n")])
+    before = archive.read_bytes()
+
+    with pytest.raises(WorkerArchiveError, match=r"cannot add bytecode to .*pyspark.zip: .*pkg/broken.py"):
+        add_bytecode(archive)
+    assert archive.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["pyspark.zip"]   # no temporary file left
+
+
+@pytest.mark.parametrize("what", ["missing", "not a zip", "a directory"])
+def test_the_command_names_a_path_that_is_no_archive_and_changes_nothing(tmp_path, capsys, what):
+    path = {"missing": tmp_path / "nothing.zip", "not a zip": tmp_path / "notes.txt", "a directory": tmp_path}[what]
+    if what == "not a zip":
+        path.write_text("not an archive")
+
+    assert cli.main(["spark", "compile", "--archive", str(path)]) == 1
+
+    error = capsys.readouterr().err
+    assert error.startswith(f"ledger: error: cannot add bytecode to {path}: ")
+    assert "Give --archive the pyspark.zip of the Spark installation" in error
+    assert "Traceback" not in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["notes.txt"] if what == "not a zip" else [])
+
+
+def test_the_command_says_what_it_did(tmp_path, capsys):
+    archive = make_archive(tmp_path / "pyspark.zip")
+
+    assert cli.main(["spark", "compile", "--archive", str(archive)]) == 0
+    assert cli.main(["spark", "compile", "--archive", str(archive)]) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        f"{archive}: compiled 3 of its 3 modules for this Python",
+        f"{archive}: its 3 modules have bytecode for this Python already"]
