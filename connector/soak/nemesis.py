@@ -12,7 +12,9 @@
 | zk-restart | SIGKILL or SIGTERM ZooKeeper for 1-8 s | starting it again on the same data |
 | spark-driver-kill | (--spark) SIGKILL the Spark actor's group: driver, JVM, Python workers | a replacement, same checkpoint |
 
-spark-driver-kill strikes between batch writes only: it stops the actor's group, reads its status file and
+spark-driver-kill strikes between batch writes only, and only once the driver's streaming query committed a
+micro-batch (a driver killed before its first batch, as each replacement starts on a loaded machine in 30 s or
+more, can leave a short soak with no Spark rows at all): it stops the actor's group, reads its status file and
 kills it only if no batch write is in flight (else it lets it go on). A streaming query killed anywhere is
 fine (its restart on the same checkpoint replays the batch in flight, and the sink's sweep removes what
 the killed run wrote); a batch job's driver killed mid-job would leave its task ledgers to a janitor for
@@ -256,7 +258,8 @@ class Nemesis:
 
     def _spark_driver_kill(self) -> Fault | None:
         actor = self.soak.spark_actor()
-        if actor is None or not actor.ready() or actor.slot in self._busy_actors():
+        if actor is None or not actor.status().get("progressed") or not actor.alive() \
+                or actor.slot in self._busy_actors():
             return None
         actor.signal(signal.SIGSTOP)  # the whole group; with it stopped, no batch write can start
         if actor.status().get("batch"):

@@ -82,6 +82,7 @@ class SparkActor:
         self.query = None
         self.starts = 0
         self.batch_number = 0
+        self.progressed = False   # a query of this driver committed a micro-batch (published: see publish)
 
     def run(self) -> None:
         next_batch = time.monotonic() + self.actor.rng.uniform(*FIRST_BATCH)
@@ -90,6 +91,9 @@ class SparkActor:
             if self.query is None or not self.query.isActive:
                 self._ended()
                 self._start("first" if self.starts == 0 and self.actor.name.endswith(".1") else "restart")
+            elif not self.progressed and self.query.lastProgress is not None:
+                self.progressed = True
+                self.publish()
             if time.monotonic() >= next_batch:
                 self._batch_write()
                 next_batch = time.monotonic() + self.actor.rng.uniform(*BATCH_EVERY)
@@ -97,10 +101,11 @@ class SparkActor:
         self.finish()
 
     def publish(self, batch: str | None = None) -> None:
-        """The status file: the nemesis reads `batch` (the write in flight) with the actor stopped."""
+        """The status file: the nemesis reads `batch` (the write in flight) with the actor stopped, and kills a
+        driver only once it `progressed` (else a driver killed before each first batch would commit nothing)."""
         query = self.query.id if self.query is not None else None
         self.actor.write_status({"actor": self.actor.name, "pid": os.getpid(), "role": "spark", "batch": batch,
-                                 "query": query})
+                                 "query": query, "progressed": self.progressed})
 
     def _start(self, run: str, **trigger) -> bool:
         from pyspark.errors import PySparkException
