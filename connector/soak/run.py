@@ -44,7 +44,7 @@ DISK_QUOTA_BYTES = 2 << 30
 HANDOVER_EVERY = (15.0, 25.0)
 ACTOR_STOP_SECONDS = 90.0
 SPARK_STOP_SECONDS = 180.0  # the Spark actor's batch write in flight, its query's stop and its last drain run
-SPARK_START_SECONDS = 300.0  # the most the timed run waits for the Spark actor's query to run (a loaded machine)
+SPARK_START_SECONDS = 300.0  # the most the timed run waits for the Spark actor's first micro-batch (a loaded machine)
 RECOVERY_SECONDS = 300.0  # the final recovery of every OPEN ledger, retried for this long in all
 MAX_RESTARTS = 50  # per slot
 WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
@@ -252,7 +252,8 @@ class Soak:
         for slot in WRITER_SLOTS:
             self.proxies[slot] = {spec.node_id: TcpProxy("127.0.0.1", spec.port).start()
                                   for spec in self.cluster.state.nodes}
-        self._until = time.time() + self.minutes * 60 + self._stop_seconds + 60 + (SPARK_START_SECONDS if self.spark else 0)
+        self._until = (time.time() + self.minutes * 60 + self._stop_seconds + 60
+                       + (SPARK_START_SECONDS if self.spark else 0))
         for slot, (role, args) in self._slots().items():
             self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir, group=slot == SPARK_SLOT)
             self.actors[slot].start(self._actor_command(slot))
@@ -261,17 +262,19 @@ class Soak:
                   f"seed {self.seed}, {self.minutes:g} minutes; trace in {self.directory}")
 
     def _wait_for_spark(self) -> None:
-        """With --spark, the timed run starts once the Spark actor's streaming query runs: a SparkSession can take
-        a minute to start on a loaded machine, and a run that ended before it would test no Spark at all. The
-        other actors work meanwhile, without faults."""
+        """With --spark, the timed run starts once the Spark actor's streaming query committed a micro-batch: a
+        SparkSession can take a minute to start on a loaded machine, a run that ended before it would test no Spark
+        at all, and the nemesis kills a driver only once it progressed. The other actors work meanwhile, without
+        faults."""
         actor = self.spark_actor()
         if actor is None:
             return
         deadline = time.monotonic() + SPARK_START_SECONDS
-        while not actor.status().get("query"):
+        while not actor.status().get("progressed"):
             if not actor.alive() or time.monotonic() > deadline:
-                raise SystemExit(f"ledger soak: the Spark actor's query did not start within {SPARK_START_SECONDS:.0f}s "
-                                 f"(alive: {actor.alive()}); its log: {self.actors_dir / (actor.name + '.log')}")
+                raise SystemExit(f"ledger soak: the Spark actor's query committed no micro-batch within "
+                                 f"{SPARK_START_SECONDS:.0f}s (alive: {actor.alive()}); its log: "
+                                 f"{self.actors_dir / (actor.name + '.log')}")
             time.sleep(0.2)
 
     def _slots(self) -> dict[str, tuple[str, list[str]]]:
