@@ -44,10 +44,11 @@ class Compiled:
 
 
 def spark_archive() -> Path:
-    """The pyspark.zip of the Spark that PySpark starts here ($SPARK_HOME, else the installed PySpark's)."""
-    from pyspark.find_spark_home import _find_spark_home   # what pyspark's launcher sets SPARK_HOME to
+    """The pyspark.zip of the Spark that PySpark starts here: $SPARK_HOME's, else the pip-installed PySpark's (its
+    package directory is the SPARK_HOME its launcher sets)."""
+    import pyspark
 
-    return Path(os.environ.get("SPARK_HOME") or _find_spark_home()) / ARCHIVE
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / ARCHIVE
 
 
 def add_bytecode(archive: Path) -> Compiled:

@@ -9,6 +9,8 @@ happened: the writer's acknowledgements, every close that returned, and the entr
 5. Every entry of the closed ledger reads back with the payload the writer sent (rules 1, 11, 12).
 6. An idle writer's LAC reaches every node of its ensemble soon after the faults heal (rules 2, 17;
    checked by the writer in schedule.py, which is the only one to know when it went idle).
+7. No node holds a LAC beyond the closed ledger's last entry: a LAC covers acknowledged entries only (rule 2),
+   and every acknowledged entry is in the closed ledger (2. above).
 """
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ def check(scenario, ledger_id: int, final: LedgerMetadata) -> list[str]:
         if entry_id > final.last_entry_id:
             violations.append(f"truncation: entry {entry_id} was acknowledged to the writer at {when:.4f}, "
                               f"but the ledger closed at {final.last_entry_id}")
+    for node_id, node in sorted(scenario.network.nodes.items()):
+        if node.lac.get(ledger_id, -1) > final.last_entry_id:
+            violations.append(f"LAC beyond the end: node {node_id} holds LAC {node.lac[ledger_id]}, the ledger "
+                              f"closed at {final.last_entry_id}")
     for who, last in scenario.closes:
         if last != final.last_entry_id:
             violations.append(f"disagreement: {who} closed the ledger at {last}, the stored close is at "
