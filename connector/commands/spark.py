@@ -6,6 +6,7 @@ PySpark, while no Spark application runs; scripts/bootstrap.sh does it for the p
 """
 from __future__ import annotations
 
+import os
 import pathlib
 
 
@@ -25,10 +26,13 @@ def register(subparsers) -> None:
 
 
 def run_compile(args) -> int:
-    from connector.spark.worker_archive import add_bytecode, spark_archive
+    from connector.spark.worker_archive import WorkerArchiveError, add_bytecode, spark_archive
 
     archive = args.archive or spark_archive()
     if args.archive is None and not archive.exists():
+        if os.environ.get("SPARK_HOME"):
+            raise WorkerArchiveError(f"{archive} does not exist: is SPARK_HOME ({os.environ['SPARK_HOME']}) the Spark "
+                                     f"installation? Give --archive its pyspark.zip")
         print(f"{archive} does not exist: Spark's Python workers import the installed PySpark; nothing to compile")
         return 0
     done = add_bytecode(archive)

@@ -91,7 +91,7 @@ class SparkActor:
             if self.query is None or not self.query.isActive:
                 self._ended()
                 self._start("first" if self.starts == 0 and self.actor.name.endswith(".1") else "restart")
-            elif not self.progressed and self.query.lastProgress is not None:
+            elif not self.progressed and self._committed_a_batch():
                 self.progressed = True
                 self.publish()
             if time.monotonic() >= next_batch:
@@ -99,6 +99,11 @@ class SparkActor:
                 next_batch = time.monotonic() + self.actor.rng.uniform(*BATCH_EVERY)
             self.actor.pause(0.5)
         self.finish()
+
+    def _committed_a_batch(self) -> bool:
+        """A micro-batch ran through the sink (Spark reports a trigger that found no data too, as a fresh rate
+        source's first one is: that progress has no addBatch)."""
+        return any("addBatch" in progress.durationMs for progress in self.query.recentProgress)
 
     def publish(self, batch: str | None = None) -> None:
         """The status file: the nemesis reads `batch` (the write in flight) with the actor stopped, and kills a

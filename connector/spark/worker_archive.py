@@ -4,13 +4,14 @@ Spark starts each Python worker with PYTHONPATH=$SPARK_HOME/python/lib/pyspark.z
 so a worker imports PySpark from that archive even where PySpark is pip-installed and compiled in site-packages. The
 archive holds sources only and Python cannot write bytecode into a zip, so every worker compiles PySpark again: here
 0.9 s of CPU for a worker that needs 0.3 s (measured in the README). Spark starts a fresh worker for each planning
-call of a Python Data Source (schema, reader, partitions, writer, commit) and for each streaming query's source and
-sink, and gives it 10 s to connect back (a constant in PythonWorkerFactory): on a loaded machine the compiling is
+call of a Python Data Source (schema, reader, partitions, writer, commit) and for each streaming query's source,
+and gives it 10 s to connect back (a constant in PythonWorkerFactory): on a loaded machine the compiling is
 what makes a query fail with "Python worker failed to connect back".
 
 add_bytecode writes the archive again with a .pyc beside each .py (the place zipimport looks for one), each checked
 against the hash of its source (PEP 552), so a source changed in the archive is compiled again, never served stale;
-a .pyc of another Python version is ignored by the worker (its magic number differs) and replaced by add_bytecode.
+a .pyc of another Python version is ignored by the worker (its magic number differs) and replaced by add_bytecode
+(so run it with the Python the workers run, PYSPARK_PYTHON).
 The sources stay in the archive as they were; the tests' sources under */tests/ are not compiled (no worker imports
 them). The new archive replaces the old one atomically, but a Python process already importing from the old archive
 keeps its table of contents: run it while no Spark application runs (scripts/bootstrap.sh runs it on install).
@@ -45,10 +46,9 @@ class Compiled:
 
 def spark_archive() -> Path:
     """The pyspark.zip of the Spark that PySpark starts here: $SPARK_HOME's, else the pip-installed PySpark's (its
-    package directory is the SPARK_HOME its launcher sets)."""
-    import pyspark
-
-    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / ARCHIVE
+    package directory is the SPARK_HOME its launcher sets; found without importing PySpark)."""
+    home = os.environ.get("SPARK_HOME") or Path(importlib.util.find_spec("pyspark").origin).parent
+    return Path(home) / ARCHIVE
 
 
 def add_bytecode(archive: Path) -> Compiled:
@@ -58,12 +58,15 @@ def add_bytecode(archive: Path) -> Compiled:
             entries = source.infolist()
             names = {info.filename for info in entries}
             wanted = [info for info in entries if _compiles(info.filename)]
-            if all(_current(source, info.filename + "c", names) for info in wanted):
+            if all(_current(source, info.filename, names) for info in wanted):
                 return Compiled(archive, len(wanted), 0)
             _write(archive, source, entries, wanted)
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+    except PermissionError as exc:
+        raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Run it as a user who may write "
+                                 f"{archive.parent} (the archive is written beside it, then renamed)") from exc
+    except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError) as exc:   # NotImplemented: compression
         raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Give --archive the pyspark.zip of the "
-                                 f"Spark installation (SPARK_HOME/{ARCHIVE}), as a user who may write it") from exc
+                                 f"Spark installation (SPARK_HOME/{ARCHIVE})") from exc
     return Compiled(archive, len(wanted), len(wanted))
 
 
@@ -71,11 +74,18 @@ def _compiles(name: str) -> bool:
     return name.endswith(".py") and "/tests/" not in f"/{name}"
 
 
-def _current(source: zipfile.ZipFile, pyc: str, names: set[str]) -> bool:
-    if pyc not in names:
+def _header(source_bytes: bytes) -> bytes:
+    """The first 16 bytes of a .pyc of this Python checked against `source_bytes` (PEP 552)."""
+    return importlib.util.MAGIC_NUMBER + CHECKED_HASH + importlib.util.source_hash(source_bytes)
+
+
+def _current(source: zipfile.ZipFile, name: str, names: set[str]) -> bool:
+    """Whether the .pyc beside `name` is one this Python loads for the source as it is now (not another
+    Python's, not stale, not timestamp-based: zipimport would compile the source again for any of those)."""
+    if name + "c" not in names:
         return False
-    with source.open(pyc) as f:
-        return f.read(4) == importlib.util.MAGIC_NUMBER
+    with source.open(name + "c") as f:
+        return f.read(16) == _header(source.read(name))
 
 
 def _write(archive: Path, source: zipfile.ZipFile, entries: list[zipfile.ZipInfo],
@@ -86,22 +96,12 @@ def _write(archive: Path, source: zipfile.ZipFile, entries: list[zipfile.ZipInfo
         with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w") as target:
             for info in entries:
                 if info.filename in compiled:
-                    continue   # a .pyc of ours (another Python's, or partly there): written again below
+                    continue   # a .pyc beside a source (another Python's, stale, or ours): written again below
                 data = source.read(info)
                 target.writestr(info, data)
                 if info.filename + "c" in compiled:
-                    # The name zipimport gives a module it compiles from this archive: tracebacks name the archive.
-                    with warnings.catch_warnings():   # the sources' own SyntaxWarnings: not ours to print
-                        warnings.simplefilter("ignore")
-                        try:
-                            code = compile(data, f"{archive.absolute()}/{info.filename}", "exec", dont_inherit=True)
-                        except SyntaxError as exc:
-                            raise WorkerArchiveError(f"cannot add bytecode to {archive}: {info.filename} does not "
-                                                     f"compile ({exc.msg}, line {exc.lineno}); nothing was changed"
-                                                     ) from exc
                     pyc = zipfile.ZipInfo(info.filename + "c", info.date_time)   # stored: read at every import
-                    target.writestr(pyc, importlib.util.MAGIC_NUMBER + CHECKED_HASH
-                                    + importlib.util.source_hash(data) + marshal.dumps(code))
+                    target.writestr(pyc, _header(data) + marshal.dumps(_code(archive, info.filename, data)))
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, archive.stat().st_mode & 0o777)
@@ -109,3 +109,18 @@ def _write(archive: Path, source: zipfile.ZipFile, entries: list[zipfile.ZipInfo
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _code(archive: Path, name: str, data: bytes):
+    """`name`'s code as zipimport compiles it (its file name: tracebacks name the archive), asserts kept whatever
+    this Python's -O (a worker loads the .pyc whatever its own)."""
+    with warnings.catch_warnings():   # the sources' own SyntaxWarnings: not ours to print
+        warnings.simplefilter("ignore")
+        try:
+            return compile(data, f"{archive.absolute()}/{name}", "exec", dont_inherit=True, optimize=0)
+        except (SyntaxError, ValueError) as exc:   # ValueError: a NUL byte in the source
+            where = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+            reason = getattr(exc, "msg", None) or str(exc)
+            raise WorkerArchiveError(f"cannot add bytecode to {archive}: {name} does not compile ({reason}{where}); "
+                                     f"the archive was left as it was. Reinstall PySpark to restore its sources"
+                                     ) from exc

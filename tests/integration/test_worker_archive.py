@@ -46,6 +46,7 @@ def entries(archive):
 
 def test_every_source_but_the_tests_gets_bytecode_that_a_fresh_python_imports(tmp_path):
     archive = make_archive(tmp_path / "pyspark.zip")
+    archive.chmod(0o640)
     assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.py", "first"]]   # compiled at every import
 
     done = add_bytecode(archive)
@@ -57,6 +58,7 @@ def test_every_source_but_the_tests_gets_bytecode_that_a_fresh_python_imports(tm
     assert all(after[name][:4] == importlib.util.MAGIC_NUMBER for name in after if name.endswith(".pyc"))
     assert imported(archive, "pkg.mod", "pkg.sub") == [
         [f"{archive}/pkg/mod.pyc", "first"], [f"{archive}/pkg/sub/__init__.pyc", "\u00e9t\u00e9"]]
+    assert archive.stat().st_mode & 0o777 == 0o640
 
 
 def test_a_second_run_writes_nothing(tmp_path):
@@ -68,13 +70,16 @@ def test_a_second_run_writes_nothing(tmp_path):
     assert (archive.stat().st_mtime_ns, archive.read_bytes()) == written
 
 
-def test_a_source_changed_after_compiling_is_imported_as_it_is_now_not_from_the_stale_bytecode(tmp_path):
+def test_a_source_changed_after_compiling_is_imported_as_it_is_now_and_compiled_again(tmp_path):
     archive = make_archive(tmp_path / "pyspark.zip")
     add_bytecode(archive)
     changed = entries(archive) | {"pkg/mod.py": b"VALUE = 'second'\n"}   # the old pkg/mod.pyc kept
     make_archive(archive, changed)
 
-    assert imported(archive, "pkg.mod")[0][1] == "second"
+    assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.py", "second"]]   # compiled, as before
+
+    assert add_bytecode(archive).added == 3   # the stale .pyc is found and written again
+    assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.pyc", "second"]]
 
 
 def test_bytecode_of_another_python_is_compiled_again(tmp_path):
@@ -90,11 +95,14 @@ def test_bytecode_of_another_python_is_compiled_again(tmp_path):
     assert imported(archive, "pkg.mod") == [[f"{archive}/pkg/mod.pyc", "first"]]
 
 
-def test_a_source_that_does_not_compile_leaves_the_archive_as_it_was(tmp_path):
-    archive = make_archive(tmp_path / "pyspark.zip", extra=[("pkg/broken.py", b"def (:\n")])
+@pytest.mark.parametrize("broken, reason", [(b"def (:\n", r"invalid syntax, line 1"),
+                                            (b"x = 1\0\n", r"source code string cannot contain null bytes")])
+def test_a_source_that_does_not_compile_leaves_the_archive_as_it_was(tmp_path, broken, reason):
+    archive = make_archive(tmp_path / "pyspark.zip", extra=[("pkg/broken.py", broken)])
     before = archive.read_bytes()
 
-    with pytest.raises(WorkerArchiveError, match=r"cannot add bytecode to .*pyspark.zip: .*pkg/broken.py"):
+    with pytest.raises(WorkerArchiveError, match=rf"cannot add bytecode to .*pyspark.zip: pkg/broken.py does not "
+                                                 rf"compile \({reason}\); the archive was left as it was"):
         add_bytecode(archive)
     assert archive.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["pyspark.zip"]   # no temporary file left
@@ -110,7 +118,7 @@ def test_the_command_names_a_path_that_is_no_archive_and_changes_nothing(tmp_pat
 
     error = capsys.readouterr().err
     assert error.startswith(f"ledger: error: cannot add bytecode to {path}: ")
-    assert "Give --archive the pyspark.zip of the Spark installation" in error
+    assert "Give --archive the pyspark.zip of the Spark installation (SPARK_HOME/python/lib/pyspark.zip)" in error
     assert "Traceback" not in error
     assert sorted(p.name for p in tmp_path.iterdir()) == (["notes.txt"] if what == "not a zip" else [])
 
