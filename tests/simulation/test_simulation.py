@@ -33,10 +33,19 @@ def closed_at(last: int) -> LedgerMetadata:
     return LedgerMetadata(0, 3, 3, 2, (Fragment(0, ("a", "b", "c")),), state=LedgerState.CLOSED, last_entry_id=last)
 
 
-def test_the_checks_report_a_truncation_a_disagreement_and_out_of_order_acknowledgements():
-    scenario = types.SimpleNamespace(acks=[(0, 0.1), (2, 0.2), (1, 0.3)], closes=[("R1", 2), ("R2", 1)])
+def nodes(**lacs: int) -> types.SimpleNamespace:
+    """A network whose nodes hold these LACs of ledger 0."""
+    return types.SimpleNamespace(nodes={n: types.SimpleNamespace(lac={0: lac}) for n, lac in lacs.items()})
+
+
+def test_the_checks_report_a_truncation_a_disagreement_out_of_order_acknowledgements_and_a_lac_beyond_the_end():
+    scenario = types.SimpleNamespace(acks=[(0, 0.1), (2, 0.2), (1, 0.3)], closes=[("R1", 2), ("R2", 1)],
+                                     network=nodes(a=1, b=2, c=0))
     violations = check(scenario, 0, closed_at(1))
     assert any(v.startswith("truncation: entry 2") for v in violations)
     assert any(v.startswith("disagreement: R1 closed the ledger at 2") for v in violations)
     assert any(v.startswith("acknowledgements out of order") for v in violations)
-    assert check(types.SimpleNamespace(acks=[(0, 0.1), (1, 0.2)], closes=[("R1", 1)]), 0, closed_at(1)) == []
+    assert [v for v in violations if v.startswith("LAC beyond")] == [
+        "LAC beyond the end: node b holds LAC 2, the ledger closed at 1"]
+    assert check(types.SimpleNamespace(acks=[(0, 0.1), (1, 0.2)], closes=[("R1", 1)], network=nodes(a=1, b=0)),
+                 0, closed_at(1)) == []
