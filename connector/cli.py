@@ -48,7 +48,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The top level takes no option with a value: its first word that is not an option names the command.
-    args = build_parser(next((word for word in argv if not word.startswith("-")), None)).parse_args(argv)
+    parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:   # argparse reports them at the top, with the top's usage: name the command's own instead
+        _command_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
     # kazoo logs every failed connection attempt; a command reports what failed in one line of its own.
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
@@ -62,6 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`ledger list | head`): stop quietly, as a shell tool does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The innermost parser that argv's command words select (`ledger stream tail ...`: stream tail's)."""
+    for word in argv:
+        # argparse keeps a parser's subcommands in a _SubParsersAction only (its documented add_subparsers).
+        commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if commands is None:
+            break
+        parser = commands.get(word, parser)
+    return parser
 
 
 def _version() -> str:

@@ -48,3 +48,18 @@ def test_help_and_an_unknown_command_still_list_every_command(capsys):
     error = capsys.readouterr().err
     assert "invalid choice: 'no-such-command'" in error
     assert all(command in error for command in cli.COMMANDS)
+
+
+@pytest.mark.parametrize("argv, command, unknown", [
+    (["list", "--bogus"], "ledger list", "--bogus"),
+    (["stream", "tail", "--bogus", "--json", "s"], "ledger stream tail", "--bogus"),
+    (["spark", "compile", "extra"], "ledger spark compile", "extra"),
+])
+def test_an_unknown_argument_is_named_with_its_commands_usage(capsys, argv, command, unknown):
+    """Not with the top's usage, which lists only the commands of the module loaded for this one."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"usage: {command} [-h]"), error
+    assert error.rstrip().endswith(f"{command}: error: unrecognized arguments: {unknown}"), error
