@@ -26,7 +26,8 @@ def register(subparsers) -> None:
 
 
 def run_compile(args) -> int:
-    from connector.spark.worker_archive import WorkerArchiveError, add_bytecode, spark_archive
+    from connector.spark.errors import WorkerArchiveError
+    from connector.spark.worker_archive import add_bytecode, spark_archive
 
     archive = args.archive or spark_archive()
     if args.archive is None and not archive.exists():

@@ -26,3 +26,7 @@ class UnsupportedStreamFormatError(LedgerError):
 
 class DataLossError(LedgerError):
     """A streaming query's next offsets belong to ledgers that were deleted (see failOnDataLoss)."""
+
+
+class WorkerArchiveError(LedgerError):
+    """PySpark's pyspark.zip could not be read or given bytecode (`ledger spark compile`)."""

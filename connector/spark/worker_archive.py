@@ -5,16 +5,16 @@ so a worker imports PySpark from that archive even where PySpark is pip-installe
 archive holds sources only and Python cannot write bytecode into a zip, so every worker compiles PySpark again: here
 0.9 s of CPU for a worker that needs 0.3 s (measured in the README). Spark starts a fresh worker for each planning
 call of a Python Data Source (schema, reader, partitions, writer, commit) and for each streaming query's source,
-and gives it 10 s to connect back (a constant in PythonWorkerFactory): on a loaded machine the compiling is
-what makes a query fail with "Python worker failed to connect back".
+and gives it 10 s to connect back (a constant in PythonWorkerFactory): on a loaded machine the compiling can take a
+worker past that, and the query fails with "Python worker failed to connect back".
 
 add_bytecode writes the archive again with a .pyc beside each .py (the place zipimport looks for one), each checked
 against the hash of its source (PEP 552), so a source changed in the archive is compiled again, never served stale;
 a .pyc of another Python version is ignored by the worker (its magic number differs) and replaced by add_bytecode
-(so run it with the Python the workers run, PYSPARK_PYTHON).
-The sources stay in the archive as they were; the tests' sources under */tests/ are not compiled (no worker imports
-them). The new archive replaces the old one atomically, but a Python process already importing from the old archive
-keeps its table of contents: run it while no Spark application runs (scripts/bootstrap.sh runs it on install).
+(so run it with the Python the workers run, PYSPARK_PYTHON). The sources stay in the archive as they were; the
+tests' sources under */tests/ are not compiled (no worker imports them). The new archive replaces the old one
+atomically, but a Python process already importing from the old archive keeps its table of contents: run it while
+no Spark application runs (scripts/bootstrap.sh runs it on install).
 """
 from __future__ import annotations
 
@@ -27,14 +27,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from metadata.errors import LedgerError
+from connector.spark.errors import WorkerArchiveError
 
 ARCHIVE = Path("python", "lib", "pyspark.zip")   # under SPARK_HOME
 CHECKED_HASH = (0b11).to_bytes(4, "little")       # PEP 552 flags: hash-based, checked against the source
-
-
-class WorkerArchiveError(LedgerError):
-    """pyspark.zip could not be read or written again."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,13 @@ class Compiled:
 def spark_archive() -> Path:
     """The pyspark.zip of the Spark that PySpark starts here: $SPARK_HOME's, else the pip-installed PySpark's (its
     package directory is the SPARK_HOME its launcher sets; found without importing PySpark)."""
-    home = os.environ.get("SPARK_HOME") or Path(importlib.util.find_spec("pyspark").origin).parent
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or spec.origin is None:
+            raise WorkerArchiveError("PySpark is not installed in this Python and SPARK_HOME is not set: run it with "
+                                     "the Python Spark's workers run, or give --archive the pyspark.zip to compile")
+        home = Path(spec.origin).parent
     return Path(home) / ARCHIVE
 
 

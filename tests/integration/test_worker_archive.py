@@ -12,7 +12,8 @@ import zipfile
 import pytest
 
 from connector import cli
-from connector.spark.worker_archive import WorkerArchiveError, add_bytecode
+from connector.spark.errors import WorkerArchiveError
+from connector.spark.worker_archive import add_bytecode
 
 SOURCES = {
     "pkg/__init__.py": b"",
@@ -132,3 +133,12 @@ def test_the_command_says_what_it_did(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [
         f"{archive}: compiled 3 of its 3 modules for this Python",
         f"{archive}: its 3 modules have bytecode for this Python already"]
+
+
+def test_a_spark_home_without_the_archive_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+
+    assert cli.main(["spark", "compile"]) == 1
+
+    assert capsys.readouterr().err == (f"ledger: error: {tmp_path}/python/lib/pyspark.zip does not exist: is "
+                                       f"SPARK_HOME ({tmp_path}) the Spark installation? Give --archive its pyspark.zip\n")
