@@ -140,5 +140,6 @@ def test_a_spark_home_without_the_archive_is_named(tmp_path, capsys, monkeypatch
 
     assert cli.main(["spark", "compile"]) == 1
 
-    assert capsys.readouterr().err == (f"ledger: error: {tmp_path}/python/lib/pyspark.zip does not exist: is "
-                                       f"SPARK_HOME ({tmp_path}) the Spark installation? Give --archive its pyspark.zip\n")
+    archive = tmp_path / "python" / "lib" / "pyspark.zip"
+    assert capsys.readouterr().err == (f"ledger: error: {archive} does not exist: is SPARK_HOME ({tmp_path}) the "
+                                       f"Spark installation? Give --archive its pyspark.zip\n")
