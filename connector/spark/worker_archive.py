@@ -66,7 +66,8 @@ def add_bytecode(archive: Path) -> Compiled:
     except PermissionError as exc:
         raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Run it as a user who may write "
                                  f"{archive.parent} (the archive is written beside it, then renamed)") from exc
-    except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError) as exc:   # NotImplemented: compression
+    # zipfile raises NotImplementedError for a compression method it cannot read, ValueError for a malformed entry.
+    except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError) as exc:
         raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Give --archive the pyspark.zip of the "
                                  f"Spark installation (SPARK_HOME/{ARCHIVE})") from exc
     return Compiled(archive, len(wanted), len(wanted))

@@ -15,6 +15,8 @@ import pytest
 from connector.soak.nemesis import Nemesis
 from connector.soak.run import SPARK_SLOT, ActorProcess, Soak
 
+# The actor's process: it only has to be alive until the nemesis or the fixture kills its group (no test waits on
+# it); the 120 s bound only keeps a leaked one from outliving its test run.
 STAND_IN = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
