@@ -316,13 +316,18 @@ class ReadHandle:
     def is_closed(self) -> bool:
         return self._current.value.is_closed
 
-    def read(self, first: int = 0, last: int | None = None, *, confirmed: int = -1) -> Iterator[Entry]:
+    def read(self, first: int = 0, last: int | None = None, *, confirmed: int = -1,
+             views: bool = False) -> Iterator[Entry]:
         """Entries first..last (default: to last_entry_id) in order, several chunks read in parallel; each is an
         entry_time.TimedEntry: the payload as written and, for a ledger whose entries carry times, the time.
 
         confirmed: an entry the caller knows was confirmed, e.g. the LAC a Spark driver planned with. The nodes
         this handle asked may know a lower LAC (each node's LAC lags its own way), but the entries up to a LAC
         anyone saw were acknowledged, so they are readable whatever this handle's LAC read said.
+
+        views: payloads may be read-only memoryviews into the messages received (for readers that decode them
+        at once, such as a Spark read: entries of 16 KiB or more then reach the reader without any copy, see
+        protos/wire.py); without it every payload is bytes.
         """
         if not self.is_closed:
             self.last_entry_id = max(self.last_entry_id, confirmed)
@@ -331,9 +336,9 @@ class ReadHandle:
             raise ValueError(
                 f"cannot read entries {first}..{last} of ledger {self.ledger_id}: readable entries are "
                 f"0..{self.last_entry_id}" + ("" if self.is_closed else " (its LAC; call read_lac() for more)"))
-        return self._read(first, last)
+        return self._read(first, last, views)
 
-    def _read(self, first: int, last: int) -> Iterator[Entry]:
+    def _read(self, first: int, last: int, views: bool) -> Iterator[Entry]:
         meta = self._current.value
         entries = max(1, meta.last_entry_id + 1)
         average = meta.length / entries if meta.length > 0 else 4096
@@ -345,7 +350,7 @@ class ReadHandle:
             while chunks and len(in_flight) < window:
                 in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunks.popleft())))
             try:
-                yield from entry_time.stripped(meta, in_flight.popleft().result())  # the time frame, if any
+                yield from entry_time.stripped(meta, in_flight.popleft().result(), views)  # the time frame, if any
             except BaseException:
                 for future in in_flight:
                     future.cancel()

@@ -75,8 +75,8 @@ def frame(time_ms: int, payload: bytes) -> bytes:
     return FRAME.pack(time_ms) + payload
 
 
-def split(payload: bytes, where: str = "entry") -> tuple[int, bytes]:
-    """(append time, payload as written) of a timed ledger's entry."""
+def split(payload: bytes | memoryview, where: str = "entry") -> tuple[int, bytes | memoryview]:
+    """(append time, payload as written) of a timed ledger's entry; the payload a slice of the same type."""
     if len(payload) < FRAME.size:
         raise EntryTimeFormatError(
             f"{where} holds {len(payload)} bytes, too few for the {FRAME.size}-byte time its ledger's mark "
@@ -85,16 +85,16 @@ def split(payload: bytes, where: str = "entry") -> tuple[int, bytes]:
     return FRAME.unpack_from(payload)[0], payload[FRAME.size:]
 
 
-def stripped(meta: LedgerMetadata, entries: Iterable[Entry]) -> Iterator[Entry]:
+def stripped(meta: LedgerMetadata, entries: Iterable[Entry], views: bool = False) -> Iterator[Entry]:
     """The entries of the ledger as written: a timed ledger's as TimedEntry without the frame; others as they are
-    (TimedEntry with time_ms None)."""
-    if not carries_times(meta):
-        for entry in entries:
-            yield TimedEntry(entry.entry_id, entry.payload)
-        return
+    (TimedEntry with time_ms None). Payloads are bytes, copied at most once here; with views, a payload read as a
+    view into its message (protos.wire) stays one, the frame cut off without a copy."""
+    timed = carries_times(meta)
     for entry in entries:
-        time_ms, payload = split(entry.payload, f"entry {entry.entry_id} of ledger {meta.ledger_id}")
-        yield TimedEntry(entry.entry_id, payload, time_ms)
+        time_ms, payload = None, entry.payload
+        if timed:
+            time_ms, payload = split(memoryview(payload), f"entry {entry.entry_id} of ledger {meta.ledger_id}")
+        yield TimedEntry(entry.entry_id, payload if views else bytes(payload), time_ms)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,8 @@ DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-ent
 MAX_SENDABLE_ENTRY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024   # an entry larger travels in no message (its add's
                                                            # ids, key and digest take far less than the margin)
 
+_READ_RANGE = "/ledger.v1.StorageNode/ReadRange"   # decoded by protos.wire: big payloads are views, not copies
+
 # Idempotent reads only; UNAVAILABLE covers a node that is restarting.
 _READ_RETRY = json.dumps({"methodConfig": [{
     "name": [{"service": "ledger.v1.StorageNode", "method": m} for m in ("Read", "ReadLac", "NodeInfo")],
@@ -227,12 +229,16 @@ class GrpcTransport:
     async def read_range(self, node: str, request: pb.ReadRangeRequest,
                          timeout: float) -> AsyncIterator[pb.ReadRangeResponse]:
         """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream."""
-        call = self._stub(node).ReadRange(request, metadata=self._metadata)
+        call = self._channel(node).unary_stream(
+            _READ_RANGE, request_serializer=pb.ReadRangeRequest.SerializeToString,
+            response_deserializer=wire.read_range_message, _registered_method=True)(request, metadata=self._metadata)
         try:
             while True:
                 response = await asyncio.wait_for(call.read(), timeout)
                 if response is grpc.aio.EOF:
                     return
+                if response is None:   # gRPC logs a deserializer's exception and hands on None
+                    raise NodeError(f"node {node}: ReadRange sent a message that does not decode")
                 yield response
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as exc:
             raise NodeError(f"node {node}: ReadRange failed: {_describe(exc)}") from exc

@@ -21,6 +21,10 @@ from connector.spark.errors import RowTooLargeError, SchemaMismatchError
 
 MAGIC = b"LDA1"
 HEADER = struct.Struct("<4sQI")
+# Arrow (de)compresses an entry's buffers on its CPU thread pool by default. Each Spark task already keeps a
+# core busy, so the pool only adds hand-offs between threads: on one thread an lz4 entry decodes in half the
+# CPU (0.055 against 0.108 s per million sample rows) and encodes in about three quarters.
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +39,12 @@ class EntryRows:
 def encode_entry(first_row: int, batches: list[pa.RecordBatch], compression: str | None = None) -> bytes:
     rows = sum(b.num_rows for b in batches)
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
+    sink.write(HEADER.pack(MAGIC, first_row, rows))
+    options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
     with pa.ipc.new_stream(sink, batches[0].schema, options=options) as ipc:
         for batch in batches:
             ipc.write_batch(batch)
-    return HEADER.pack(MAGIC, first_row, rows) + sink.getvalue().to_pybytes()
+    return sink.getvalue().to_pybytes()
 
 
 def split_rows(batches: list[pa.RecordBatch], count: int) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch]]:
@@ -72,7 +77,7 @@ def entry_header(payload: bytes) -> tuple[int, int]:
 def decode_entry(payload: bytes) -> EntryRows:
     first_row, rows = entry_header(payload)
     body = pa.py_buffer(payload)[HEADER.size:]
-    with pa.ipc.open_stream(body) as ipc:
+    with pa.ipc.open_stream(body, options=_READ_OPTIONS) as ipc:
         batches = list(ipc)
     return EntryRows(first_row, rows, batches)
 

@@ -151,7 +151,7 @@ def read_partition(
             read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
             return
         first = partition.first_entry if raw else seek_entry(handle, partition)
-        entries = handle.read(first, partition.last_entry)
+        entries = handle.read(first, partition.last_entry, views=True)   # decoded at once: no payload copies
         if raw:
             yield from raw_batches(entries, partition, target)
         else:
@@ -168,7 +168,7 @@ def seek_entry(handle, partition: LedgerPartition) -> int:
         return lo
     while lo < hi:
         middle = (lo + hi) // 2
-        entry = next(iter(handle.read(middle, middle, confirmed=partition.last_entry)))
+        entry = next(iter(handle.read(middle, middle, confirmed=partition.last_entry, views=True)))
         first_row, rows = entry_header(entry.payload)
         if first_row + rows > row:
             hi = middle

@@ -4,7 +4,9 @@ import pytest
 
 from connector.client import (LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError, NotEnoughNodesError,
                               Streams, UnauthorizedError)
+from connector.client import entry_time
 from metadata import streams
+from protos import wire
 from metadata.model import LedgerState
 
 
@@ -44,6 +46,26 @@ def test_striped_pipelined_writes_complete_in_order(cluster, client):
     w.close()
     entries = list(client.open_ledger(w.ledger_id).read(0, 1999))
     assert [e.payload for e in entries] == [bytes([i % 256]) * 100 for i in range(2000)]
+
+
+def test_big_entries_read_as_views_into_the_messages_or_as_bytes(cluster, client):
+    """Entries of VIEW_MIN_BYTES or more are decoded by protos.wire (payloads are views into the received message),
+    smaller ones by protobuf; either way a reader gets what was written, as bytes unless it asked for views."""
+    cluster(3)
+    sizes = [wire.VIEW_MIN_BYTES, 3 * wire.VIEW_MIN_BYTES, 100, wire.VIEW_MIN_BYTES + 1, 0, 1 << 20]
+    payloads = [bytes([i]) * size for i, size in enumerate(sizes)]
+    with client.create_ledger(3, 2, 2, custom_metadata=entry_time.marked()) as w:
+        for payload in payloads:
+            w.append(entry_time.frame(1_700_000_000_000, payload))
+    r = client.open_ledger(w.ledger_id)
+    as_bytes, as_views = list(r.read()), list(r.read(views=True))
+    assert [e.payload for e in as_bytes] == payloads and {type(e.payload) for e in as_bytes} == {bytes}
+    assert [bytes(e.payload) for e in as_views] == payloads
+    # Read alone, an entry is the first of its message: a big one is a view into the whole message, a small one
+    # (protobuf's bytes) a view into its own payload, the time frame cut off without a copy.
+    alone = [next(iter(r.read(i, i, views=True))).payload for i in range(len(sizes))]
+    assert [len(p.obj) > len(p) + entry_time.FRAME.size for p in alone] == [True, True, False, True, False, True]
+    assert {e.time_ms for e in as_views} == {1_700_000_000_000}
 
 
 def test_tailing_an_open_ledger_follows_the_lac(cluster, client, metadata_uri):

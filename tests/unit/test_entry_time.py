@@ -45,6 +45,17 @@ def test_entries_of_a_marked_ledger_are_read_without_their_frame_and_with_their_
     assert all(isinstance(e, Entry) for e in read)
 
 
+def test_payloads_received_as_views_are_bytes_unless_the_reader_takes_views():
+    framed = memoryview(b"head" + entry_time.frame(1_700_000_000_123, b"payload"))[4:]
+    for meta in (ledger(entry_time.marked()), ledger({})):
+        expected = b"payload" if entry_time.TIME_KEY in meta.custom else bytes(framed)
+        as_bytes, = entry_time.stripped(meta, [Entry(0, framed)])
+        as_view, = entry_time.stripped(meta, [Entry(0, framed)], views=True)
+        assert type(as_bytes.payload) is bytes and as_bytes.payload == expected
+        assert isinstance(as_view.payload, memoryview) and as_view.payload.obj is framed.obj
+        assert bytes(as_view.payload) == expected
+
+
 def test_entries_of_a_ledger_written_before_times_read_exactly_as_stored():
     meta = ledger({"stream": "s"})
     stored = [Entry(0, b"LDA1 and more"), Entry(1, b"")]

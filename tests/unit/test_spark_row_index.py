@@ -118,7 +118,7 @@ class EntriesOf:
         self.payloads = [encode_entry(f, [_rows(n)]) for f, n in zip(firsts, row_counts)]
         self.reads = 0
 
-    def read(self, first, last, confirmed=-1):
+    def read(self, first, last, confirmed=-1, views=False):
         self.reads += last - first + 1
         return iter([_Entry(e, self.payloads[e]) for e in range(first, last + 1)])
 
