@@ -2,7 +2,7 @@
 
 `python -m connector.bench.cold_ceiling --rows N ...` starts a new local SparkSession, caches the sample rows and
 writes them to parquet (as the benchmark does before its first Python Data Source query, so the JVM is as warm),
-then times the ceiling's write, count and group-by (connector/bench/ceiling.py) --runs times each and prints one
+then times the ceiling's write, count and group-by (connector/bench/ceiling.py) in --runs rounds and prints one
 JSON line: case -> [best, first] seconds. The first runs pay what any Python Data Source pays in a new
 application: Spark starting its Python planning and executor workers, and the JVM's first pass over the Python
 Data Source paths. `ledger bench spark` runs it and prints it as the bound for its first-run targets.
@@ -13,7 +13,7 @@ import argparse
 import json
 import pathlib
 
-from connector.bench.spark import bench_session, ceiling_read, ceiling_write, grouped, timed
+from connector.bench.spark import bench_session, ceiling_read, ceiling_write, grouped, timed_rounds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> None:
         df.count()
         df.write.mode("overwrite").parquet(str(args.dir / "parquet"))
         reader = ceiling_read(spark, args.rows, df.rdd.getNumPartitions(), args.entry_bytes)
-        times = {
-            "write": timed(ceiling_write(df), args.runs),
-            "count": timed(lambda: reader().count(), args.runs),
-            "group-by": timed(lambda: grouped(reader()), args.runs),
-        }
+        times = timed_rounds({
+            "write": ceiling_write(df),
+            "count": lambda: reader().count(),
+            "group-by": lambda: grouped(reader()),
+        }, args.runs)
     finally:
         spark.stop()
     print(json.dumps(times))
