@@ -13,7 +13,7 @@ Appending `RANGE_RESULTS` to joined frames asks the node to answer the request's
 frame, the payload a view into the record read from the journal, copied once when the message is joined.
 
 `read_range_message(...)` is the client's side of it: a received ReadRangeResponse of big entries decoded with
-each payload a view into the message (RangeMessage, RangeEntry), not a copy.
+each payload a view into the message (ReadRangeResponseView, ReadResponseView), not a copy.
 """
 from __future__ import annotations
 
@@ -104,10 +104,13 @@ _MINUS_ONE = b"\xff" * 9 + b"\x01"
 VIEW_MIN_BYTES = 16 * 1024   # a message whose first entry is smaller is decoded by protobuf itself
 _FIXED32 = struct.Struct("<I")
 _INT64_SIGN = 1 << 63
-_READ_RESPONSE_VARINTS = {1: "status", 3: "ledger_id", 4: "entry_id", 5: "last_add_confirmed"}
+_RANGE = pb.ReadRangeResponse
+_READ = pb.ReadResponse
+_READ_VARINTS = {_READ.STATUS_FIELD_NUMBER: "status", _READ.LEDGER_ID_FIELD_NUMBER: "ledger_id",
+                 _READ.ENTRY_ID_FIELD_NUMBER: "entry_id", _READ.LAST_ADD_CONFIRMED_FIELD_NUMBER: "last_add_confirmed"}
 
 
-class RangeEntry:
+class ReadResponseView:
     """A ReadResponse of a ReadRangeResponse, decoded with its payload a read-only memoryview into the message
     (what pb.ReadResponse has, attribute for attribute; its defaults those of proto3)."""
 
@@ -120,58 +123,63 @@ class RangeEntry:
         self.payload: memoryview | bytes = b""
 
 
-class RangeMessage:
-    """A decoded ReadRangeResponse whose entries are RangeEntry (what pb.ReadRangeResponse has)."""
+class ReadRangeResponseView:
+    """A decoded ReadRangeResponse whose entries are ReadResponseView (what pb.ReadRangeResponse has)."""
 
     __slots__ = ("status", "message", "entries", "done")
 
     def __init__(self) -> None:
         self.status = 0
         self.message = ""
-        self.entries: list[RangeEntry] = []
+        self.entries: list[ReadResponseView] = []
         self.done = False
 
 
-def read_range_message(data: bytes) -> RangeMessage | pb.ReadRangeResponse:
+def read_range_message(data: bytes) -> ReadRangeResponseView | pb.ReadRangeResponse:
     """A ReadRangeResponse as received (the client's deserializer for ReadRange).
 
     protobuf copies every bytes field out of the message it parses, and again on each access to it; for entries
     of a Spark read (about 1 MiB) those copies were most of a reader's CPU besides the decompression. Big entries
     are decoded here instead, each payload a view into `data`, copied never or once by the reader (ReadHandle.read).
     A message whose first entry is under VIEW_MIN_BYTES goes to protobuf's own decoder: for small entries
-    (a raw stream's events) its C loop is cheaper than this one per entry. Either way the result reads the same:
-    unknown fields are skipped and any field order is accepted, as protobuf does; a message cut short raises
-    DecodeError."""
+    (a raw stream's events) its C loop is cheaper than this one per entry. The choice is per message: entries
+    after a big first one are decoded here whatever their size, those after a small first one by protobuf.
+
+    As protobuf does: proto3 defaults for absent fields (status 0 is STATUS_UNKNOWN), fields in any order, the
+    last of a repeated scalar field wins, unknown fields and known ones of another wire type are skipped, a
+    message cut short raises DecodeError. Unlike it, and on the safe side for a reader: a status is read as
+    int64 (not cut to int32, so no out-of-range value reads as OK), a message that is not UTF-8 is read with
+    replacement characters, and a group (wire types 3, 4, which proto3 has not) raises DecodeError."""
     view = memoryview(data)
-    out = RangeMessage()
+    out = ReadRangeResponseView()
     pos, end = 0, len(data)
     while pos < end:
         number, kind, value, pos = _field(data, pos, end)
-        if number == 3 and kind == 2:
+        if number == _RANGE.ENTRIES_FIELD_NUMBER and kind == 2:
             start, stop = value
             if not out.entries and stop - start < VIEW_MIN_BYTES:
                 return pb.ReadRangeResponse.FromString(data)
             out.entries.append(_range_entry(data, view, start, stop))
-        elif number == 1 and kind == 0:
+        elif number == _RANGE.STATUS_FIELD_NUMBER and kind == 0:
             out.status = _int64(value)
-        elif number == 2 and kind == 2:
+        elif number == _RANGE.MESSAGE_FIELD_NUMBER and kind == 2:
             out.message = _text(data, value)
-        elif number == 4 and kind == 0:
+        elif number == _RANGE.DONE_FIELD_NUMBER and kind == 0:
             out.done = bool(value)
     return out
 
 
-def _range_entry(data: bytes, view: memoryview, pos: int, end: int) -> RangeEntry:
-    entry = RangeEntry()
+def _range_entry(data: bytes, view: memoryview, pos: int, end: int) -> ReadResponseView:
+    entry = ReadResponseView()
     while pos < end:
         number, kind, value, pos = _field(data, pos, end)
-        if number == 6 and kind == 2:
+        if number == _READ.PAYLOAD_FIELD_NUMBER and kind == 2:
             entry.payload = view[value[0]:value[1]]
-        elif kind == 0 and 1 <= number <= 5 and number != 2:
-            setattr(entry, _READ_RESPONSE_VARINTS[number], _int64(value))
-        elif number == 7 and kind == 5:
+        elif kind == 0 and number in _READ_VARINTS:
+            setattr(entry, _READ_VARINTS[number], _int64(value))
+        elif number == _READ.DIGEST_FIELD_NUMBER and kind == 5:
             entry.digest = value
-        elif number == 2 and kind == 2:
+        elif number == _READ.MESSAGE_FIELD_NUMBER and kind == 2:
             entry.message = _text(data, value)
     return entry
 

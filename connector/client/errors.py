@@ -90,6 +90,15 @@ _STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
 }
 
 
+_STATUS_NAMES = {number: name for name, number in pb.Status.items()}
+
+
+def status_name(status: int) -> str:
+    """A node's status by name; one this client does not know (a newer node's, or a damaged message) by number.
+    (pb.Status.Name raises on an unknown value, and names a value past int32 by its low 32 bits.)"""
+    return _STATUS_NAMES.get(status) or f"status {status}"
+
+
 def refuses_ledger(status: int) -> bool:
     """Whether status refuses the ledger itself (FENCED, UNAUTHORIZED): every node of it answers alike, so an op
     fails with error_for_status(status) rather than trying another node. Any other status is about the node

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Mapping
 
-from connector.client.errors import LedgerError
+from connector.client.errors import LedgerError, status_name
 from connector.client.ops.read import RangeCall, verified
 from connector.client.placement import replace_nodes
 from connector.client.schedule import Schedule
@@ -175,7 +175,7 @@ class CopyReads:
         if response.status == pb.OK and verified(self.ledger_id, response):
             self.entries[response.entry_id] = response
         else:
-            reason = "digest mismatch" if response.status == pb.OK else pb.Status.Name(response.status)
+            reason = "digest mismatch" if response.status == pb.OK else status_name(response.status)
             self.failures[response.entry_id][node] = reason
 
     def on_call_done(self, call: RangeCall, reason: str = "") -> None:
@@ -220,7 +220,7 @@ class CopyWrites:
         if status == pb.OK:
             self.waiting.discard((entry_id, node))
         else:
-            self.on_node_failure(node, f"{pb.Status.Name(status)} {message}".strip())
+            self.on_node_failure(node, f"{status_name(status)} {message}".strip())
 
     def on_node_failure(self, node: str, reason: str) -> None:
         if self.failure is None and any(n == node for _, n in self.waiting):

@@ -32,7 +32,9 @@ DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-ent
 MAX_SENDABLE_ENTRY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024   # an entry larger travels in no message (its add's
                                                            # ids, key and digest take far less than the margin)
 
-_READ_RANGE = "/ledger.v1.StorageNode/ReadRange"   # decoded by protos.wire: big payloads are views, not copies
+# ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
+_READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(
+    pb.DESCRIPTOR.services_by_name["StorageNode"].methods_by_name["ReadRange"])
 
 # Idempotent reads only; UNAVAILABLE covers a node that is restarting.
 _READ_RETRY = json.dumps({"methodConfig": [{
@@ -68,7 +70,7 @@ class Transport(Protocol):
     async def read(self, node: str, request: pb.ReadRequest, timeout: float) -> pb.ReadResponse: ...
 
     def read_range(self, node: str, request: pb.ReadRangeRequest,
-                   timeout: float) -> AsyncIterator[pb.ReadRangeResponse]: ...
+                   timeout: float) -> AsyncIterator[pb.ReadRangeResponse | wire.ReadRangeResponseView]: ...
 
     async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse: ...
 
@@ -227,7 +229,7 @@ class GrpcTransport:
         return await self._unary(node, "WaitLac", request, timeout)
 
     async def read_range(self, node: str, request: pb.ReadRangeRequest,
-                         timeout: float) -> AsyncIterator[pb.ReadRangeResponse]:
+                         timeout: float) -> AsyncIterator[pb.ReadRangeResponse | wire.ReadRangeResponseView]:
         """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream."""
         call = self._channel(node).unary_stream(
             _READ_RANGE, request_serializer=pb.ReadRangeRequest.SerializeToString,

@@ -3,11 +3,10 @@ and streams), tailing, metadata."""
 import pytest
 
 from connector.client import (LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError, NotEnoughNodesError,
-                              Streams, UnauthorizedError)
-from connector.client import entry_time
+                              Streams, UnauthorizedError, entry_time)
 from metadata import streams
-from protos import wire
 from metadata.model import LedgerState
+from protos import wire
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ async def _read_from_server_sending(messages: list[bytes]) -> list:
 
 def test_a_message_that_decodes_arrives_with_its_payload_as_a_view():
     message, = asyncio.run(_read_from_server_sending([WHOLE]))
-    assert isinstance(message, wire.RangeMessage) and message.status == pb.OK
+    assert isinstance(message, wire.ReadRangeResponseView) and message.status == pb.OK
     assert bytes(message.entries[0].payload) == BIG and isinstance(message.entries[0].payload, memoryview)
 
 

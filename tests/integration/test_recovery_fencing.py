@@ -15,6 +15,7 @@ from connector.client import (
     UnauthorizedError,
 )
 from metadata.model import LedgerState
+from protos import wire
 from tests.harness.background_writer import BackgroundWriter
 from tests.harness.poll import poll_until
 
@@ -156,3 +157,31 @@ def test_ten_clients_recovering_at_once_agree_on_one_last_entry(cluster, metadat
                 client.close()
         assert set(results) == {writer_client.ledger_metadata(w.ledger_id).last_entry_id}
         assert results[0] >= acked
+
+
+def test_recovery_of_big_entries_writes_back_the_payloads_read_as_views(cluster, metadata_uri):
+    """Entries of VIEW_MIN_BYTES or more reach recovery as views into the received messages (protos/wire.py): its
+    votes keep them and its write-back appends them. The writer process exits at once after its last
+    acknowledgement, before an idle writer's explicit LAC (IDLE_LAC_AFTER), so the nodes know the LAC of the
+    entry before the last and the recovery writes the last one back; every entry reads back as written."""
+    cluster(3)
+    count = 12
+    script = (
+        "import os, sys\n"
+        "from connector.client import LedgerClient\n"
+        "from protos import wire\n"
+        "lc = LedgerClient(sys.argv[1])\n"
+        "w = lc.create_ledger(3, 3, 2)\n"
+        f"for i in range({count}):\n"
+        "    w.append(bytes([i]) * (wire.VIEW_MIN_BYTES + 1000 * i))\n"
+        "print(w.ledger_id, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, metadata_uri], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ledger_id = int(done.stdout)
+    with LedgerClient(metadata_uri) as rc:
+        meta = rc.recover_ledger(ledger_id)
+        assert (meta.state, meta.last_entry_id) == (LedgerState.CLOSED, count - 1)
+        assert [e.payload for e in rc.open_ledger(ledger_id).read()] == [
+            bytes([i]) * (wire.VIEW_MIN_BYTES + 1000 * i) for i in range(count)]

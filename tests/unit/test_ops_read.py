@@ -3,6 +3,7 @@ from connector.client.errors import DigestMismatchError, NodeError
 from connector.client.ops.read import EntryRead, plan_chunks
 from metadata.model import Fragment, LedgerMetadata, LedgerState
 from protos import ledger_pb2 as pb
+from protos import wire
 from protos.digest import entry_digest
 
 
@@ -68,3 +69,18 @@ def test_entry_read_exhausted_names_digest_mismatch():
     read = EntryRead(7, 5, ("a",))
     read.on_failure(read.next_node(), "unavailable")
     assert isinstance(read.error(), NodeError) and "could not be read from any replica" in str(read.error())
+
+
+def test_a_status_this_client_does_not_know_fails_the_entry_on_that_node_not_the_read():
+    """A newer node's status (or a damaged message's: the client's own decoder reads a status as int64) is a
+    failure of that node for the entry, named by number, and the read fails over; pb.Status.Name raised
+    ValueError out of the read."""
+    chunk = plan_chunks(closed(3, 3, 1), 0, 1, 4)[0]
+    (call,) = chunk.calls
+    chunk.on_entry(call.node, response(0, status=99))
+    decoded = wire.ReadResponseView()   # as protos.wire decodes a big entry; protobuf cannot hold this status
+    decoded.entry_id, decoded.status = 1, (1 << 32) + pb.OK
+    chunk.on_entry(call.node, decoded)
+    chunk.on_call_done(call)
+    assert [(r.entry_id, r.failures) for r in chunk.failovers()] == [(0, {"a": "status 99"}),
+                                                                     (1, {"a": f"status {(1 << 32) + pb.OK}"})]

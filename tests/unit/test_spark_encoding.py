@@ -21,6 +21,18 @@ def test_entry_round_trip(compression):
     assert pa.Table.from_batches(rows.batches).column("id").to_pylist() == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("shift", [1, 3, 4, 8])
+def test_an_entry_read_where_a_message_put_it_decodes_into_aligned_buffers(shift):
+    """A Spark read hands decode_entry a view into the gRPC message (protos/wire.py), at any address: the
+    int64 column of an uncompressed entry must not be left at an address that is not a multiple of 8."""
+    payload = encode_entry(0, [batch(0, 100)])
+    message = bytes(shift) + payload
+    rows = decode_entry(memoryview(message)[shift:])
+    ids = rows.batches[0].column(0)
+    assert ids.to_pylist() == list(range(100))
+    assert ids.buffers()[1].address % 8 == 0
+
+
 def test_not_an_arrow_entry():
     with pytest.raises(SchemaMismatchError, match="not an arrow entry"):
         entry_header(b"x" * 32)

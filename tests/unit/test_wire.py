@@ -1,4 +1,5 @@
-"""Messages built by protos/wire.py decode, with protobuf's own decoder, to exactly what was put in."""
+"""Messages built by protos/wire.py decode, with protobuf's own decoder, to exactly what was put in; and the
+client's decoder of ReadRangeResponse (wire.read_range_message) reads what protobuf reads."""
 from __future__ import annotations
 
 import pytest
@@ -62,7 +63,7 @@ def test_a_read_range_response_with_big_entries_decodes_as_protobuf_does_with_pa
     data = expected.SerializeToString()
     decoded = wire.read_range_message(data)
     _same(decoded, expected)
-    assert isinstance(decoded, wire.RangeMessage)
+    assert isinstance(decoded, wire.ReadRangeResponseView)
     assert isinstance(decoded.entries[0].payload, memoryview) and decoded.entries[0].payload.obj is data
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from connector.client.errors import DigestMismatchError, LedgerError, NodeError
+from connector.client.errors import DigestMismatchError, LedgerError, NodeError, status_name
 from connector.client.schedule import Schedule
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
@@ -30,18 +30,21 @@ class RangeCall:
 @dataclasses.dataclass(frozen=True)
 class Entry:
     entry_id: int
-    payload: bytes
+    payload: bytes | memoryview   # a memoryview: see ReadHandle.read(views=True)
 
 
-def verified(ledger_id: int, response: pb.ReadResponse) -> bool:
-    return entry_digest(ledger_id, response.entry_id, response.last_add_confirmed, response.payload) == response.digest
+def verified(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview | None = None) -> bool:
+    """payload: response.payload, when the caller took it already (protobuf copies a bytes field on each access)."""
+    payload = response.payload if payload is None else payload
+    return entry_digest(ledger_id, response.entry_id, response.last_add_confirmed, payload) == response.digest
 
 
-def entry_problem(ledger_id: int, response: pb.ReadResponse) -> str:
-    """Why a node's answer for one entry does not deliver it (its status, or a digest mismatch); "" if it does."""
+def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview | None = None) -> str:
+    """Why a node's answer for one entry does not deliver it (its status, or a digest mismatch); "" if it does.
+    response: a pb.ReadResponse or a protos.wire.ReadResponseView; payload as for verified."""
     if response.status != pb.OK:
-        return pb.Status.Name(response.status)
-    return "" if verified(ledger_id, response) else DIGEST_MISMATCH
+        return status_name(response.status)
+    return "" if verified(ledger_id, response, payload) else DIGEST_MISMATCH
 
 
 class EntryRead:
@@ -58,11 +61,12 @@ class EntryRead:
         return self._untried.pop(0) if self._untried and self.entry is None else None
 
     def on_response(self, node: str, response: pb.ReadResponse) -> None:
-        problem = entry_problem(self.ledger_id, response)
+        payload = response.payload
+        problem = entry_problem(self.ledger_id, response, payload)
         if problem:
             self.failures[node] = problem
         else:
-            self.entry = Entry(self.entry_id, response.payload)
+            self.entry = Entry(self.entry_id, payload)
 
     def on_failure(self, node: str, reason: str) -> None:
         self.failures[node] = reason
@@ -108,11 +112,12 @@ class ChunkRead:
         entry_id = response.entry_id
         if not self.first <= entry_id <= self.last or entry_id in self.entries:
             return
-        problem = entry_problem(self.ledger_id, response)
+        payload = response.payload
+        problem = entry_problem(self.ledger_id, response, payload)
         if problem:
             self.failures.setdefault(entry_id, {})[node] = problem
         else:
-            self.entries[entry_id] = Entry(entry_id, response.payload)
+            self.entries[entry_id] = Entry(entry_id, payload)
 
     def on_call_done(self, call: RangeCall, reason: str = "") -> None:
         """The call ended (reason empty when it finished OK): what it did not deliver is retried elsewhere."""

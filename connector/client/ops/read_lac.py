@@ -7,7 +7,7 @@ is left unfenced and the old writer cannot complete another add.
 """
 from __future__ import annotations
 
-from connector.client.errors import NodeError, RecoveryIncompleteError, error_for_status, refuses_ledger
+from connector.client.errors import NodeError, RecoveryIncompleteError, error_for_status, refuses_ledger, status_name
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
 
@@ -46,7 +46,7 @@ class ReadLacOp:
         else:
             if refuses_ledger(status):
                 self.refusals.setdefault(node, status)
-            self.on_failure(node, f"{pb.Status.Name(status)} {message}".strip())
+            self.on_failure(node, f"{status_name(status)} {message}".strip())
 
     def on_failure(self, node: str, reason: str) -> None:
         self.unknown.setdefault(node, reason)

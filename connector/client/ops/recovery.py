@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from connector.client.errors import RecoveryIncompleteError
+from connector.client.errors import RecoveryIncompleteError, status_name
 from connector.client.ops.read import RangeCall, entry_problem
 from connector.client.schedule import Schedule
 from metadata.model import LedgerMetadata, LedgerState
@@ -24,7 +24,7 @@ from protos import ledger_pb2 as pb
 
 @dataclasses.dataclass
 class _Votes:
-    payload: bytes | None = None
+    payload: bytes | memoryview | None = None
     negative: set[str] = dataclasses.field(default_factory=set)
     unknown: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -80,11 +80,12 @@ class RecoveryReadOp:
         votes = self.votes.get(entry.entry_id)
         if votes is None or self.done:
             return
-        problem = entry_problem(self.ledger_id, entry)
+        payload = entry.payload
+        problem = entry_problem(self.ledger_id, entry, payload)
         if problem:
             votes.unknown[node] = problem
         else:
-            votes.payload = entry.payload
+            votes.payload = payload
         self._decide()
 
     def on_range_done(self, call: RangeCall, status: int = pb.OK, reason: str = "") -> None:
@@ -98,10 +99,10 @@ class RecoveryReadOp:
             if status in (pb.OK, pb.NO_LEDGER, pb.NO_ENTRY):
                 votes.negative.add(call.node)
             else:
-                votes.unknown[call.node] = reason or pb.Status.Name(status)
+                votes.unknown[call.node] = reason or status_name(status)
         self._decide()
 
-    def take_recovered(self) -> list[tuple[int, bytes]]:
+    def take_recovered(self) -> list[tuple[int, bytes | memoryview]]:
         """Positive entries not handed out yet, in entry order, for write-back."""
         taken = [(e, self.votes[e].payload) for e in range(self._taken + 1, self.decided + 1)]
         self._taken = self.decided

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Callable
 
 from connector.client import metrics
-from connector.client.errors import NodeError
+from connector.client.errors import NodeError, status_name
 from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall
 from connector.client.ops.read_lac import ReadLacOp
 from connector.client.runner.context import Context, schedule_of, until_done
@@ -41,7 +41,7 @@ async def read_range(ctx: Context, ledger_id: int, call: RangeCall, on_entry: Ca
     try:
         async for response in ctx.transport.read_range(call.node, request, ctx.timeout):
             if response.status != pb.OK and end.complete:
-                end = RangeEnd(response.status, f"{pb.Status.Name(response.status)} {response.message}".strip())
+                end = RangeEnd(response.status, f"{status_name(response.status)} {response.message}".strip())
             for entry in response.entries:
                 on_entry(call.node, entry)
             done = done or response.done
