@@ -30,6 +30,7 @@ from metadata.store import MetadataStore, initialise_root
 from protos import ledger_pb2, ledger_pb2_grpc
 
 STATE_FILE = "cluster.json"
+PORT_RACE_ATTEMPTS = 3   # starts of a node again on another port, after another process took the one it was given
 ROOT = "/ledgers"
 TLS_DIR = "tls"
 
@@ -244,12 +245,31 @@ class LocalCluster:
 
     def wait_serving(self, timeout: float) -> None:
         """Until every node serves (registered: its ready file names its pid). A node that exits meanwhile
-        fails the start in its own words (its refusal says what is wrong and what to do)."""
-        handles = [self._started.get(spec.node_id) or self._attach(spec) for spec in self.state.nodes]
-        try:
-            wait_all_ready(handles, timeout)
-        except NodeStartError as exc:
-            raise ClusterError(str(exc)) from None
+        fails the start in its own words (its refusal says what is wrong and what to do), unless it found its port
+        taken: then it moves to another and starts again, up to PORT_RACE_ATTEMPTS times."""
+        for attempt in range(PORT_RACE_ATTEMPTS + 1):
+            handles = [self._started.get(spec.node_id) or self._attach(spec) for spec in self.state.nodes]
+            try:
+                wait_all_ready(handles, timeout)
+                return
+            except NodeStartError as exc:
+                if attempt == PORT_RACE_ATTEMPTS or not self._move_nodes_whose_port_was_taken():
+                    raise ClusterError(str(exc)) from None
+
+    def _move_nodes_whose_port_was_taken(self) -> bool:
+        """Start again, on another port, the nodes this object started that refused to start because their port
+        was taken. A port is free when it is picked (and checked again before the start), not when the node binds
+        it about a second later: in a CI run, another test's process took one in between. True if any moved."""
+        moved = False
+        for spec in self.state.nodes:
+            handle = self._started.get(spec.node_id)
+            if handle is not None and handle.port_taken():
+                old, spec.port = spec.port, self._unrecorded_port()
+                self.notes.append(f"{spec.node_id}: port {old} was taken while it started; moved to port {spec.port}")
+                spec.pid = self._start_node(spec)
+                self._save()
+                moved = True
+        return moved
 
     # -- status --------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from protos.ready_file import NodeReady, read_ready, remove_ready
 
 POLL_SECONDS = 0.05
 REFUSAL = "refuses to start"        # what a node says on its way out (storage_node/__main__.py)
+PORT_TAKEN = "another process uses the port"   # its refusal when its port was taken (storage_node/server.py)
 
 
 class NodeStartError(LedgerError):
@@ -130,6 +131,11 @@ class NodeHandle:
         if self._pump is not None and self.exit_status() is not None:
             self._pump.join(5)      # the pipe's last lines, read after the exit
         return "".join(self._lines)
+
+    def port_taken(self) -> bool:
+        """Whether the node, having exited, refused to start because another process held its port."""
+        return self.exit_status() is not None and any(
+            REFUSAL in line and PORT_TAKEN in line for line in self.output().splitlines())
 
     def failure(self, what: str) -> str:
         """One line saying what went wrong in the node's own last word, then where to read the rest."""
