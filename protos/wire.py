@@ -102,7 +102,7 @@ _MINUS_ONE = b"\xff" * 9 + b"\x01"
 # -- decoding a ReadRangeResponse: payloads as views into the received message -------------------------------------
 
 VIEW_MIN_BYTES = 16 * 1024   # a message whose first entry is smaller is decoded by protobuf itself
-_FIXED32 = struct.Struct("<I")
+_U32 = struct.Struct("<I")
 _INT64_SIGN = 1 << 63
 _RANGE = pb.ReadRangeResponse
 _READ = pb.ReadResponse
@@ -147,82 +147,91 @@ def read_range_message(data: bytes) -> ReadRangeResponseView | pb.ReadRangeRespo
 
     As protobuf does: proto3 defaults for absent fields (status 0 is STATUS_UNKNOWN), fields in any order, the
     last of a repeated scalar field wins, unknown fields and known ones of another wire type are skipped, a
-    message cut short raises DecodeError. Unlike it, and on the safe side for a reader: a status is read as
-    int64 (not cut to int32, so no out-of-range value reads as OK), a message that is not UTF-8 is read with
-    replacement characters, and a group (wire types 3, 4, which proto3 has not) raises DecodeError."""
+    message cut short or field number 0 raises DecodeError. Unlike it, and on the safe side for a reader: a status
+    is read as int64 (not cut to int32, so no out-of-range value reads as OK), a message that is not UTF-8 is read
+    with replacement characters, and a group (wire types 3, 4, which proto3 has not) raises DecodeError."""
     view = memoryview(data)
     out = ReadRangeResponseView()
-    pos, end = 0, len(data)
-    while pos < end:
-        number, kind, value, pos = _field(data, pos, end)
-        if number == _RANGE.ENTRIES_FIELD_NUMBER and kind == 2:
+    for number, kind, value in fields(data, 0, len(data)):
+        if number == _RANGE.ENTRIES_FIELD_NUMBER and kind == LENGTH:
             start, stop = value
             if not out.entries and stop - start < VIEW_MIN_BYTES:
                 return pb.ReadRangeResponse.FromString(data)
             out.entries.append(_range_entry(data, view, start, stop))
-        elif number == _RANGE.STATUS_FIELD_NUMBER and kind == 0:
-            out.status = _int64(value)
-        elif number == _RANGE.MESSAGE_FIELD_NUMBER and kind == 2:
+        elif number == _RANGE.STATUS_FIELD_NUMBER and kind == VARINT:
+            out.status = int64(value)
+        elif number == _RANGE.MESSAGE_FIELD_NUMBER and kind == LENGTH:
             out.message = _text(data, value)
-        elif number == _RANGE.DONE_FIELD_NUMBER and kind == 0:
+        elif number == _RANGE.DONE_FIELD_NUMBER and kind == VARINT:
             out.done = bool(value)
     return out
 
 
 def _range_entry(data: bytes, view: memoryview, pos: int, end: int) -> ReadResponseView:
     entry = ReadResponseView()
-    while pos < end:
-        number, kind, value, pos = _field(data, pos, end)
-        if number == _READ.PAYLOAD_FIELD_NUMBER and kind == 2:
+    for number, kind, value in fields(data, pos, end):
+        if number == _READ.PAYLOAD_FIELD_NUMBER and kind == LENGTH:
             entry.payload = view[value[0]:value[1]]
-        elif kind == 0 and number in _READ_VARINTS:
-            setattr(entry, _READ_VARINTS[number], _int64(value))
-        elif number == _READ.DIGEST_FIELD_NUMBER and kind == 5:
+        elif kind == VARINT and number in _READ_VARINTS:
+            setattr(entry, _READ_VARINTS[number], int64(value))
+        elif number == _READ.DIGEST_FIELD_NUMBER and kind == FIXED32:
             entry.digest = value
-        elif number == _READ.MESSAGE_FIELD_NUMBER and kind == 2:
+        elif number == _READ.MESSAGE_FIELD_NUMBER and kind == LENGTH:
             entry.message = _text(data, value)
     return entry
 
 
-def _field(data: bytes, pos: int, end: int) -> tuple[int, int, object, int]:
-    """(field number, wire type, value, position after it); a length-delimited value is its (start, stop)."""
-    key, pos = _varint(data, pos, end)
-    kind = key & 7
-    if kind == 0:
-        value, pos = _varint(data, pos, end)
-    elif kind == 2:
-        size, pos = _varint(data, pos, end)
-        value = (pos, pos + size)
-        pos += size
-    elif kind == 5:
-        if pos + 4 > end:
-            raise DecodeError("a ReadRangeResponse ends inside a fixed32 field")
-        value = _FIXED32.unpack_from(data, pos)[0]
-        pos += 4
-    elif kind == 1:
-        value, pos = None, pos + 8
-    else:
-        raise DecodeError(f"a ReadRangeResponse holds a field of wire type {kind}, which it cannot")
-    if pos > end:
-        raise DecodeError("a ReadRangeResponse ends inside a field")
-    return key >> 3, kind, value, pos
+# -- reading protobuf fields by hand (the node's AddRequest, the client's ReadRangeResponse) -----------------------
+
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5   # wire types
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    if pos < end and data[pos] < 0x80:
-        return data[pos], pos + 1
-    value = shift = 0
-    while pos < end and shift < 70:
+def fields(data, pos: int, end: int):
+    """(field number, wire type, value) of data[pos:end] in order; a length-delimited value is its (start, end).
+    A truncated field or varint, field number 0 and groups raise DecodeError, as protobuf's decoder does."""
+    while pos < end:
+        key, pos = read_varint(data, pos, end)
+        number, wire_type = key >> 3, key & 7
+        if not 0 < number < 1 << 29:
+            raise DecodeError(f"invalid field number {number}")
+        if wire_type == VARINT:
+            value, pos = read_varint(data, pos, end)
+        elif wire_type == LENGTH:
+            length, pos = read_varint(data, pos, end)
+            if length > end - pos:
+                raise DecodeError("truncated length-delimited field")
+            value, pos = (pos, pos + length), pos + length
+        elif wire_type == FIXED32:
+            if pos + 4 > end:
+                raise DecodeError("truncated fixed32 field")
+            value, pos = _U32.unpack_from(data, pos)[0], pos + 4
+        elif wire_type == FIXED64:
+            if pos + 8 > end:
+                raise DecodeError("truncated fixed64 field")
+            value, pos = int.from_bytes(data[pos:pos + 8], "little"), pos + 8
+        else:
+            raise DecodeError(f"unsupported wire type {wire_type}")
+        yield number, wire_type, value
+
+
+def read_varint(data, pos: int, end: int) -> tuple[int, int]:
+    """(value as uint64, position after it) of the varint at data[pos]."""
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated varint")
         byte = data[pos]
         pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value & _U64, pos
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result & _U64, pos
         shift += 7
-    raise DecodeError("a ReadRangeResponse ends inside a varint, or holds one over ten bytes")
+        if shift >= 70:
+            raise DecodeError("varint longer than 10 bytes")
 
 
-def _int64(value: int) -> int:
+def int64(value: int) -> int:
+    """An int64 field's value from its varint (negative ones take ten bytes, two's complement)."""
     return value - (1 << 64) if value & _INT64_SIGN else value
 
 

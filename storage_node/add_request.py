@@ -2,10 +2,10 @@
 
 The generic protobuf decoder copies each payload twice (into its arena, then out into a bytes object), and
 for 1 MiB entries those copies cost the node more CPU than writing the entry to its journal. parse_in_place
-yields each payload as a memoryview of the received message, which the journal writes as it is. It is
-Python, so it costs more per field than the generic decoder: parse_add_request uses it only when the first
-entry is large (the client sends an entry of 1 MiB or more in a message of its own), and the generic decoder
-for batches of small entries.
+yields each payload as a memoryview of the received message, which the journal writes as it is. It is Python
+(the field reader of protos/wire.py), so it costs more per field than the generic decoder: parse_add_request
+uses it only when the first entry is large (the client sends an entry of 1 MiB or more in a message of its
+own), and the generic decoder for batches of small entries.
 
 It follows the protobuf encoding rules for proto3 (ledger.proto): fields in any order, the last value of a
 repeated scalar field wins, unknown fields are skipped, negative int64 take ten bytes, uint32 fields keep
@@ -20,11 +20,10 @@ import dataclasses
 from google.protobuf.message import DecodeError
 
 from protos import ledger_pb2 as pb
+from protos.wire import FIXED32, LENGTH, VARINT, fields, int64, read_varint
 
 LARGE_ENTRY_BYTES = 64 * 1024
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
-_FIRST_ENTRY_TAG = (pb.AddRequest.ENTRIES_FIELD_NUMBER << 3) | _LENGTH
-_U64 = 1 << 64
+_FIRST_ENTRY_TAG = (pb.AddRequest.ENTRIES_FIELD_NUMBER << 3) | LENGTH
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,7 +49,7 @@ def parse_add_request(data: bytes) -> AddRequest | pb.AddRequest:
     """The request, decoded in place when its first entry is LARGE_ENTRY_BYTES or more."""
     if len(data) >= LARGE_ENTRY_BYTES and data[0] == _FIRST_ENTRY_TAG:
         try:
-            first_length, _ = _varint(memoryview(data), 1, min(len(data), 11))
+            first_length, _ = read_varint(data, 1, min(len(data), 11))
         except DecodeError:
             first_length = 0
         if first_length >= LARGE_ENTRY_BYTES:
@@ -61,13 +60,13 @@ def parse_add_request(data: bytes) -> AddRequest | pb.AddRequest:
 def parse_in_place(data: bytes) -> AddRequest:
     view = memoryview(data)
     request = AddRequest([])
-    for number, wire_type, value in _fields(view, 0, len(view)):
+    for number, wire_type, value in fields(view, 0, len(view)):
         if number == 1:
-            if wire_type != _LENGTH:
+            if wire_type != LENGTH:
                 raise DecodeError(f"AddRequest.entries has wire type {wire_type}, expected length-delimited")
             request.entries.append(_entry(view, *value))
         elif number == 2:
-            if wire_type != _VARINT:
+            if wire_type != VARINT:
                 raise DecodeError(f"AddRequest.range_results has wire type {wire_type}, expected varint")
             request.range_results = value != 0
     return request
@@ -75,10 +74,10 @@ def parse_in_place(data: bytes) -> AddRequest:
 
 def _entry(view: memoryview, start: int, end: int) -> AddEntry:
     entry = AddEntry()
-    for number, wire_type, value in _fields(view, start, end):
+    for number, wire_type, value in fields(view, start, end):
         if number in (1, 2, 5):
-            _expect(number, wire_type, _VARINT)
-            value = value - _U64 if value >= 1 << 63 else value
+            _expect(number, wire_type, VARINT)
+            value = int64(value)
             if number == 1:
                 entry.ledger_id = value
             elif number == 2:
@@ -86,16 +85,16 @@ def _entry(view: memoryview, start: int, end: int) -> AddEntry:
             else:
                 entry.last_add_confirmed = value
         elif number == 4:
-            _expect(number, wire_type, _VARINT)
+            _expect(number, wire_type, VARINT)
             entry.flags = value & 0xFFFFFFFF
         elif number in (3, 6):
-            _expect(number, wire_type, _LENGTH)
+            _expect(number, wire_type, LENGTH)
             if number == 3:
                 entry.master_key = bytes(view[value[0]:value[1]])
             else:
                 entry.payload = view[value[0]:value[1]]
         elif number == 7:
-            _expect(number, wire_type, _FIXED32)
+            _expect(number, wire_type, FIXED32)
             entry.digest = value
     return entry
 
@@ -103,45 +102,3 @@ def _entry(view: memoryview, start: int, end: int) -> AddEntry:
 def _expect(number: int, wire_type: int, expected: int) -> None:
     if wire_type != expected:
         raise DecodeError(f"AddEntry field {number} has wire type {wire_type}, expected {expected}")
-
-
-def _fields(view: memoryview, pos: int, end: int):
-    """(field number, wire type, value) in order; a length-delimited value is its (start, end)."""
-    while pos < end:
-        key, pos = _varint(view, pos, end)
-        number, wire_type = key >> 3, key & 7
-        if not 0 < number < 1 << 29:
-            raise DecodeError(f"invalid field number {number}")
-        if wire_type == _VARINT:
-            value, pos = _varint(view, pos, end)
-        elif wire_type == _LENGTH:
-            length, pos = _varint(view, pos, end)
-            if length > end - pos:
-                raise DecodeError("truncated length-delimited field")
-            value, pos = (pos, pos + length), pos + length
-        elif wire_type == _FIXED32:
-            if pos + 4 > end:
-                raise DecodeError("truncated fixed32 field")
-            value, pos = int.from_bytes(view[pos:pos + 4], "little"), pos + 4
-        elif wire_type == _FIXED64:
-            if pos + 8 > end:
-                raise DecodeError("truncated fixed64 field")
-            value, pos = int.from_bytes(view[pos:pos + 8], "little"), pos + 8
-        else:
-            raise DecodeError(f"unsupported wire type {wire_type}")
-        yield number, wire_type, value
-
-
-def _varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise DecodeError("truncated varint")
-        byte = view[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result & (_U64 - 1), pos
-        shift += 7
-        if shift >= 70:
-            raise DecodeError("varint longer than 10 bytes")

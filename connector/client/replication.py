@@ -172,7 +172,7 @@ class CopyReads:
         copy = self.copies.get(response.entry_id)
         if copy is None or response.entry_id in self.entries or node not in copy.sources:
             return
-        if response.status == pb.OK and verified(self.ledger_id, response):
+        if response.status == pb.OK and verified(self.ledger_id, response, response.payload):
             self.entries[response.entry_id] = response
         else:
             reason = "digest mismatch" if response.status == pb.OK else status_name(response.status)

@@ -33,13 +33,12 @@ class Entry:
     payload: bytes | memoryview   # a memoryview: see ReadHandle.read(views=True)
 
 
-def verified(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview | None = None) -> bool:
-    """payload: response.payload, when the caller took it already (protobuf copies a bytes field on each access)."""
-    payload = response.payload if payload is None else payload
+def verified(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview) -> bool:
+    """payload: response.payload, taken once by the caller (protobuf copies a bytes field on each access)."""
     return entry_digest(ledger_id, response.entry_id, response.last_add_confirmed, payload) == response.digest
 
 
-def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview | None = None) -> str:
+def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | memoryview) -> str:
     """Why a node's answer for one entry does not deliver it (its status, or a digest mismatch); "" if it does.
     response: a pb.ReadResponse or a protos.wire.ReadResponseView; payload as for verified."""
     if response.status != pb.OK:
