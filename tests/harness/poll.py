@@ -12,7 +12,8 @@ LONGEST_INTERVAL = 0.25  # ...and a long wait does not spend CI's two cores on c
 
 def poll_until(condition: Callable[[], T], timeout: float = 30.0, interval: float | None = None, what: str = "") -> T:
     """Call condition until it returns something truthy; return that, or fail after timeout. Checks every
-    interval seconds if given, else at intervals growing from FIRST_INTERVAL to LONGEST_INTERVAL."""
+    interval seconds if given, else at intervals growing from FIRST_INTERVAL to LONGEST_INTERVAL. A condition
+    that finds an id or a count returns it in a tuple: 0 is falsy and would read as "not yet"."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
     pause = FIRST_INTERVAL if interval is None else interval

@@ -60,11 +60,12 @@ def kill_while_writing(uri: str, stream: str, pid_file: str, marker: str) -> Non
                 state = (ledger_id, handle.is_closed, handle.last_entry_id)
                 if not seen or seen[-1][1:] != state:
                     seen.append((round(time.monotonic() - started, 1), *state))
-                return ledger_id if not handle.is_closed and handle.last_entry_id >= 0 else None
+                # in a tuple: the namespace's first ledger is ledger 0, which poll_until would take for "not yet"
+                return (ledger_id,) if not handle.is_closed and handle.last_entry_id >= 0 else None
             return None
 
-        ledger_id = poll_until(lambda: os.path.exists(pid_file) and writing_ledger(), HOLD_SECONDS + 60,
-                               what="partition 0 writing")
+        (ledger_id,) = poll_until(lambda: os.path.exists(pid_file) and writing_ledger(), HOLD_SECONDS + 60,
+                                  what="partition 0 writing")
         os.kill(int(pathlib.Path(pid_file).read_text()), signal.SIGKILL)
         pathlib.Path(marker).write_text(str(ledger_id))
 
