@@ -159,17 +159,23 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         per_offset = known_bytes / known_offsets if known_offsets else DEFAULT_BYTES_PER_OFFSET
         return StreamExtent(first, end, per_offset, open_tail)
 
-    def _tail_moved(self, tail: LedgerSpan) -> bool:
+    def _waited(self, extent: StreamExtent) -> StreamExtent:
         """Long poll: wait up to TAIL_WAIT_SECONDS for the live writer's LAC to pass what the extent read, so a
-        new entry is seen as soon as it is confirmed rather than at Spark's next poll; whether it passed."""
-        opts = self.options
+        new entry is seen as soon as it is confirmed rather than at Spark's next poll. The extent then ends at the
+        LAC the wait returned, without reading the stream again: a LAC is a lower bound the tail's data reaches
+        (rule 17), and a ledger the writer rolled to meanwhile is found by the next call."""
+        opts, tail = self.options, extent.open_tail
 
         def wait(lc: LedgerClient, _known) -> int:
             handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False,
                                     confirmed=tail.last_entry_id)   # the LAC the extent just read
             return handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
 
-        return self._with_client(wait) > tail.last_entry_id
+        lac = self._with_client(wait)
+        if lac <= tail.last_entry_id:
+            return extent
+        return dataclasses.replace(extent, end=tail.first_offset + lac + 1,
+                                   open_tail=dataclasses.replace(tail, last_entry_id=lac))
 
     def initialOffset(self) -> dict:
         # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest)
@@ -199,8 +205,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         at = self._stream_offset(start)
         extent = self._extent()
         if extent.end <= at and extent.open_tail is not None and self.available_now_end is None:
-            if self._tail_moved(extent.open_tail):
-                extent = self._extent()
+            extent = self._waited(extent)
         self._side().latest_end = extent.end
         begin = self._checked_start(at, extent.first)
         end = self._checked_extent(begin, extent.end)

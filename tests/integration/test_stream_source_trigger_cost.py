@@ -6,12 +6,15 @@ metadata, once, and the nodes' LAC; while that LAC moves on, the tail's writer i
 about it. reportLatestOffset is what latestOffset found, as Kafka's source reports it: no second look.
 """
 import collections
+import threading
+import time
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from connector.client import LedgerClient, Streams
 from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
+from connector.spark import stream_read
 from connector.spark.stream_read import LedgerStreamReader
 from metadata import registry
 from metadata.model import StreamLedger, StreamRecord
@@ -107,5 +110,34 @@ def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger
         assert reader.latestOffset({"offset": 8}, ReadAllAvailable())["offset"] == 10
         assert store.read_ledger(tail).value.last_entry_id == 9
         assert reader.latestOffset({"offset": 10}, ReadAllAvailable())["offset"] == 10
+    finally:
+        reader.stop()
+
+
+def test_a_caught_up_trigger_ends_at_the_lac_its_long_poll_returns_without_reading_the_stream_again(
+        cluster, store, metadata_uri, monkeypatch):
+    """The query stands at the tail's end (LAC 4) and latestOffset waits on the nodes' LAC. The writer publishes
+    LAC 7 meanwhile: the trigger promises offsets up to 7 from the LAC the wait returned. ZooKeeper is read for the
+    head and the tail's metadata, for the tail's writer (its LAC stood still since the last trigger) and once more
+    for the handle that waits; the stream is not read a second time."""
+    monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)   # the LAC is published while it waits
+    nodes = cluster(3)
+    registry.register_writer(store, WRITER)
+    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
+    reader = stream_reader(metadata_uri, PASSWORD)
+    try:
+        assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
+        requests = ZooKeeperRequests(reader)
+        publisher = threading.Thread(target=lambda: (
+            poll_until(lambda: requests.counts["get"] >= 3, what="the trigger to wait on the tail's LAC"),
+            publish_lac(nodes, tail, 7)))
+        publisher.start()
+        started = time.monotonic()
+        assert reader.latestOffset({"offset": 5}, ReadAllAvailable()) == {"offset": 8, "stream": "events"}
+        publisher.join(10)
+        assert time.monotonic() - started < 20, "the long poll did not return when the LAC moved"
+        assert requests.taken() == {"get": 3, "exists": 1}
+        assert reader.reportLatestOffset() == {"offset": 8, "stream": "events"}
     finally:
         reader.stop()
