@@ -3,25 +3,36 @@
 `ledger bench stream` tails this source beside the ledger stream, with the same trigger and the same
 foreachBatch sink: the benchmark appends a fixed-size record to a local file (no fsync, no replication,
 no ZooKeeper) where it would append an entry to the stream, and the source's latestOffset is the
-file's record count. What remains of a row's latency here is Spark planning and running a micro-batch
-through Python workers; the difference to the ledger's latency is what the ledger source costs.
+file's record count. Its rows have the columns of the ledger query's rows (a raw stream read with
+includeMetadata: ledger_id, entry_id, payload, _offset, _timestamp), read from the records, so that
+Spark moves the same row through both. What remains of a row's latency here is Spark planning and
+running a micro-batch through Python workers; the difference to the ledger's latency is what the ledger
+source costs.
 """
 from __future__ import annotations
 
 import os
+import time
 from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
-RECORD_BYTES = 16   # one record per offset: the offset, zero-padded, and a newline
-SCHEMA = "_offset long"
+from connector.spark.schema import arrow_schema_of, raw_read_schema
+
+PAYLOAD_BYTES = 16   # a record per offset: its payload (padded with spaces), its append time in ms, a newline
+RECORD_BYTES = PAYLOAD_BYTES + 16
+SCHEMA = raw_read_schema(include_metadata=True)
+ARROW_SCHEMA = arrow_schema_of(SCHEMA)
 
 
-def append_record(path: str, offset: int) -> None:
-    """Append offset's record (the benchmark's side: where it would append to the stream)."""
+def append_record(path: str, offset: int, payload: bytes) -> None:
+    """Append offset's record (the benchmark's side: where it would append an entry to the stream)."""
+    if len(payload) > PAYLOAD_BYTES:
+        raise ValueError(f"a ceiling record holds payloads of up to {PAYLOAD_BYTES} bytes, not {len(payload)}")
     with open(path, "ab") as out:
-        out.write(f"{offset:015d}\n".encode())
+        out.write(payload.ljust(PAYLOAD_BYTES) + f"{int(time.time() * 1000):015d}\n".encode())
 
 
 class CeilingStreamPartition(InputPartition):
@@ -44,8 +55,20 @@ class CeilingStreamReader(DataSourceStreamReader):
         return [CeilingStreamPartition(start["offset"], end["offset"])]
 
     def read(self, partition: CeilingStreamPartition) -> Iterator[pa.RecordBatch]:
-        yield pa.RecordBatch.from_arrays([pa.array(range(partition.start, partition.end), pa.int64())],
-                                         names=["_offset"])
+        if partition.end <= partition.start:
+            return   # a batch of no offsets (the query's first, before any record)
+        with open(self.path, "rb") as records:
+            records.seek(partition.start * RECORD_BYTES)
+            data = records.read((partition.end - partition.start) * RECORD_BYTES)
+        rows = [data[at:at + RECORD_BYTES] for at in range(0, len(data), RECORD_BYTES)]
+        offsets = pa.array(range(partition.start, partition.start + len(rows)), pa.int64())
+        yield pa.RecordBatch.from_arrays([
+            pa.array([0] * len(rows), pa.int64()),
+            offsets,
+            pa.array([row[:PAYLOAD_BYTES].rstrip() for row in rows], pa.binary()),
+            offsets,
+            pa.array([int(row[PAYLOAD_BYTES:-1]) * 1000 for row in rows], pa.timestamp("us", tz="UTC")),
+        ], schema=ARROW_SCHEMA)
 
     def commit(self, end: dict) -> None:
         pass
@@ -64,7 +87,7 @@ class CeilingStreamDataSource(DataSource):
     def name(cls) -> str:
         return "ledger_bench_stream_ceiling"
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return SCHEMA
 
     def streamReader(self, schema) -> CeilingStreamReader:
