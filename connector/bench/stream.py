@@ -97,7 +97,8 @@ def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], w
     warm_up_seconds of appends at the first phase's rate that are not measured (its first batch starts Python
     workers, and the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice,
     in the order ledger, ceiling and then ceiling, ledger, so that neither gains from running second, after a ceiling
-    query that neither measures (the application's first streaming query runs slower than any after it). Each query
+    query that neither measures (the application's first streaming query runs slower than any after it; none with
+    warm_up_seconds 0). Each query
     runs the phases one after the other, (entries, rate) each: the steady rate, then the sparse stream, whose
     entries' visibility rests on the writer's explicit LAC. The entries of both of a source's runs are pooled,
     phase by phase. The ledger query's first row after its start is printed apart."""
@@ -123,10 +124,11 @@ def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], w
                 "ceiling": (lambda: spark.readStream.format(CeilingStreamDataSource.name()).option("path", records)
                             .load(), append_ceiling),
             }
-            # The application's first streaming query also compiles Spark's streaming paths in the JVM: a ceiling
-            # query takes that, measured by neither.
-            _latency(sources["ceiling"][0](), f"{tmp}/latency-jvm-warm-up-ck", [(WARM_UP_ENTRIES, halves[0][1])],
-                     append_ceiling, warm_up_seconds)
+            if warm_up_seconds > 0:
+                # The application's first streaming query also compiles Spark's streaming paths in the JVM: a
+                # ceiling query takes that, measured by neither (without warm-up, both are measured cold).
+                _latency(sources["ceiling"][0](), f"{tmp}/latency-jvm-warm-up-ck", [(WARM_UP_ENTRIES, halves[0][1])],
+                         append_ceiling, warm_up_seconds)
             for round_, order in enumerate((("ledger", "ceiling"), ("ceiling", "ledger"))):
                 for name in order:
                     reader, append = sources[name]

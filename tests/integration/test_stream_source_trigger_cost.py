@@ -12,9 +12,9 @@ import time
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from connector.client import LedgerClient, Streams
+from connector.spark import stream_read
 from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
-from connector.spark import stream_read
 from connector.spark.stream_read import LedgerStreamReader
 from metadata import registry
 from metadata.model import StreamLedger, StreamRecord
@@ -129,9 +129,12 @@ def test_a_caught_up_trigger_ends_at_the_lac_its_long_poll_returns_without_readi
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         requests = ZooKeeperRequests(reader)
-        publisher = threading.Thread(target=lambda: (
-            poll_until(lambda: requests.counts["get"] >= 3, what="the trigger to wait on the tail's LAC"),
-            publish_lac(nodes, tail, 7)))
+
+        def publish_while_it_waits():
+            poll_until(lambda: requests.counts["get"] >= 3, what="the trigger to open the tail it waits on")
+            publish_lac(nodes, tail, 7)
+
+        publisher = threading.Thread(target=publish_while_it_waits)
         publisher.start()
         started = time.monotonic()
         assert reader.latestOffset({"offset": 5}, ReadAllAvailable()) == {"offset": 8, "stream": "events"}
