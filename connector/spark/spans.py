@@ -61,7 +61,10 @@ def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dan
                   before: ReadableEnd | None = None) -> ReadableEnd:
     """The metadata is read once. A dangling ledger is recovered before any node is asked for its LAC; for an
     OPEN ledger seen before (before), its LAC is read first, and a LAC past the one seen then shows its writer
-    alive without asking ZooKeeper (a writer gone since is found on the next call, when its LAC stands still)."""
+    alive without asking ZooKeeper (a writer gone since is found on the next call, when its LAC stands still).
+    An OPEN ledger's end is never less than the one seen before: each node's LAC lags its own way, so the nodes
+    asked now may know less than those asked then, but what was confirmed stays confirmed (rule 13), and a
+    streaming source's next end must not fall below the one it promised (rule 17)."""
     current = lc.store.read_ledger(ledger_id)
     meta = current.value
     check_password(meta, password, f"ledger {ledger_id}")
@@ -71,9 +74,19 @@ def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dan
     if recover_dangling and before is None and lc.is_dangling(meta):
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
     lac = lc.open_ledger(ledger_id, password=password, recover=False, current=current).last_entry_id  # asks the nodes
-    if recover_dangling and before is not None and lac <= before.last_entry and lc.is_dangling(meta):
+    if before is None:
+        return ReadableEnd(lac, False, untimed=untimed)
+    if recover_dangling and lac <= before.last_entry and lc.is_dangling(meta):
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
-    return ReadableEnd(lac, False, untimed=untimed)
+    return ReadableEnd(max(lac, before.last_entry), False, untimed=untimed)
+
+
+def confirmed_past(known: dict[int, ReadableEnd], ledger_id: int, lac: int) -> None:
+    """Note in known an OPEN ledger's LAC learnt outside readable_end (a streaming source's long poll): the next
+    call compares its LAC with this one to tell a live writer, and returns no less."""
+    before = known.get(ledger_id)
+    if before is not None and not before.closed and lac > before.last_entry:
+        known[ledger_id] = dataclasses.replace(before, last_entry=lac)
 
 
 def _time_range(meta: LedgerMetadata) -> tuple[int, int] | None:

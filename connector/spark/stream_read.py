@@ -58,7 +58,7 @@ from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.read import offset_at_time, read_partition
-from connector.spark.spans import batch_spans, stream_spans
+from connector.spark.spans import batch_spans, confirmed_past, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
@@ -166,10 +166,12 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (rule 17), and a ledger the writer rolled to meanwhile is found by the next call."""
         opts, tail = self.options, extent.open_tail
 
-        def wait(lc: LedgerClient, _known) -> int:
+        def wait(lc: LedgerClient, known: dict) -> int:
             handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False,
                                     confirmed=tail.last_entry_id)   # the LAC the extent just read
-            return handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
+            lac = handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
+            confirmed_past(known, tail.ledger_id, lac)   # the next trigger's floor, and its test of the writer
+            return lac
 
         lac = self._with_client(wait)
         if lac <= tail.last_entry_id:

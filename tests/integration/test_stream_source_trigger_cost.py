@@ -114,12 +114,35 @@ def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger
         reader.stop()
 
 
+def trigger_while_the_lac_moves(reader: LedgerStreamReader, requests: ZooKeeperRequests, nodes, tail: int, lac: int,
+                                 at: int) -> dict:
+    """latestOffset at offset `at`, with the nodes' LAC published as `lac` while its long poll waits (the caller makes
+    TAIL_WAIT_SECONDS long): once the trigger has read the head, the tail's metadata and the writer, and opened the
+    tail it waits on (3 gets since requests were last taken)."""
+    failures: list[BaseException] = []
+
+    def publish_while_it_waits():
+        try:
+            poll_until(lambda: requests.counts["get"] >= 3, what="the trigger to open the tail it waits on")
+            publish_lac(nodes, tail, lac)
+        except BaseException as exc:   # told by the trigger's thread below
+            failures.append(exc)
+
+    publisher = threading.Thread(target=publish_while_it_waits)
+    publisher.start()
+    try:
+        return reader.latestOffset({"offset": at}, ReadAllAvailable())
+    finally:
+        publisher.join(40)
+        assert not failures and not publisher.is_alive(), f"publishing the LAC failed: {failures}"
+
+
 def test_a_caught_up_trigger_ends_at_the_lac_its_long_poll_returns_without_reading_the_stream_again(
         cluster, store, metadata_uri, monkeypatch):
     """The query stands at the tail's end (LAC 4) and latestOffset waits on the nodes' LAC. The writer publishes
-    LAC 7 meanwhile: the trigger promises offsets up to 7 from the LAC the wait returned. ZooKeeper is read for the
-    head and the tail's metadata, for the tail's writer (its LAC stood still since the last trigger) and once more
-    for the handle that waits; the stream is not read a second time."""
+    LAC 7 meanwhile: the trigger promises offsets up to 7 from the LAC the wait returned, and they are planned.
+    ZooKeeper is read for the head and the tail's metadata, for the tail's writer (its LAC stood still since the
+    last trigger) and once more for the handle that waits; the stream is not read a second time."""
     monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)   # the LAC is published while it waits
     nodes = cluster(3)
     registry.register_writer(store, WRITER)
@@ -129,18 +152,60 @@ def test_a_caught_up_trigger_ends_at_the_lac_its_long_poll_returns_without_readi
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         requests = ZooKeeperRequests(reader)
-
-        def publish_while_it_waits():
-            poll_until(lambda: requests.counts["get"] >= 3, what="the trigger to open the tail it waits on")
-            publish_lac(nodes, tail, 7)
-
-        publisher = threading.Thread(target=publish_while_it_waits)
-        publisher.start()
         started = time.monotonic()
-        assert reader.latestOffset({"offset": 5}, ReadAllAvailable()) == {"offset": 8, "stream": "events"}
-        publisher.join(10)
+        assert trigger_while_the_lac_moves(reader, requests, nodes, tail, 7, at=5) == {"offset": 8, "stream": "events"}
         assert time.monotonic() - started < 20, "the long poll did not return when the LAC moved"
         assert requests.taken() == {"get": 3, "exists": 1}
         assert reader.reportLatestOffset() == {"offset": 8, "stream": "events"}
+        planned = reader.partitions({"offset": 5, "stream": "events"}, {"offset": 8, "stream": "events"})
+        assert [(p.ledger_id, p.first_entry, p.last_entry) for p in planned] == [(tail, 5, 7)]
+    finally:
+        reader.stop()
+
+
+def test_a_writer_gone_after_its_lac_moved_during_a_long_poll_is_recovered_on_the_next_trigger(
+        cluster, store, metadata_uri, monkeypatch):
+    """As the test before the last, with the LAC moving while a trigger waits: the next trigger sees it stand still,
+    finds the writer gone, recovers the tail and promises all ten entries."""
+    monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)
+    nodes = cluster(3)
+    writer = registry.register_writer(store, WRITER)
+    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
+    reader = stream_reader(metadata_uri, PASSWORD)
+    try:
+        assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
+        requests = ZooKeeperRequests(reader)
+        assert trigger_while_the_lac_moves(reader, requests, nodes, tail, 7, at=5)["offset"] == 8
+        writer.close()
+        assert reader.latestOffset({"offset": 8}, ReadAllAvailable())["offset"] == 10
+        assert store.read_ledger(tail).value.last_entry_id == 9
+    finally:
+        reader.stop()
+
+
+def test_a_trigger_promises_no_less_when_the_nodes_it_asks_know_a_lower_lac_than_the_long_poll_saw(
+        cluster, store, metadata_uri, monkeypatch):
+    """A long poll returns as soon as one node's LAC passes: here only node-1 learns LAC 7, and the trigger promises
+    offsets up to 7. node-1 then pauses, and the next trigger's LAC read is answered by the two others, which know
+    LAC 4. What was confirmed stays confirmed (rule 13): that trigger ends at 8 as promised (rule 17), instead of
+    failing the query for offsets taken back."""
+    monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)
+    nodes = cluster(3)
+    registry.register_writer(store, WRITER)
+    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
+    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
+    reader = stream_reader(metadata_uri, PASSWORD)
+    try:
+        assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
+        requests = ZooKeeperRequests(reader)
+        assert trigger_while_the_lac_moves(reader, requests, nodes[:1], tail, 7, at=5)["offset"] == 8
+        monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 0.5)
+        nodes[0].pause()
+        try:
+            assert reader.latestOffset({"offset": 8}, ReadAllAvailable()) == {"offset": 8, "stream": "events"}
+        finally:
+            nodes[0].resume()
+        assert not store.read_ledger(tail).value.is_closed
     finally:
         reader.stop()
