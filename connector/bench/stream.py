@@ -98,17 +98,15 @@ def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], w
     workers, and the JVM compiles Spark's streaming paths on the first batches), and the two are measured twice,
     in the order ledger, ceiling and then ceiling, ledger, so that neither gains from running second, after a ceiling
     query that neither measures (the application's first streaming query runs slower than any after it; none with
-    warm_up_seconds 0). Each query
-    runs the phases one after the other, (entries, rate) each: the steady rate, then the sparse stream, whose
-    entries' visibility rests on the writer's explicit LAC. The entries of both of a source's runs are pooled,
-    phase by phase. The ledger query's first row after its start is printed apart."""
+    warm_up_seconds 0). Each query runs the phases one after the other, (entries, rate) each: the steady rate, then
+    the sparse stream, whose entries' visibility rests on the writer's explicit LAC. The entries of both of a
+    source's runs are pooled, phase by phase. The ledger query's first row after its start is printed apart."""
     records = f"{tmp}/ceiling-records"
     positions = itertools.count()
 
     def append_ceiling(i: int) -> int:
-        position = next(positions)  # the ceiling's offset is the record's position in the file
-        append_record(records, position, entry(i))
-        return position
+        append_record(records, _latency_payload(i))
+        return next(positions)  # the ceiling's offset is the record's position in the file
 
     measured: dict[str, list[list[float]]] = {"ledger": [[] for _ in phases], "ceiling": [[] for _ in phases]}
     first_row = None   # the ledger query's first row after its start, in the first round
@@ -120,14 +118,15 @@ def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], w
             sources = {
                 "ledger": (lambda: spark.readStream.format("ledger").option("metadata", uri)
                            .option("includeMetadata", "true").option("startingOffsets", "latest")
-                           .load("latency-bench"), lambda i: writer.append(entry(i))),
+                           .load("latency-bench"), lambda i: writer.append(_latency_payload(i))),
                 "ceiling": (lambda: spark.readStream.format(CeilingStreamDataSource.name()).option("path", records)
                             .load(), append_ceiling),
             }
             if warm_up_seconds > 0:
                 # The application's first streaming query also compiles Spark's streaming paths in the JVM: a
                 # ceiling query takes that, measured by neither (without warm-up, both are measured cold).
-                _latency(sources["ceiling"][0](), f"{tmp}/latency-jvm-warm-up-ck", [(WARM_UP_ENTRIES, halves[0][1])],
+                ceiling_reader, _ = sources["ceiling"]
+                _latency(ceiling_reader(), f"{tmp}/latency-jvm-warm-up-ck", [(WARM_UP_ENTRIES, halves[0][1])],
                          append_ceiling, warm_up_seconds)
             for round_, order in enumerate((("ledger", "ceiling"), ("ceiling", "ledger"))):
                 for name in order:
@@ -150,7 +149,7 @@ def _print_latency(spark, uri: str, tmp: str, phases: list[tuple[int, float]], w
               f"1 s" + ("" if phase else f"; the ledger query's first row after its start {first_row * 1000:.0f} ms"))
 
 
-def entry(i: int) -> bytes:
+def _latency_payload(i: int) -> bytes:
     """The latency runs' i-th entry (the ledger's) or record (the ceiling's)."""
     return f"entry {i}".encode()
 

@@ -21,18 +21,22 @@ from pyspark.sql.types import StructType
 
 from connector.spark.schema import arrow_schema_of, raw_read_schema
 
-PAYLOAD_BYTES = 16   # a record per offset: its payload (padded with spaces), its append time in ms, a newline
-RECORD_BYTES = PAYLOAD_BYTES + 16
+# A record per offset: its payload's length (2 digits), the payload padded to PAYLOAD_BYTES, its append time in ms
+# (TIME_DIGITS digits) and a newline.
+PAYLOAD_BYTES, TIME_DIGITS = 16, 15
+RECORD_BYTES = 2 + PAYLOAD_BYTES + TIME_DIGITS + 1
 SCHEMA = raw_read_schema(include_metadata=True)
 ARROW_SCHEMA = arrow_schema_of(SCHEMA)
 
 
-def append_record(path: str, offset: int, payload: bytes) -> None:
-    """Append offset's record (the benchmark's side: where it would append an entry to the stream)."""
+def append_record(path: str, payload: bytes) -> None:
+    """Append a record (the benchmark's side: where it would append an entry to the stream); its offset is the
+    number of records before it."""
     if len(payload) > PAYLOAD_BYTES:
         raise ValueError(f"a ceiling record holds payloads of up to {PAYLOAD_BYTES} bytes, not {len(payload)}")
+    record = b"%02d%s%0*d\n" % (len(payload), payload.ljust(PAYLOAD_BYTES), TIME_DIGITS, int(time.time() * 1000))
     with open(path, "ab") as out:
-        out.write(payload.ljust(PAYLOAD_BYTES) + f"{int(time.time() * 1000):015d}\n".encode())
+        out.write(record)
 
 
 class CeilingStreamPartition(InputPartition):
@@ -56,7 +60,7 @@ class CeilingStreamReader(DataSourceStreamReader):
 
     def read(self, partition: CeilingStreamPartition) -> Iterator[pa.RecordBatch]:
         if partition.end <= partition.start:
-            return   # a batch of no offsets (the query's first, before any record)
+            return   # no offsets: nothing to read (the file may not exist yet)
         with open(self.path, "rb") as records:
             records.seek(partition.start * RECORD_BYTES)
             data = records.read((partition.end - partition.start) * RECORD_BYTES)
@@ -65,9 +69,9 @@ class CeilingStreamReader(DataSourceStreamReader):
         yield pa.RecordBatch.from_arrays([
             pa.array([0] * len(rows), pa.int64()),
             offsets,
-            pa.array([row[:PAYLOAD_BYTES].rstrip() for row in rows], pa.binary()),
+            pa.array([row[2:2 + int(row[:2])] for row in rows], pa.binary()),
             offsets,
-            pa.array([int(row[PAYLOAD_BYTES:-1]) * 1000 for row in rows], pa.timestamp("us", tz="UTC")),
+            pa.array([int(row[2 + PAYLOAD_BYTES:-1]) * 1000 for row in rows], pa.timestamp("us", tz="UTC")),
         ], schema=ARROW_SCHEMA)
 
     def commit(self, end: dict) -> None:
