@@ -92,15 +92,22 @@ def publish_lac(nodes, ledger_id: int, lac: int) -> None:
             assert nc.write_lac(ledger_id, lac).status == pb.OK
 
 
-def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger(cluster, store, metadata_uri):
-    """The source saw the tail OPEN at LAC 4. The writer publishes LAC 7 and is gone before the next trigger: that
-    trigger sees the LAC move (so it does not ask whether the writer lives) and promises offsets up to 7; the one
-    after sees the LAC stand still, finds the writer gone, recovers the tail and promises all ten entries."""
+def open_tail_at_lac_4(cluster, store, metadata_uri: str):
+    """Three nodes; a live writer's OPEN ledger of ten entries, of which the nodes know entries 0..4 confirmed
+    (LAC 4); a raw stream whose tail it is; and a reader of that stream. Returns (nodes, the writer's
+    registration, the ledger id, the reader)."""
     nodes = cluster(3)
     writer = registry.register_writer(store, WRITER)
     tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
     create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
-    reader = stream_reader(metadata_uri, PASSWORD)
+    return nodes, writer, tail, stream_reader(metadata_uri, PASSWORD)
+
+
+def test_a_writer_gone_after_its_lac_last_moved_is_recovered_on_the_next_trigger(cluster, store, metadata_uri):
+    """The source saw the tail OPEN at LAC 4. The writer publishes LAC 7 and is gone before the next trigger: that
+    trigger sees the LAC move (so it does not ask whether the writer lives) and promises offsets up to 7; the one
+    after sees the LAC stand still, finds the writer gone, recovers the tail and promises all ten entries."""
+    nodes, writer, tail, reader = open_tail_at_lac_4(cluster, store, metadata_uri)
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         publish_lac(nodes, tail, 7)
@@ -144,11 +151,7 @@ def test_a_caught_up_trigger_ends_at_the_lac_its_long_poll_returns_without_readi
     ZooKeeper is read for the head and the tail's metadata, for the tail's writer (its LAC stood still since the
     last trigger) and once more for the handle that waits; the stream is not read a second time."""
     monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)   # the LAC is published while it waits
-    nodes = cluster(3)
-    registry.register_writer(store, WRITER)
-    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
-    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
-    reader = stream_reader(metadata_uri, PASSWORD)
+    nodes, _writer, tail, reader = open_tail_at_lac_4(cluster, store, metadata_uri)
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         requests = ZooKeeperRequests(reader)
@@ -168,11 +171,7 @@ def test_a_writer_gone_after_its_lac_moved_during_a_long_poll_is_recovered_on_th
     """As the test before the last, with the LAC moving while a trigger waits: the next trigger sees it stand still,
     finds the writer gone, recovers the tail and promises all ten entries."""
     monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)
-    nodes = cluster(3)
-    writer = registry.register_writer(store, WRITER)
-    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
-    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
-    reader = stream_reader(metadata_uri, PASSWORD)
+    nodes, writer, tail, reader = open_tail_at_lac_4(cluster, store, metadata_uri)
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         requests = ZooKeeperRequests(reader)
@@ -191,11 +190,7 @@ def test_a_trigger_promises_no_less_when_the_nodes_it_asks_know_a_lower_lac_than
     LAC 4. What was confirmed stays confirmed (rule 13): that trigger ends at 8 as promised (rule 17), instead of
     failing the query for offsets taken back."""
     monkeypatch.setattr(stream_read, "TAIL_WAIT_SECONDS", 30.0)
-    nodes = cluster(3)
-    registry.register_writer(store, WRITER)
-    tail = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER, lacs=(4, 4, 4))
-    create_stream(store, StreamRecord("events", format="raw", tail=(StreamLedger(tail, 0),)))
-    reader = stream_reader(metadata_uri, PASSWORD)
+    nodes, _writer, tail, reader = open_tail_at_lac_4(cluster, store, metadata_uri)
     try:
         assert reader.latestOffset({"offset": 0}, ReadAllAvailable())["offset"] == 5
         requests = ZooKeeperRequests(reader)
