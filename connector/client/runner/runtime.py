@@ -5,6 +5,10 @@ first event loop it serves, so a loop per client left grpc calling into closed l
 closed ("RuntimeError: Event loop is closed" tracebacks in Spark's reused Python workers, services and
 scripts that open many clients). A client cleans up what it started (its pipelines, recoveries and
 connections) when it closes; the loop lives as long as the process. A forked child starts its own.
+
+Starting the loop also keeps the process's large buffers on the heap (protos/heap.py): the messages a writer
+joins and gRPC copies, and the ReadRange messages a reader receives, otherwise land on fresh pages.
+$LEDGER_CLIENT_HEAP_TUNING=off leaves glibc's settings to the host application.
 """
 from __future__ import annotations
 
@@ -14,15 +18,20 @@ import os
 import threading
 from typing import Awaitable, TypeVar
 
+from protos.heap import keep_large_buffers_on_heap
+
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _shared: "Runtime | None" = None
+HEAP_TUNING_ENV = "LEDGER_CLIENT_HEAP_TUNING"
 
 
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
+        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() != "off":
+            keep_large_buffers_on_heap()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ledger-client", daemon=True)
         self._thread.start()
