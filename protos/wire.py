@@ -42,13 +42,7 @@ def add_request(ledger_id: int, entry_id: int, master_key: bytes, flags: int, la
     for a ledger's writer (ledger id, key, flags) are serialized once (protobuf's own encoder) and reused,
     the entry's own ones are appended after them (fields may come in any order), zeros omitted as proto3
     does. tests/unit/test_wire.py checks that protobuf decodes it to exactly what was put in."""
-    fixed = (ledger_id, master_key, flags)
-    prefix = _prefixes.get(fixed)
-    if prefix is None:
-        if len(_prefixes) >= _MAX_PREFIXES:
-            _prefixes.clear()
-        prefix = _prefixes[fixed] = pb.AddEntry(ledger_id=ledger_id, master_key=master_key,
-                                                flags=flags).SerializeToString()
+    prefix = _prefix(ledger_id, master_key, flags)
     entry = varint(entry_id)
     lac = varint(last_add_confirmed)
     size = len(payload)
@@ -57,6 +51,44 @@ def add_request(ledger_id: int, entry_id: int, master_key: bytes, flags: int, la
     length = len(prefix) + 1 + len(entry) + 1 + len(lac) + 5 + (1 + len(payload_size) if size else 0) + size
     return b"".join((_ENTRIES_TAG, varint(length), prefix, _ENTRY_ID_TAG, entry, _LAC_TAG, lac, _DIGEST_TAG,
                      _pack_digest(digest), _PAYLOAD_TAG if size else b"", payload_size, payload))
+
+
+def _prefix(ledger_id: int, master_key: bytes, flags: int) -> bytes:
+    """The fields a ledger's writer sends the same in every entry, serialized once (protobuf's own encoder)."""
+    fixed = (ledger_id, master_key, flags)
+    prefix = _prefixes.get(fixed)
+    if prefix is None:
+        if len(_prefixes) >= _MAX_PREFIXES:
+            _prefixes.clear()
+        prefix = _prefixes[fixed] = pb.AddEntry(ledger_id=ledger_id, master_key=master_key,
+                                                flags=flags).SerializeToString()
+    return prefix
+
+
+def add_requests(ledger_id: int, master_key: bytes, flags: int, adds) -> list[bytes]:
+    """add_request's frame for each of `adds` (objects with entry_id, last_add_confirmed, digest and payload),
+    in one call: what a writer sends for a batch of appends. The fields every frame shares are looked up once,
+    and a LAC or payload size equal to the previous entry's is not encoded again. test_wire.py checks each
+    frame equals add_request's."""
+    prefix = _prefix(ledger_id, master_key, flags)
+    pack_digest, join = _pack_digest, b"".join
+    frames = []
+    lac = size = None
+    for add in adds:
+        if add.last_add_confirmed != lac:
+            lac = add.last_add_confirmed
+            lac_bytes = varint(lac)
+            size = None
+        payload = add.payload
+        if len(payload) != size:
+            size = len(payload)
+            size_head = _PAYLOAD_TAG + varint(size) if size else b""
+            # all of the entry's fields but its id: prefix, three tags, LAC, the 4-byte digest, payload
+            rest = len(prefix) + 3 + len(lac_bytes) + 4 + len(size_head) + size
+        entry = varint(add.entry_id)
+        frames.append(join((_ENTRIES_TAG, varint(rest + len(entry)), prefix, _ENTRY_ID_TAG, entry, _LAC_TAG,
+                            lac_bytes, _DIGEST_TAG, pack_digest(add.digest), size_head, payload)))
+    return frames
 
 
 def read_range_entry(status: int, message: str, ledger_id: int, entry_id: int, last_add_confirmed: int,

@@ -30,7 +30,8 @@ class Schedule:
 
     def has_ack_quorum(self, acked: Iterable[int | str], write_set: Iterable[int | str]) -> bool:
         """Rule 2: an add succeeds at AQ acks from its write set (acks from elsewhere do not count)."""
-        return len(set(acked) & set(write_set)) >= self.ack_quorum
+        acked = acked if type(acked) is set else set(acked)
+        return len(acked) >= self.ack_quorum and len(acked.intersection(write_set)) >= self.ack_quorum
 
     @property
     def negative_threshold(self) -> int:

@@ -29,6 +29,35 @@ def test_append_targets_the_write_set_and_piggybacks_the_lac():
     assert (second.entry_id, targets, second.last_add_confirmed) == (1, ("b", "c"), 0)
 
 
+@pytest.mark.parametrize("e, wq", [(3, 3), (4, 2), (5, 3)])
+def test_append_many_makes_the_adds_that_appending_one_by_one_makes(e, wq):
+    ensemble = tuple("abcde"[:e])
+    one_by_one, batched = sequence(e, wq, 2, ensemble), sequence(e, wq, 2, ensemble)
+    singles = [one_by_one.append(bytes([i]), now=5.0)[0] for i in range(7)]
+    many = batched.append_many([bytes([i]) for i in range(7)], now=5.0)
+    assert many == singles and batched.next_entry_id == one_by_one.next_entry_id == 7
+    assert list(batched.pending) == list(range(7))
+    assert batched.common_targets() == (ensemble if e == wq else None)
+
+
+def test_targets_leave_out_failed_nodes_and_no_targets_are_common_meanwhile():
+    seq = sequence()
+    adds = seq.append_many([b"x", b"y"])
+    assert seq.common_targets() == ENSEMBLE and seq.targets(adds[1]) == ("b", "c", "a")
+    seq.on_node_failure("b")
+    assert seq.common_targets() is None and seq.targets(adds[1]) == ("c", "a")
+    assert seq.append(b"z") == (seq.pending[2], ("c", "a"))
+
+
+def test_append_many_on_a_failed_ledger_appends_nothing():
+    seq = sequence()
+    seq.append(b"x")
+    seq.on_result("a", 0, pb.FENCED)
+    with pytest.raises(LedgerFencedError):
+        seq.append_many([b"y", b"z"])
+    assert seq.next_entry_id == 1
+
+
 def test_ack_quorum_completes_and_acks_outside_the_write_set_do_not_count():
     seq = sequence(4, 2, 2, ("a", "b", "c", "d"))
     seq.append(b"x")

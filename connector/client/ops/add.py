@@ -16,7 +16,7 @@ from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class PendingAdd:
     entry_id: int
     payload: bytes
@@ -51,17 +51,38 @@ class AddSequence:
 
     def append(self, payload: bytes, now: float = 0.0) -> tuple[PendingAdd, tuple[str, ...]]:
         """A new add with the next entry id, and the nodes to send it to now."""
+        add = self.append_many((payload,), now)[0]
+        return add, self.targets(add)
+
+    def append_many(self, payloads, now: float = 0.0) -> list[PendingAdd]:
+        """New adds with the next entry ids, one per payload, in order: what append does for each, in one
+        call (every add of a call carries the same LAC: nothing completes in between)."""
         if self.error is not None:
             raise self.error
+        ledger_id, lac, pending, write_set = self.ledger_id, self.last_add_confirmed, self.pending, self._write_set
         entry_id = self.next_entry_id
-        self.next_entry_id += 1
-        lac = self.last_add_confirmed
-        add = PendingAdd(entry_id, payload, lac, entry_digest(self.ledger_id, entry_id, lac, payload),
-                         self._write_set(entry_id), now)
-        self.pending[entry_id] = add
+        adds = []
+        for payload in payloads:
+            add = PendingAdd(entry_id, payload, lac, entry_digest(ledger_id, entry_id, lac, payload),
+                             write_set(entry_id), now)
+            pending[entry_id] = add
+            adds.append(add)
+            entry_id += 1
+        self.next_entry_id = entry_id
+        return adds
+
+    def targets(self, add: PendingAdd) -> tuple[str, ...]:
+        """The nodes to send add to now: its write set, less the failed nodes waiting for replacement."""
         if not self.failed_nodes:
-            return add, add.write_set
-        return add, tuple(n for n in add.write_set if n not in self.failed_nodes)
+            return add.write_set
+        return tuple(n for n in add.write_set if n not in self.failed_nodes)
+
+    def common_targets(self) -> tuple[str, ...] | None:
+        """The nodes every add goes to now, when that is the same for all (every write set is the whole
+        ensemble, E = WQ, and no node waits for replacement); None when it depends on the entry."""
+        if self.failed_nodes or self.schedule.write_quorum != self.schedule.ensemble_size:
+            return None
+        return self.ensemble
 
     def _write_set(self, entry_id: int) -> tuple[str, ...]:
         """Rule 1's write set (schedule.py); it depends on entry_id % E only, so it is worked out once per
@@ -109,16 +130,16 @@ class AddSequence:
                 if add is not None and node in add.write_set:
                     return self.on_result(node, entry_id, status, message)
             return []
-        lac = None
+        get = pending.get
+        last = None
         for entry_id in ids:
-            add = pending.get(entry_id)
+            add = get(entry_id)
             if add is not None and node in add.write_set:
                 add.acked.add(node)
-                if lac is None or add.last_add_confirmed > lac:
-                    lac = add.last_add_confirmed
-        if lac is None:
+                last = add
+        if last is None:
             return []
-        self.on_lac_written(node, lac)
+        self.on_lac_written(node, last.last_add_confirmed)     # adds carry LACs that grow with their ids
         return self._complete()
 
     def on_node_failure(self, node: str) -> None:
@@ -179,15 +200,20 @@ class AddSequence:
             self.node_lac[node] = lac
 
     def _complete(self) -> list[PendingAdd]:
-        completed = []
+        completed: list[PendingAdd] = []
         if self.failed_nodes:
             return completed
-        while self.pending:
-            entry_id, add = next(iter(self.pending.items()))
-            if entry_id != self.last_add_confirmed + 1 or not self.schedule.has_ack_quorum(add.acked, add.write_set):
+        has_ack_quorum = self.schedule.has_ack_quorum
+        next_id = self.last_add_confirmed + 1
+        for entry_id, add in self.pending.items():
+            if entry_id != next_id or not has_ack_quorum(add.acked, add.write_set):
                 break
-            self.pending.popitem(last=False)
-            self.last_add_confirmed = entry_id
-            self.length += len(add.payload)
             completed.append(add)
+            next_id += 1
+        if completed:
+            pop = self.pending.popitem
+            for _ in completed:
+                pop(last=False)
+            self.last_add_confirmed = next_id - 1
+            self.length += sum(len(add.payload) for add in completed)
         return completed

@@ -106,19 +106,24 @@ class AddPipeline:
         now = self.loop.time()
         self._last_append = now
         batches: dict[str, list[bytes]] = collections.defaultdict(list)
+        seq = self.seq
         for payloads, future, many in items:
-            first = self.seq.next_entry_id
             try:
-                for payload in payloads:
-                    add, targets = self.seq.append(payload, now)
-                    entry = add_entry(self.ledger_id, self.master_key, self.seq.flags, add)
-                    for node in targets:
-                        batches[node].append(entry)
+                adds = seq.append_many(payloads, now)
             except LedgerError as exc:
                 future.set_exception(exc)   # the ledger failed: every add queued after it fails too
                 continue
+            frames = wire.add_requests(self.ledger_id, self.master_key, seq.flags, adds)
+            common = seq.common_targets()
+            if common is not None:          # every node gets every frame, in entry order
+                for node in common:
+                    batches[node].extend(frames)
+            else:
+                for add, frame in zip(adds, frames):
+                    for node in seq.targets(add):
+                        batches[node].append(frame)
             # The future completes with the last add (in-order completion); a batch's with all its ids.
-            self._futures[add.entry_id] = (future, first if many else None)
+            self._futures[adds[-1].entry_id] = (future, adds[0].entry_id if many else None)
             self._drained.clear()
         self._send(batches)
 
