@@ -84,6 +84,7 @@ class _AddStream:
                  on_broken: Callable[[str], None]):
         self.node = node
         self.queue: list[bytes] = []
+        self.queued_bytes = 0
         self.wakeup = asyncio.Event()
         self.call = stub
         self.broken = False
@@ -93,6 +94,7 @@ class _AddStream:
 
     def send(self, entries: list[bytes]) -> None:
         self.queue.extend(entries)
+        self.queued_bytes += sum(map(len, entries))
         self.wakeup.set()
 
     async def _send(self) -> None:
@@ -113,11 +115,17 @@ class _AddStream:
             self._break(f"add stream failed: {_describe(exc)}")
 
     def _take_batch(self) -> tuple[list[bytes], list[bytes]]:
+        """The queue's first MAX_BATCH_BYTES (at least one frame), and the rest."""
+        if self.queued_bytes <= MAX_BATCH_BYTES:
+            self.queued_bytes = 0
+            return self.queue, []
         size = 0
         for index, entry in enumerate(self.queue):
             size += len(entry)
             if index and size > MAX_BATCH_BYTES:
+                self.queued_bytes -= size - len(entry)
                 return self.queue[:index], self.queue[index:]
+        self.queued_bytes = 0
         return self.queue, []
 
     async def _receive(self) -> None:
