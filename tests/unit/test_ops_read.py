@@ -1,6 +1,9 @@
 """Reading: chunks spread over the ensemble, failover to the next replica, digest verification."""
+from hypothesis import given, strategies as st
+
 from connector.client.errors import DigestMismatchError, NodeError
-from connector.client.ops.read import EntryRead, plan_chunks
+from connector.client.ops.read import EntryRead, _cover, plan_chunks
+from connector.client.schedule import Schedule
 from metadata.model import Fragment, LedgerMetadata, LedgerState
 from protos import ledger_pb2 as pb
 from protos import wire
@@ -28,6 +31,22 @@ def test_striped_chunks_ask_enough_nodes_to_hold_every_entry():
         nodes = {c.node for c in chunk.calls}
         for e in range(chunk.first, chunk.last + 1):
             assert nodes & set(chunk.write_set(e))
+
+
+@given(st.integers(1, 6).flatmap(lambda e: st.tuples(st.just(e), st.integers(1, e))), st.integers(0, 10_000),
+       st.integers(0, 40), st.integers(0, 12))
+def test_a_chunk_asks_the_nodes_a_walk_over_each_of_its_entries_would(quorum, first, length, rotation):
+    """The nodes are found from the entry ids modulo E: the same as walking every entry of the chunk."""
+    e, wq = quorum
+    schedule, ensemble = Schedule(e, wq, 1), tuple("abcdef"[:e])
+    uncovered, expected = set(range(first, first + length + 1)), []
+    for step in range(e):
+        position = (rotation + step) % e
+        held = {entry for entry in uncovered if position in schedule.write_set(entry)}
+        if held:
+            expected.append(ensemble[position])
+            uncovered -= held
+    assert _cover(schedule, ensemble, first, first + length, rotation) == expected
 
 
 def test_chunks_split_at_fragment_boundaries():

@@ -78,11 +78,15 @@ class EntryRead:
 
 
 def _cover(schedule: Schedule, ensemble: tuple[str, ...], first: int, last: int, rotation: int) -> list[str]:
-    """Nodes, starting at position rotation, whose write sets together hold every entry of [first, last]."""
-    uncovered = set(range(first, last + 1))
+    """Nodes, starting at position rotation, whose write sets together hold every entry of [first, last].
+
+    A write set depends only on the entry id modulo E, so the walk covers those residues (at most E of them,
+    whatever the chunk's length) rather than every entry."""
+    size = schedule.ensemble_size
+    uncovered = {entry % size for entry in range(first, min(last, first + size - 1) + 1)}
     nodes = []
-    for step in range(schedule.ensemble_size):
-        position = (rotation + step) % schedule.ensemble_size
+    for step in range(size):
+        position = (rotation + step) % size
         held = {e for e in uncovered if position in schedule.write_set(e)}
         if held:
             nodes.append(ensemble[position])
