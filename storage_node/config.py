@@ -28,7 +28,7 @@ class NodeConfig:
     disk_check_interval: float = 1.0
     zk_session_timeout: float = 10.0
     journal_segment_bytes: int = 512 * MiB
-    journal_page_cache_bytes: int = 64 * MiB
+    journal_page_cache_bytes: int = 0
     gc_interval: float = 300.0
     gc_grace: float = 300.0
     compaction_threshold: float = 0.5
@@ -71,9 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-session-timeout", type=float, default=10.0, help="ZooKeeper session timeout in seconds")
     p.add_argument("--journal-segment-bytes", type=int, default=512 * MiB,
                    help="a new journal segment starts once the current one is this large")
-    p.add_argument("--journal-page-cache-bytes", type=int, default=64 * MiB,
+    p.add_argument("--journal-page-cache-bytes", type=int, default=0,
                    help="the newest journal bytes left in the OS page cache for tailing reads; older, synced ones "
-                        "are dropped from it so that writes reuse warm pages (-1: leave the page cache alone)")
+                        "are dropped from it so that writes reuse warm pages (0: drop each group once synced; "
+                        "-1: leave the page cache alone)")
     p.add_argument("--gc-interval", type=float, default=300.0,
                    help="seconds between garbage collection rounds (drop ledgers deleted from metadata, compact)")
     p.add_argument("--gc-grace", type=float, default=300.0,

@@ -56,6 +56,7 @@ from storage_node.segments import FileNumbers, Position, fsync_directory, segmen
 _log = logging.getLogger(__name__)
 _IOV_MAX = 512
 _DROP_CHUNK = 4 << 20                       # drop cold pages in steps of at least this much
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # fdatasync suffices: the appended data and the file size are what must be durable; the segment's
 # directory entry is synced when the segment is created (a failure there breaks the journal).
 _datasync = getattr(os, "fdatasync", os.fsync)
@@ -181,11 +182,12 @@ class SegmentWriter:
 
     def _drop_cold_pages(self) -> None:
         """Best effort: drop the segment's synced (clean) pages older than the newest page_cache_bytes from
-        the page cache, in steps of _DROP_CHUNK (every group when page_cache_bytes is 0)."""
+        the page cache, in steps of _DROP_CHUNK, whole pages only (the page a group ends in takes the next
+        group's first records: dropped, the next write would read it back from disk)."""
         if self._page_cache_bytes < 0:
             return
-        cold = self.size - self._page_cache_bytes
-        if cold - self._dropped < (_DROP_CHUNK if self._page_cache_bytes else 1):
+        cold = (self.size - self._page_cache_bytes) // _PAGE * _PAGE
+        if cold - self._dropped < _DROP_CHUNK:
             return
         try:
             os.posix_fadvise(self._fd, self._dropped, cold - self._dropped, os.POSIX_FADV_DONTNEED)

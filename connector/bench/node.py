@@ -33,7 +33,7 @@ MiB = 1024 * KiB
 _MAX_MESSAGE = 256 * MiB
 TARGET_SMALL_ENTRIES_PER_S = 250_000
 TARGET_LARGE_RATIO = 0.80
-_PAGE_CACHE_BYTES = 64 * MiB     # the node's default --journal-page-cache-bytes, passed to it explicitly
+_PAGE_CACHE_BYTES = 0            # the node's default --journal-page-cache-bytes, passed to it explicitly
 NODE_START_SECONDS = 60.0
 
 
@@ -173,14 +173,15 @@ def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -
     synced pages from the page cache as the journal does (--journal-page-cache-bytes); repeat."""
     buffer = os.urandom(size) * group
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    entries = written = 0
+    entries = written = dropped = 0
     try:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             written += os.write(fd, buffer)
             os.fdatasync(fd)
-            if written > _PAGE_CACHE_BYTES:
-                os.posix_fadvise(fd, 0, written - _PAGE_CACHE_BYTES, os.POSIX_FADV_DONTNEED)
+            if written - _PAGE_CACHE_BYTES > dropped:
+                os.posix_fadvise(fd, dropped, written - _PAGE_CACHE_BYTES - dropped, os.POSIX_FADV_DONTNEED)
+                dropped = written - _PAGE_CACHE_BYTES
             entries += group
         elapsed = time.perf_counter() - start
     finally:

@@ -26,7 +26,7 @@ def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
 def test_page_cache_bytes_accepts_keep_all_and_zero(tmp_path):
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "-1"]).journal_page_cache_bytes == -1
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "0"]).journal_page_cache_bytes == 0
-    assert parse_config(base(tmp_path)).journal_page_cache_bytes == 64 * 1024 * 1024
+    assert parse_config(base(tmp_path)).journal_page_cache_bytes == 0
 
 
 def test_the_metadata_uri_defaults_to_the_environment_as_for_every_command(tmp_path, monkeypatch):

@@ -4,9 +4,13 @@ whose segment roll failed takes no more writes, unless a full disk stopped it be
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import errno
+import mmap
 import os
 import pathlib
+import sys
 import threading
 
 import pytest
@@ -71,6 +75,48 @@ def test_dropping_synced_pages_from_the_cache_loses_nothing_across_segment_rolls
             assert read_record(readers.fd(segment), offset, len(record)) == record
     finally:
         readers.close()
+
+
+def _resident_pages(path) -> list[bool]:
+    """Which pages of the file are in the page cache (mincore over a read-only mapping)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size, page = path.stat().st_size, mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vector = ctypes.create_string_buffer(pages)
+            assert libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
+            return [byte & 1 == 1 for byte in vector.raw]
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not sys.platform.startswith("linux"),
+                    reason="posix_fadvise and mincore")
+def test_synced_groups_leave_the_page_cache_in_whole_pages_and_steps(tmp_path):
+    """By default (0) a synced group's pages are dropped once 4 MiB have gathered, but never the page the
+    newest group ends in: the next group writes into it, and would have to read it back from disk."""
+    writer = SegmentWriter(tmp_path, FileNumbers(1), segment_bytes=1 << 30, page_cache_bytes=0)
+    record = entry_record(3, 0, b"x" * 10_000)          # records (and groups) end inside pages
+    ends = []
+    for _ in range(450):                                 # about 4.3 MiB
+        writer.write([record], len(record))
+        ends.append(writer.size)
+    writer.close()
+    resident = _resident_pages(segment_path(tmp_path, 1))
+    whole_pages = [end // mmap.PAGESIZE * mmap.PAGESIZE for end in ends]
+    dropped_up_to = next(end for end in whole_pages if end >= journal_module._DROP_CHUNK)   # the one drop
+    assert not any(resident[:dropped_up_to // mmap.PAGESIZE])
+    assert all(resident[dropped_up_to // mmap.PAGESIZE:])
 
 
 def test_entry_payload_sits_at_a_fixed_offset_in_its_record():
