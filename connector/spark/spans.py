@@ -25,7 +25,7 @@ from connector.spark.planning import LedgerSpan
 from connector.spark.recovery import check_password, recover
 from connector.spark.row_index import RowIndex
 from metadata.errors import LedgerError
-from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import LedgerMetadata, StreamLedger, StreamRecord, Versioned
 from metadata.store import MetadataStore
 from metadata.streams import iter_ledgers, update_stream
 
@@ -33,8 +33,9 @@ from metadata.streams import iter_ledgers, update_stream
 @dataclasses.dataclass(frozen=True)
 class ReadableEnd:
     """How far a ledger can be read: its last entry, whether it is closed there, its length in bytes (-1 if
-    unknown), its row index (None if it has none), its first and last append time (None if not recorded) and
-    whether its entries carry no times at all."""
+    unknown), its row index (None if it has none), its first and last append time (None if not recorded),
+    whether its entries carry no times at all, and for an OPEN ledger the metadata this end was read with (so
+    that the caller that goes on to wait on its LAC need not read it again)."""
 
     last_entry: int
     closed: bool
@@ -42,6 +43,7 @@ class ReadableEnd:
     row_index: RowIndex | None = None
     time_range: tuple[int, int] | None = None
     untimed: bool = False
+    current: Versioned[LedgerMetadata] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dangling: bool,
@@ -75,10 +77,10 @@ def _readable_end(lc: LedgerClient, ledger_id: int, password: bytes, recover_dan
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
     lac = lc.open_ledger(ledger_id, password=password, recover=False, current=current).last_entry_id  # asks the nodes
     if before is None:
-        return ReadableEnd(lac, False, untimed=untimed)
+        return ReadableEnd(lac, False, untimed=untimed, current=current)
     if recover_dangling and lac <= before.last_entry and lc.is_dangling(meta):
         return ReadableEnd(recover(lc, ledger_id, password), True, untimed=untimed)
-    return ReadableEnd(max(lac, before.last_entry), False, untimed=untimed)
+    return ReadableEnd(max(lac, before.last_entry), False, untimed=untimed, current=current)
 
 
 def confirmed_past(known: dict[int, ReadableEnd], ledger_id: int, lac: int) -> None:

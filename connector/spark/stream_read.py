@@ -167,8 +167,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts, tail = self.options, extent.open_tail
 
         def wait(lc: LedgerClient, known: dict) -> int:
+            read = known.get(tail.ledger_id)     # the metadata and the LAC the extent just read
             handle = lc.open_ledger(tail.ledger_id, password=opts.password, recover=False,
-                                    confirmed=tail.last_entry_id)   # the LAC the extent just read
+                                    confirmed=tail.last_entry_id, current=read.current if read else None)
             lac = handle.wait_lac(tail.last_entry_id, timeout=TAIL_WAIT_SECONDS)
             confirmed_past(known, tail.ledger_id, lac)   # the next trigger's floor, and its test of the writer
             return lac
