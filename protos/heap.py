@@ -10,14 +10,15 @@ writer (1.5 us of its 11.5 us per event); 24,000 faults per 2,000,000-row Spark 
 
 Raising the mmap and trim thresholds once, at a process's start, lets freed buffers be reused warm. The
 process's heap then stays near its peak working set (the adds and reads in flight) instead of shrinking
-between bursts. The storage node sets it at start-up; a client sets it when its process's client loop starts
-(`connector.client.runner.runtime`), unless $LEDGER_CLIENT_HEAP_TUNING is `off`, for a host application that
-manages glibc itself. Other C libraries are left alone.
+between bursts: up to TRIM_THRESHOLD of freed heap is kept. The storage node sets it at start-up; a client sets
+it when its process's client loop starts (`connector.client.runner.runtime`), unless $LEDGER_CLIENT_HEAP_TUNING
+says off, for a host application that manages glibc itself. Other C libraries are left alone, and nothing is
+searched for or started: glibc is the library the process already runs on.
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import os
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -25,14 +26,19 @@ MMAP_THRESHOLD = 32 << 20      # glibc's largest allowed mmap threshold
 TRIM_THRESHOLD = 256 << 20
 
 
+def _glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError, AttributeError):   # not glibc (musl, macOS) or no confstr
+        return False
+
+
 def keep_large_buffers_on_heap() -> bool:
-    """True if glibc took the settings."""
-    name = ctypes.util.find_library("c")
-    if not name:
+    """True if glibc took the settings (a process on another C library is left as it is)."""
+    if not _glibc():
         return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt    # the running process's own symbols, glibc's among them
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -6,8 +6,8 @@ import logging
 import sys
 
 from metadata.errors import LedgerError
-from storage_node.config import parse_config
 from protos.heap import keep_large_buffers_on_heap
+from storage_node.config import parse_config
 from storage_node.node import serve
 
 LOG_FORMAT = "%(asctime)s %(levelname)s node={node_id} %(name)s: %(message)s"

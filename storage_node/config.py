@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a new journal segment starts once the current one is this large")
     p.add_argument("--journal-page-cache-bytes", type=int, default=0,
                    help="the newest journal bytes left in the OS page cache for tailing reads; older, synced ones "
-                        "are dropped from it so that writes reuse warm pages (0: drop each group once synced; "
-                        "-1: leave the page cache alone)")
+                        "are dropped from it, whole pages 4 MiB at a time, so that writes reuse warm pages (0: keep "
+                        "none; -1: leave the page cache alone)")
     p.add_argument("--gc-interval", type=float, default=300.0,
                    help="seconds between garbage collection rounds (drop ledgers deleted from metadata, compact)")
     p.add_argument("--gc-grace", type=float, default=300.0,

@@ -34,6 +34,8 @@ _MAX_MESSAGE = 256 * MiB
 TARGET_SMALL_ENTRIES_PER_S = 250_000
 TARGET_LARGE_RATIO = 0.80
 _PAGE_CACHE_BYTES = 0            # the node's default --journal-page-cache-bytes, passed to it explicitly
+_DROP_STEP = 4 * MiB             # the journal's step for dropping pages (storage_node/journal.py)
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 NODE_START_SECONDS = 60.0
 
 
@@ -170,7 +172,8 @@ def _encode_add_request(ledger_id: int, entry_ids: range, key: bytes, payload: b
 
 def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -> tuple[int, float]:
     """The machine's limit: append `group` entries of `size` bytes with one write, then fdatasync, dropping
-    synced pages from the page cache as the journal does (--journal-page-cache-bytes); repeat."""
+    synced pages from the page cache as the journal does (--journal-page-cache-bytes: whole pages, in steps of
+    _DROP_STEP); repeat."""
     buffer = os.urandom(size) * group
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     entries = written = dropped = 0
@@ -179,9 +182,10 @@ def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -
         while time.perf_counter() - start < seconds:
             written += os.write(fd, buffer)
             os.fdatasync(fd)
-            if written - _PAGE_CACHE_BYTES > dropped:
-                os.posix_fadvise(fd, dropped, written - _PAGE_CACHE_BYTES - dropped, os.POSIX_FADV_DONTNEED)
-                dropped = written - _PAGE_CACHE_BYTES
+            cold = (written - _PAGE_CACHE_BYTES) // _PAGE * _PAGE
+            if cold - dropped >= _DROP_STEP:
+                os.posix_fadvise(fd, dropped, cold - dropped, os.POSIX_FADV_DONTNEED)
+                dropped = cold
             entries += group
         elapsed = time.perf_counter() - start
     finally:

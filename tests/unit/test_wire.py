@@ -43,14 +43,16 @@ def test_joined_add_request_frames_decode_to_their_entries(entries):
 
 @given(int64s, st.binary(min_size=1, max_size=40), st.integers(0, (1 << 32) - 1),
        st.lists(st.tuples(int64s, int64s, st.integers(0, (1 << 32) - 1), st.binary(max_size=300)), max_size=8),
-       st.booleans())
+       st.sampled_from(["as drawn", "one LAC", "one LAC and size"]))
 def test_a_batch_of_frames_is_add_requests_frame_for_each(ledger_id, key, flags, fields, repeat):
-    """add_requests reuses the LAC and payload size of the entry before: the same and changing ones."""
+    """add_requests reuses the LAC and payload size of the entry before: the same and changing ones (a writer's
+    batch has one LAC, and often one payload size)."""
     adds = [types.SimpleNamespace(entry_id=entry_id, last_add_confirmed=lac, digest=digest, payload=payload)
             for entry_id, lac, digest, payload in fields]
-    if repeat:      # a writer's batch: one LAC, one payload size
-        adds = [types.SimpleNamespace(**{**vars(add), "last_add_confirmed": adds[0].last_add_confirmed,
-                                         "payload": adds[0].payload}) for add in adds]
+    for add in adds if repeat != "as drawn" else ():
+        add.last_add_confirmed = adds[0].last_add_confirmed
+        if repeat == "one LAC and size":
+            add.payload = adds[0].payload
     assert wire.add_requests(ledger_id, key, flags, adds) == [
         wire.add_request(ledger_id, a.entry_id, key, flags, a.last_add_confirmed, a.digest, a.payload) for a in adds]
 

@@ -8,7 +8,7 @@ connections) when it closes; the loop lives as long as the process. A forked chi
 
 Starting the loop also keeps the process's large buffers on the heap (protos/heap.py): the messages a writer
 joins and gRPC copies, and the ReadRange messages a reader receives, otherwise land on fresh pages.
-$LEDGER_CLIENT_HEAP_TUNING=off leaves glibc's settings to the host application.
+$LEDGER_CLIENT_HEAP_TUNING=off (or 0, false, no) leaves glibc's settings to the host application.
 """
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _shared: "Runtime | None" = None
 HEAP_TUNING_ENV = "LEDGER_CLIENT_HEAP_TUNING"
+_OFF = ("off", "0", "false", "no")
 
 
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
-        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() != "off":
+        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() not in _OFF:
             keep_large_buffers_on_heap()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ledger-client", daemon=True)
