@@ -1,10 +1,11 @@
 """Wire bytes of the messages that carry payloads, built with one copy of each payload.
 
-`add_request(...)` returns one entry framed as a complete one-entry AddRequest. Protobuf merges repeated
-fields of concatenated messages, so joining such frames gives the AddRequest of all of them, and a frame
-sent on its own needs no join at all. The payload is appended as its own field after the small header that
-protobuf serializes (fields may come in any order on the wire), so building a frame copies the payload
-exactly once, however many nodes it goes to: for 1 MiB entries those copies are most of a writer's CPU.
+`add_requests(...)` frames each of a batch of entries as a complete one-entry AddRequest (`add_request(...)`
+one entry). Protobuf merges repeated fields of concatenated messages, so joining such frames gives the
+AddRequest of all of them, and a frame sent on its own needs no join at all. The payload is appended as its own
+field after the small header that protobuf serializes (fields may come in any order on the wire), so building a
+frame copies the payload exactly once, however many nodes it goes to: for 1 MiB entries those copies are most of
+a writer's CPU.
 
 Appending `RANGE_RESULTS` to joined frames asks the node to answer the request's entries in ranges
 (AddResponse.ranges) rather than one AddResult each.
@@ -18,6 +19,7 @@ each payload a view into the message (ReadRangeResponseView, ReadResponseView), 
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -36,21 +38,19 @@ _READ_PAYLOAD_TAG = bytes([(pb.ReadResponse.PAYLOAD_FIELD_NUMBER << 3) | 2])
 RANGE_RESULTS = pb.AddRequest(range_results=True).SerializeToString()
 
 
+class AddFields(NamedTuple):
+    """An entry's own fields in its AddRequest frame (what add_requests reads from each add)."""
+
+    entry_id: int
+    last_add_confirmed: int
+    digest: int
+    payload: bytes
+
+
 def add_request(ledger_id: int, entry_id: int, master_key: bytes, flags: int, last_add_confirmed: int,
                 digest: int, payload: bytes) -> bytes:
-    """A writer frames every entry it sends, so this is written out by hand: the fields that stay the same
-    for a ledger's writer (ledger id, key, flags) are serialized once (protobuf's own encoder) and reused,
-    the entry's own ones are appended after them (fields may come in any order), zeros omitted as proto3
-    does. tests/unit/test_wire.py checks that protobuf decodes it to exactly what was put in."""
-    prefix = _prefix(ledger_id, master_key, flags)
-    entry = varint(entry_id)
-    lac = varint(last_add_confirmed)
-    size = len(payload)
-    payload_size = varint(size) if size else b""
-    # prefix, entry id, LAC, digest (5 bytes with its tag), payload with its tag and size
-    length = len(prefix) + 1 + len(entry) + 1 + len(lac) + 5 + (1 + len(payload_size) if size else 0) + size
-    return b"".join((_ENTRIES_TAG, varint(length), prefix, _ENTRY_ID_TAG, entry, _LAC_TAG, lac, _DIGEST_TAG,
-                     _pack_digest(digest), _PAYLOAD_TAG if size else b"", payload_size, payload))
+    """One entry's frame: add_requests of one."""
+    return add_requests(ledger_id, master_key, flags, (AddFields(entry_id, last_add_confirmed, digest, payload),))[0]
 
 
 def _prefix(ledger_id: int, master_key: bytes, flags: int) -> bytes:
@@ -66,10 +66,12 @@ def _prefix(ledger_id: int, master_key: bytes, flags: int) -> bytes:
 
 
 def add_requests(ledger_id: int, master_key: bytes, flags: int, adds) -> list[bytes]:
-    """add_request's frame for each of `adds` (objects with entry_id, last_add_confirmed, digest and payload),
-    in one call: what a writer sends for a batch of appends. The fields every frame shares are looked up once,
-    and a LAC or payload size equal to the previous entry's is not encoded again. test_wire.py checks each
-    frame equals add_request's."""
+    """The frame of each of `adds` (objects with AddFields' attributes: a writer's PendingAdds), as a one-entry
+    AddRequest. A writer frames every entry it sends, so this is written out by hand: the fields that stay the
+    same for a ledger's writer (ledger id, key, flags) are serialized once (protobuf's own encoder) and reused,
+    the entry's own ones are appended after them (fields may come in any order), the payload last; a LAC or
+    payload size equal to the previous entry's is not encoded again. tests/unit/test_wire.py checks that
+    protobuf decodes the frames to exactly what was put in."""
     prefix = _prefix(ledger_id, master_key, flags)
     pack_digest, join = _pack_digest, b"".join
     frames = []

@@ -166,8 +166,8 @@ async def _drive(address: str, ledger_id: int, size: int, batch: int, window: in
 def _encode_add_request(ledger_id: int, entry_ids: range, key: bytes, payload: bytes) -> bytes:
     """AddRequest wire bytes with the payload copied once per entry, so the Python client is not what limits
     the node; answers asked for in ranges."""
-    return b"".join([*(wire.add_request(ledger_id, e, key, 0, e - 1, entry_digest(ledger_id, e, e - 1, payload),
-                                        payload) for e in entry_ids), wire.RANGE_RESULTS])
+    adds = [wire.AddFields(e, e - 1, entry_digest(ledger_id, e, e - 1, payload), payload) for e in entry_ids]
+    return b"".join([*wire.add_requests(ledger_id, key, 0, adds), wire.RANGE_RESULTS])
 
 
 def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -> tuple[int, float]:

@@ -6,8 +6,8 @@ cached DataFrame: a ledger write (E=3, WQ=3, AQ=2) against df.write.parquet to l
 reading both back (a count, and a group-by that touches id, ts and value). Every case runs --runs
 times, in rounds (timed_rounds), and the fastest run counts: the first run of a ledger case also
 starts Spark's Python workers (and imports pyarrow, grpc and kazoo in them), which parquet, read by
-the JVM alone, never pays, and runs on a shared 2-core machine vary by 15% or more. Ratios are the ledger path's throughput over
-parquet's (1.0 = as fast as parquet).
+the JVM alone, never pays, and runs on a shared 2-core machine vary by 15% or more. Ratios are the
+ledger path's throughput over parquet's (1.0 = as fast as parquet).
 
 Both sides compress as they would by default in use: parquet with Spark's default codec (snappy),
 the ledger stream with --compression (default lz4, the connector's fast codec); --compression none

@@ -46,15 +46,20 @@ def test_joined_add_request_frames_decode_to_their_entries(entries):
        st.sampled_from(["as drawn", "one LAC", "one LAC and size"]))
 def test_a_batch_of_frames_is_add_requests_frame_for_each(ledger_id, key, flags, fields, repeat):
     """add_requests reuses the LAC and payload size of the entry before: the same and changing ones (a writer's
-    batch has one LAC, and often one payload size)."""
+    batch has one LAC, and often one payload size). Each frame is add_request's, and protobuf decodes it to the
+    entry put in."""
     adds = [types.SimpleNamespace(entry_id=entry_id, last_add_confirmed=lac, digest=digest, payload=payload)
             for entry_id, lac, digest, payload in fields]
     for add in adds if repeat != "as drawn" else ():
         add.last_add_confirmed = adds[0].last_add_confirmed
         if repeat == "one LAC and size":
             add.payload = adds[0].payload
-    assert wire.add_requests(ledger_id, key, flags, adds) == [
+    frames = wire.add_requests(ledger_id, key, flags, adds)
+    assert frames == [
         wire.add_request(ledger_id, a.entry_id, key, flags, a.last_add_confirmed, a.digest, a.payload) for a in adds]
+    assert [pb.AddRequest.FromString(frame) for frame in frames] == [pb.AddRequest(entries=[pb.AddEntry(
+        ledger_id=ledger_id, entry_id=a.entry_id, master_key=key, flags=flags, last_add_confirmed=a.last_add_confirmed,
+        payload=a.payload, digest=a.digest)]) for a in adds]
 
 
 # -- the client's decoder of ReadRangeResponse (wire.read_range_message) --------------------------------------------

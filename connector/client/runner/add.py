@@ -26,12 +26,6 @@ LAC_RETRY_AFTER = 1.0  # seconds before an explicit LAC a node did not take is s
 TICK = 0.1
 
 
-def add_entry(ledger_id: int, master_key: bytes, flags: int, add: PendingAdd) -> bytes:
-    """The entry's wire frame, sent as is to every node of the write set."""
-    return wire.add_request(ledger_id, add.entry_id, master_key, flags, add.last_add_confirmed, add.digest,
-                            add.payload)
-
-
 class AddPipeline:
     """Sends adds in batches, completes futures in entry order, changes the ensemble when a node fails
     (rule 3), times out silent nodes, and publishes the LAC of an idle writer.
@@ -182,8 +176,9 @@ class AddPipeline:
                 resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
                                                             self.loop.time())
                 batches: dict[str, list[bytes]] = collections.defaultdict(list)
-                for node, add in resends:
-                    batches[node].append(add_entry(self.ledger_id, self.master_key, self.seq.flags, add))
+                frames = wire.add_requests(self.ledger_id, self.master_key, self.seq.flags, [add for _, add in resends])
+                for (node, _), frame in zip(resends, frames):
+                    batches[node].append(frame)
                 self._send(batches)
                 self._settle(completed)
         except LedgerError as exc:
