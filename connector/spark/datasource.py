@@ -104,8 +104,8 @@ def read_schema(record: StreamRecord, include_metadata: bool) -> StructType:
 
 
 def _stream(opts: LedgerOptions) -> StreamRecord:
-    from metadata.store import MetadataStore
+    from connector.spark.task_client import driver_client
     from metadata.streams import read_stream
 
-    with MetadataStore(opts.metadata) as store:
-        return read_stream(store, opts.stream).value
+    with driver_client(opts) as lc:
+        return read_stream(lc.store, opts.stream).value

@@ -36,7 +36,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
-from connector.spark.task_client import read_client
+from connector.spark.task_client import driver_client, read_client
 from metadata.model import StreamRecord
 from metadata.streams import iter_ledgers, read_stream
 
@@ -57,7 +57,7 @@ class LedgerReader(DataSourceReader):
 
     def partitions(self) -> list[LedgerPartition]:
         opts = self.options
-        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+        with driver_client(opts) as lc:
             if opts.ledgers:
                 bounds, spans = self.bounds, ledger_spans(lc, opts.ledgers, opts.password, opts.recover)
             else:
@@ -111,7 +111,7 @@ def entry_row(raw: bool):
 def offset_at_time(options: LedgerOptions, raw: bool) -> int | None:
     """A streaming query's start for startingTimestamp: the stream's first offset at or after it; None with
     strategy latest when there is none (the query starts at the end); raises with strategy error."""
-    with LedgerClient(options.metadata, **options.client_options()) as lc:
+    with driver_client(options) as lc:
         record = read_stream(lc.store, options.stream).value
         found = first_offset_at_or_after(lc, record, options.starting_timestamp, options.password, entry_row(raw))
     return found if found is not None else no_offset_at(options.stream, options.starting_timestamp,

@@ -50,6 +50,7 @@ from connector.spark.recovery import (
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
+from connector.spark.task_client import driver_client
 from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
@@ -74,7 +75,7 @@ class LedgerWriter(DataSourceArrowWriter):
     def prepare(cls, options: LedgerOptions, schema: StructType, overwrite: bool) -> "LedgerWriter":
         """Driver, before any task: everything that can fail fails here, with nothing written."""
         arrow = arrow_schema_of(schema)
-        with LedgerClient(options.metadata, **options.client_options()) as lc:
+        with driver_client(options) as lc:
             check_target(lc, options, arrow, overwrite)
             ensure_stream(lc.store, options.stream)
             clean_stream(lc, options.stream, options.password)  # the janitor: jobs on it whose driver is gone
@@ -102,7 +103,7 @@ class LedgerWriter(DataSourceArrowWriter):
         tasks = [m for m in messages if isinstance(m, TaskLedger)]
         kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
         opts = self.options
-        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+        with driver_client(opts) as lc:
             end_job(lc.store, self.job_id)
             for entry in task_entries(lc.store, job_registry(self.job_id)):
                 if entry.ledger_id not in kept:
@@ -141,7 +142,7 @@ class LedgerWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Discard the job's ledgers, except those a landed commit registered (rule 16)."""
         opts = self.options
-        with LedgerClient(opts.metadata, **opts.client_options()) as lc:
+        with driver_client(opts) as lc:
             end_job(lc.store, self.job_id)
             record = self._decide_aborted(lc.store)
             entries = task_entries(lc.store, job_registry(self.job_id))

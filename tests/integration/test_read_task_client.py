@@ -75,8 +75,9 @@ def test_a_failed_task_gives_the_client_up_and_the_next_task_opens_a_new_one(met
     reader = reader_of(metadata_uri, raw_stream)
     partitions = reader.partitions()
     with MetadataStore(metadata_uri) as store:
+        _, planning = registrations(store)   # with the planning steps' client, which stays
         read_all(reader, partitions[1:2])
-        _, live = registrations(store)
+        live = registrations(store)[1] - planning
         with LedgerClient(metadata_uri) as lc:
             lc.delete_ledger(partitions[0].ledger_id)  # gone since planning, its offsets still in the stream
         with pytest.raises(NoSuchLedgerError):
@@ -91,16 +92,17 @@ def test_other_settings_or_an_old_client_get_a_new_client_and_the_old_one_is_clo
         metadata_uri, raw_stream, tmp_path, monkeypatch):
     reader = reader_of(metadata_uri, raw_stream)
     partition = reader.partitions()[0]
+    token = tmp_path / "token"
+    token.write_text("a-token\n")
+    with_token = reader_of(metadata_uri, raw_stream, authTokenFile=str(token))
     with MetadataStore(metadata_uri) as store:
-        _, before = registrations(store)
+        _, before = registrations(store)    # with the planning steps' client, which stays
         read_all(reader, [partition])
         (first,) = registrations(store)[1] - before
-        token = tmp_path / "token"
-        token.write_text("a-token\n")
-        read_all(reader_of(metadata_uri, raw_stream, authTokenFile=str(token)), [partition])
+        read_all(with_token, [partition])
         (second,) = registrations(store)[1] - before
         assert second != first  # nodes without --auth-token-file accept a token and ignore it
         monkeypatch.setattr(task_client, "REUSE_SECONDS", 0.0)
-        read_all(reader_of(metadata_uri, raw_stream, authTokenFile=str(token)), [partition])
+        read_all(with_token, [partition])
         (third,) = registrations(store)[1] - before
         assert third not in (first, second)
