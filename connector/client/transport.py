@@ -104,8 +104,8 @@ class _AddStream:
                 self.wakeup.clear()
                 while self.queue:
                     batch, self.queue = self._take_batch()
-                    if len(batch) == 1 and len(batch[0]) >= MAX_BATCH_BYTES:
-                        await self.call.write(batch[0])     # not copied to add the flag: one result
+                    if len(batch) == 1:
+                        await self.call.write(batch[0])     # not copied to add the flag: one entry, one result
                     else:
                         batch.append(wire.RANGE_RESULTS)
                         await self.call.write(b"".join(batch))

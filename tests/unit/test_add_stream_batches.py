@@ -1,6 +1,7 @@
 """How an Add stream cuts what is queued for a node into messages (connector/client/transport.py _AddStream):
-everything at once while it fits in MAX_BATCH_BYTES, else batches of at most that much (at least one frame), a
-frame that large alone and as it is; the queued byte count follows what is left. The call is a recording stand-in
+everything at once while it fits in MAX_BATCH_BYTES, else batches of at most that much (at least one frame); a
+frame alone in its message (that large, or the only one queued) goes as it is; the queued byte count follows what
+is left. The call is a recording stand-in
 for gRPC's (the stream's batching is what is tested, not the network)."""
 from __future__ import annotations
 
@@ -61,8 +62,16 @@ def test_more_than_a_batch_is_cut_at_max_batch_bytes_and_the_count_follows():
 
 def test_a_frame_of_a_batch_or_more_travels_alone_as_it_is():
     big, small = b"b" * MAX_BATCH_BYTES, b"s" * 100
-    messages, stream = _sent([small, big, small])
-    assert messages[0] == small + wire.RANGE_RESULTS
+    messages, stream = _sent([small, small, big, small, small])
+    assert messages[0] == small + small + wire.RANGE_RESULTS
     assert messages[1] is big                          # not copied, no range flag: it is answered in results
-    assert messages[2] == small + wire.RANGE_RESULTS
+    assert messages[2] == small + small + wire.RANGE_RESULTS
     assert stream.queued_bytes == 0
+
+
+def test_a_frame_queued_alone_travels_as_it_is():
+    """A Spark write task's entries (about 250 KiB compressed) are mostly queued one at a time: each went out
+    copied to add the range flag, which one entry does not need."""
+    frame = b"f" * (MAX_BATCH_BYTES // 4)
+    messages, _ = _sent([frame])
+    assert len(messages) == 1 and messages[0] is frame
