@@ -33,6 +33,7 @@ from typing import Iterator
 
 from connector.client import LedgerClient
 from connector.spark.options import LedgerOptions
+from connector.spark.worker_gc import freeze_long_lived
 
 REUSE_SECONDS = 600.0
 
@@ -100,6 +101,7 @@ class _Sharing:
         _close(idle)
         if shared is not None:
             return shared
+        freeze_long_lived()   # a worker's first client: what the worker imported stays out of its collections
         opened = _Shared(key, LedgerClient(metadata, **settings))
         opened.users = 1
         with self._lock:
