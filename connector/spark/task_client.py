@@ -16,7 +16,8 @@ Write tasks keep a client of their own per task: a write task's client owns its 
 which must end with the task.
 
 A shared client is replaced, never reused, when:
-- the step's client settings differ (another cluster, TLS files or token: a rotated token file reads anew);
+- the step's client settings differ (another cluster, TLS files or token: a rotated token file reads anew; the
+  bound on waiting for ZooKeeper, $LEDGER_ZK_WAIT_SECONDS);
 - it is older than REUSE_SECONDS (certificates rotated in place are loaded again by then);
 - a step using it failed (whatever broke, the next step starts from a fresh session and fresh channels).
 A replaced client is closed once no step uses it. The last one ends with the worker: Spark's forked workers
@@ -34,6 +35,7 @@ from typing import Iterator
 from connector.client import LedgerClient
 from connector.spark.options import LedgerOptions
 from connector.spark.worker_gc import freeze_long_lived
+from metadata.store import zk_wait_seconds
 
 REUSE_SECONDS = 600.0
 
@@ -92,7 +94,8 @@ class _Sharing:
         _close(idle)
 
     def _acquire(self, metadata: str, settings: dict) -> _Shared:
-        key = (metadata, tuple(sorted(settings.items(), key=lambda item: item[0])))
+        # With the bound its metadata calls wait for ZooKeeper ($LEDGER_ZK_WAIT_SECONDS), read when a client opens.
+        key = (metadata, tuple(sorted(settings.items(), key=lambda item: item[0])), zk_wait_seconds())
         with self._lock:
             idle = self._retire_unfit(key)
             shared = self._current
