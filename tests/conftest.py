@@ -52,10 +52,11 @@ def jvm_options_now():
 
 
 @pytest.fixture(autouse=True)
-def no_shared_read_client():
-    """A test that reads partitions in this process (as an executor would) leaves the shared read client
-    (connector/spark/task_client.py) open for the next task; it is closed after the test, so that no test
-    inherits one connected to another test's cluster (or to a ZooKeeper that test stopped)."""
+def no_shared_clients():
+    """A test that plans or reads in this process (as Spark's workers would) leaves the shared clients
+    (connector/spark/task_client.py: read tasks', driver-side steps') open for the next step; they are closed after
+    the test, so that no test inherits one connected to another test's cluster (or to a ZooKeeper that test
+    stopped)."""
     yield
     task_client = sys.modules.get("connector.spark.task_client")
     if task_client is not None:

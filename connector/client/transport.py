@@ -4,7 +4,9 @@ One channel per node, addresses from the node registry. Adds travel on one bidi 
 (normal writes, recovery write-back) shared by every ledger of the client: whatever is queued for a node when
 its sender wakes goes out as one AddRequest, so many entries are in flight and batched on the wire. Each
 entry is framed once (protos.wire) and the same bytes go to every node of its write set; a frame of
-MAX_BATCH_BYTES or more travels alone, without being copied into a batch. A batch asks the node to answer
+MAX_BATCH_BYTES or more travels alone, and so does one of LONE_FRAME_BYTES or more that is the only one
+queued, without being copied into a batch (a Spark write task's entries, about 250 KiB compressed, are mostly
+queued one at a time). A batch asks the node to answer
 in ranges (AddRequest.range_results: one AddRange for a run of acknowledged entries instead of an AddResult
 each); a frame that travels alone, or a node that predates ranges, gets results. Both are routed to the
 ledger's sink, a range in one call. gRPC retries only the idempotent reads; adds and fences are retried, or
@@ -27,6 +29,7 @@ from protos import wire
 from protos.ledger_pb2_grpc import StorageNodeStub
 
 MAX_BATCH_BYTES = 1024 * 1024
+LONE_FRAME_BYTES = 64 * 1024   # a frame queued alone is sent as it is from this size on (no copy to add the flag)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-entry-bytes
 MAX_SENDABLE_ENTRY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024   # an entry larger travels in no message (its add's
@@ -104,7 +107,7 @@ class _AddStream:
                 self.wakeup.clear()
                 while self.queue:
                     batch, self.queue = self._take_batch()
-                    if len(batch) == 1:
+                    if len(batch) == 1 and len(batch[0]) >= LONE_FRAME_BYTES:
                         await self.call.write(batch[0])     # not copied to add the flag: one entry, one result
                     else:
                         batch.append(wire.RANGE_RESULTS)

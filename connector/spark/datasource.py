@@ -68,7 +68,7 @@ class LedgerDataSource(DataSource):
             raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or view")
         if opts.ending_offset is not None:
             raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
-        return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts).format != ARROW)
+        return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts, shared=False).format != ARROW)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from connector.spark.errors import InvalidOptionError
@@ -103,9 +103,16 @@ def read_schema(record: StreamRecord, include_metadata: bool) -> StructType:
     return stream_read_schema(spark_schema_of(decode_schema(record.schema)), include_metadata)
 
 
-def _stream(opts: LedgerOptions) -> StreamRecord:
-    from connector.spark.task_client import driver_client
+def _stream(opts: LedgerOptions, shared: bool = True) -> StreamRecord:
+    """The stream's record, read through the driver-side steps' shared client (task_client.py); shared=False for
+    a streaming source, whose Python process runs the query's source alone for as long as it runs and keeps a
+    client of its own there (stream_read.py): a shared one would stay open beside it, idle."""
     from metadata.streams import read_stream
 
+    if not shared:
+        from metadata.store import MetadataStore
+        with MetadataStore(opts.metadata) as store:
+            return read_stream(store, opts.stream).value
+    from connector.spark.task_client import driver_client
     with driver_client(opts) as lc:
         return read_stream(lc.store, opts.stream).value

@@ -8,9 +8,11 @@ of its own; spark.python.worker.reuse, on by default). Opening a client costs a 
 registration and new gRPC channels to the nodes: about 25 ms of a 30 ms one-entry partition, paid again by every
 partition of a batch read and every micro-batch of a streaming query. Clients of their own cost a sink's
 micro-batch two ZooKeeper sessions and writer registrations (about half of a commit's time), a batch read three
-sessions before its first task (about 25 ms) and a batch write two. Read tasks and driver-side steps hold no
-state in their client (no write handle, no recovery: reads open ledgers with recover=False), so the next one in
-the same worker can take the same client.
+sessions before its first task (about 30 ms) and a batch write two. Read tasks and driver-side steps leave no
+state in their client for the next one: no write handle (none of them appends; read tasks open ledgers with
+recover=False), and what the driver-side steps recover (dangling ledgers before a read, ledgers a write
+discards) is recovered and closed within the step. What stays is what a client keeps anyway: its ZooKeeper
+session, the nodes' addresses and channels.
 
 Write tasks keep a client of their own per task: a write task's client owns its ledger's writer registration,
 which must end with the task.
@@ -104,7 +106,7 @@ class _Sharing:
         _close(idle)
         if shared is not None:
             return shared
-        freeze_long_lived()   # a worker's first client: what the worker imported stays out of its collections
+        freeze_long_lived()   # a worker's first client: what the worker holds now stays out of its collections
         opened = _Shared(key, LedgerClient(metadata, **settings))
         opened.users = 1
         with self._lock:
@@ -162,5 +164,7 @@ def close_shared() -> None:
     """Close the worker's shared clients, if no step holds them (tests call it to start from none; at a normal
     interpreter exit too, though Spark's forked workers end with os._exit or SIGKILL, and their client's session
     then expires on its own)."""
-    _READ_TASKS.close()
-    _DRIVER_STEPS.close()
+    try:
+        _READ_TASKS.close()
+    finally:
+        _DRIVER_STEPS.close()

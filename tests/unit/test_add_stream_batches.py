@@ -1,13 +1,13 @@
 """How an Add stream cuts what is queued for a node into messages (connector/client/transport.py _AddStream):
 everything at once while it fits in MAX_BATCH_BYTES, else batches of at most that much (at least one frame); a
-frame alone in its message (that large, or the only one queued) goes as it is; the queued byte count follows what
-is left. The call is a recording stand-in
-for gRPC's (the stream's batching is what is tested, not the network)."""
+frame alone in its message goes as it is when it is that large, or LONE_FRAME_BYTES or more and the only one
+queued; the queued byte count follows what is left. The call is a recording stand-in for gRPC's (the stream's
+batching is what is tested, not the network)."""
 from __future__ import annotations
 
 import asyncio
 
-from connector.client.transport import MAX_BATCH_BYTES, _AddStream
+from connector.client.transport import LONE_FRAME_BYTES, MAX_BATCH_BYTES, _AddStream
 from protos import wire
 
 
@@ -69,9 +69,12 @@ def test_a_frame_of_a_batch_or_more_travels_alone_as_it_is():
     assert stream.queued_bytes == 0
 
 
-def test_a_frame_queued_alone_travels_as_it_is():
+def test_a_large_frame_queued_alone_travels_as_it_is():
     """A Spark write task's entries (about 250 KiB compressed) are mostly queued one at a time: each went out
-    copied to add the range flag, which one entry does not need."""
-    frame = b"f" * (MAX_BATCH_BYTES // 4)
-    messages, _ = _sent([frame])
-    assert len(messages) == 1 and messages[0] is frame
+    copied to add the range flag, which one entry does not need. A small one keeps the flag: its copy costs
+    little, and a node answers the stream's messages in one form for longer."""
+    large, small = b"f" * LONE_FRAME_BYTES, b"s" * (LONE_FRAME_BYTES - 1)
+    messages, _ = _sent([large])
+    assert len(messages) == 1 and messages[0] is large
+    messages, _ = _sent([small])
+    assert messages == [small + wire.RANGE_RESULTS]

@@ -6,6 +6,7 @@ tests/spark/test_worker_gc.py checks the same in Spark's real workers.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -33,9 +34,9 @@ print(first, second, cycle() is None, frozen, gc.get_freeze_count(), len(gc.get_
 """
 
 
-def _probe(as_daemon: bool) -> list[str]:
+def _probe(as_daemon: bool, **env: str) -> list[str]:
     run = subprocess.run([sys.executable, "-c", PROBE.format(as_daemon=as_daemon)], cwd=REPO, capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, env={**os.environ, **env})
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
 
@@ -50,4 +51,9 @@ def test_in_a_daemon_worker_the_first_call_collects_then_freezes_what_is_tracked
 
 def test_anywhere_else_the_collector_is_left_alone():
     first, second, collected, frozen, _, _ = _probe(as_daemon=False)
+    assert (first, second, collected, frozen) == ("False", "False", "False", "0")
+
+
+def test_the_switch_turns_it_off_in_a_daemon_worker_too():
+    first, second, collected, frozen, _, _ = _probe(as_daemon=True, LEDGER_WORKER_GC_FREEZE="off")
     assert (first, second, collected, frozen) == ("False", "False", "False", "0")

@@ -25,13 +25,13 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _shared: "Runtime | None" = None
 HEAP_TUNING_ENV = "LEDGER_CLIENT_HEAP_TUNING"
-_OFF = ("off", "0", "false", "no")
+OFF_VALUES = ("off", "0", "false", "no")   # what turns off a LEDGER_* switch that is on by default
 
 
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
-        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() not in _OFF:
+        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() not in OFF_VALUES:
             keep_large_buffers_on_heap()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ledger-client", daemon=True)
