@@ -31,13 +31,11 @@ def recover(lc: LedgerClient, ledger_id: int, password: bytes) -> int:
 
 
 def discard(lc: LedgerClient, ledger_id: int, password: bytes) -> None:
+    """Fence, recover and delete the ledger; done as well when it is gone before or meanwhile (a failing task
+    deletes its own ledger, perhaps while this recovers it)."""
     try:
-        meta = lc.ledger_metadata(ledger_id)
-    except NoSuchLedgerError:
-        return
-    if not meta.is_closed:
-        recover(lc, ledger_id, password)
-    try:
+        if not lc.ledger_metadata(ledger_id).is_closed:
+            recover(lc, ledger_id, password)
         lc.delete_ledger(ledger_id)
     except NoSuchLedgerError:
-        pass  # a failing task deleted its own ledger meanwhile
+        pass

@@ -15,6 +15,7 @@ from connector.client import LedgerClient
 from connector.spark.jobs import (
     WriteJobEndedError, create_task_ledger, job_registry, query_registry, register_task_ledger, task_entries,
 )
+from connector.spark.recovery import discard
 from metadata.store import MetadataStore
 from tests.harness.spark_tasks import Task, TaskRunner, batch_writer, existing, id_batch, stream_sink
 from tests.integration.test_spark_commit_outcome import stream_ids
@@ -158,3 +159,21 @@ def test_a_querys_registry_is_emptied_by_commit_abort_and_replay(cluster, metada
         assert not existing(metadata_uri, [m.ledger_id for m in replay])
         assert existing(metadata_uri, [m.ledger_id for m in batch_0]) == {m.ledger_id for m in batch_0}
     assert stream_ids(metadata_uri) == list(range(200))
+
+
+def test_a_ledger_deleted_while_a_sweep_recovers_it_counts_as_discarded(cluster, metadata_uri, monkeypatch):
+    """An abort's sweep discards a task's OPEN ledger (fence, recover, delete) while the failing task deletes it
+    itself: the recovery finds it gone. The ledger is discarded, and the sweep goes on; it used to fail the
+    abort ("ledger N was deleted while being updated"), which left the batch's registry for a later sweep."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as task_client, LedgerClient(metadata_uri) as driver_client:
+        ledger = task_client.create_ledger(3, 3, 2, password=b"pw")
+        ledger.append(b"a row")
+        recover = driver_client.recover_ledger_with_retry
+
+        def deleted_by_the_task_first(ledger_id, password=b"", retry=None):
+            task_client.delete_ledger(ledger_id)
+            return recover(ledger_id, password, retry)
+        monkeypatch.setattr(driver_client, "recover_ledger_with_retry", deleted_by_the_task_first)
+        discard(driver_client, ledger.ledger_id, b"pw")
+        assert ledger.ledger_id not in driver_client.list_ledgers()
