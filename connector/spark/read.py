@@ -108,12 +108,12 @@ def entry_row(raw: bool):
     return None if raw else (lambda payload: entry_header(payload)[0])
 
 
-def offset_at_time(options: LedgerOptions, raw: bool) -> int | None:
+def offset_at_time(lc: LedgerClient, options: LedgerOptions, raw: bool) -> int | None:
     """A streaming query's start for startingTimestamp: the stream's first offset at or after it; None with
-    strategy latest when there is none (the query starts at the end); raises with strategy error."""
-    with driver_client(options) as lc:
-        record = read_stream(lc.store, options.stream).value
-        found = first_offset_at_or_after(lc, record, options.starting_timestamp, options.password, entry_row(raw))
+    strategy latest when there is none (the query starts at the end); raises with strategy error. lc: the
+    streaming source's own client (stream_read.py)."""
+    record = read_stream(lc.store, options.stream).value
+    found = first_offset_at_or_after(lc, record, options.starting_timestamp, options.password, entry_row(raw))
     return found if found is not None else no_offset_at(options.stream, options.starting_timestamp,
                                                         options.timestamp_strategy)
 

@@ -182,7 +182,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest)
-        found = offset_at_time(self.options, self.raw) if self.options.starting_timestamp is not None else None
+        found = None
+        if self.options.starting_timestamp is not None:
+            found = self._with_client(lambda lc, _: offset_at_time(lc, self.options, self.raw))
         extent = self._extent()
         if self.options.starting_timestamp is not None:   # never past the end this source announces (rule 17)
             return self._offset(extent.end if found is None else min(found, extent.end))

@@ -11,9 +11,12 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from connector.client import LedgerClient, Streams
-from connector.spark import LedgerDataSource
 from connector.client.errors import NotEnoughNodesError
+from connector.spark import LedgerDataSource
+from connector.spark.schema import raw_read_schema
+from metadata import layout
 from metadata import store as metadata_store
+from metadata.store import MetadataStore
 
 SCHEMA = StructType([StructField("x", LongType())])
 
@@ -68,3 +71,20 @@ def test_a_failed_step_gives_the_client_up(metadata_uri, cluster, sessions):
         LedgerDataSource({"metadata": metadata_uri, "path": "events", "ensembleSize": "9"}).writer(SCHEMA, False)
     source.writer(SCHEMA, False).commit([])
     assert len(sessions) - before == 1   # the failure's client is closed; the next step opens a new one
+
+
+def test_a_streaming_source_keeps_one_client_of_its_own(metadata_uri, cluster):
+    """A streaming source runs in a Python process of its own for as long as its query runs, with a client of its
+    own (stream_read.py): finding the stream's format and a startingTimestamp's offset take that client or a
+    one-off session, so no shared client stays open beside it, idle."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc, Streams(lc).open_writer("events") as sw:
+        for n in range(3):
+            sw.append(b"entry %d" % n)
+    with MetadataStore(metadata_uri) as store:
+        before = set(store.children(layout.WRITERS))
+        source = LedgerDataSource({"metadata": metadata_uri, "path": "events", "startingTimestamp": "0"})
+        reader = source.streamReader(raw_read_schema(False))   # schema() runs in a planning worker of its own
+        assert reader.initialOffset() is not None
+        assert len(set(store.children(layout.WRITERS)) - before) == 1   # the source's own client
+        reader.stop()
