@@ -14,8 +14,9 @@ recover=False), and what the driver-side steps recover (dangling ledgers before 
 discards) is recovered and closed within the step. What stays is what a client keeps anyway: its ZooKeeper
 session, the nodes' addresses and channels.
 
-Write tasks keep a client of their own per task: a write task's client owns its ledger's writer registration,
-which must end with the task.
+Write tasks keep a client of their own per task (write_task_client): a write task's client owns its ledger's
+writer registration, which must end with the task. Every client a worker opens here, shared or not, is where its
+first one freezes what the worker holds (worker_gc.py).
 
 A shared client is replaced, never reused, when:
 - the step's client settings differ (another cluster, TLS files or token: a rotated token file reads anew; the
@@ -51,6 +52,18 @@ def driver_client(options: LedgerOptions) -> contextlib.AbstractContextManager[L
     """The shared client of the driver-side steps: the driver's settings (a short ZooKeeper connect timeout: a
     wrong URI fails the query at once). Replaced on failure, as a read task's is."""
     return _DRIVER_STEPS.use(options.metadata, options.client_options())
+
+
+def write_task_client(options: LedgerOptions) -> LedgerClient:
+    """A write task's client of its own (never shared: it owns the task's ledger, and its registration ends
+    with the task)."""
+    return _open(options.metadata, options.task_client_options())
+
+
+def _open(metadata: str, settings: dict) -> LedgerClient:
+    """Every client a worker opens: the first one also freezes what the worker holds (worker_gc.py)."""
+    freeze_long_lived()
+    return LedgerClient(metadata, **settings)
 
 
 class _Shared:
@@ -106,8 +119,7 @@ class _Sharing:
         _close(idle)
         if shared is not None:
             return shared
-        freeze_long_lived()   # a worker's first client: what the worker holds now stays out of its collections
-        opened = _Shared(key, LedgerClient(metadata, **settings))
+        opened = _Shared(key, _open(metadata, settings))
         opened.users = 1
         with self._lock:
             idle = self._retire_unfit(key)

@@ -17,11 +17,10 @@ leaves the collector alone, and so it does everywhere with $LEDGER_WORKER_GC_FRE
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import threading
 
-from connector.client.runner.runtime import OFF_VALUES
+from connector.client.runner.runtime import switched_off
 
 DAEMON = "pyspark.daemon"
 FREEZE_ENV = "LEDGER_WORKER_GC_FREEZE"
@@ -32,7 +31,7 @@ _lock = threading.Lock()
 def freeze_long_lived() -> bool:
     """In a PySpark daemon worker, the first call collects and then freezes what is tracked; whether it did."""
     global _frozen
-    if _frozen or not in_daemon_worker() or os.environ.get(FREEZE_ENV, "").strip().lower() in OFF_VALUES:
+    if _frozen or not in_daemon_worker() or switched_off(FREEZE_ENV):
         return False
     with _lock:
         if _frozen:

@@ -50,8 +50,7 @@ from connector.spark.recovery import (
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
-from connector.spark.task_client import driver_client
-from connector.spark.worker_gc import freeze_long_lived
+from connector.spark.task_client import driver_client, write_task_client
 from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
@@ -209,8 +208,7 @@ def write_task_ledger(
     entry: TaskEntry | None = None
     ledger = None
     in_flight: collections.deque = collections.deque()
-    freeze_long_lived()
-    with LedgerClient(opts.metadata, **opts.task_client_options()) as lc:
+    with write_task_client(opts) as lc:
         try:
             for payload in entries_of(iterator, builder):
                 if ledger is None:

@@ -25,13 +25,18 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _shared: "Runtime | None" = None
 HEAP_TUNING_ENV = "LEDGER_CLIENT_HEAP_TUNING"
-OFF_VALUES = ("off", "0", "false", "no")   # what turns off a LEDGER_* switch that is on by default
+OFF_VALUES = ("off", "0", "false", "no")
+
+
+def switched_off(variable: str) -> bool:
+    """Whether the environment turns off a LEDGER_* switch that is on by default (off, 0, false or no)."""
+    return os.environ.get(variable, "").strip().lower() in OFF_VALUES
 
 
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
-        if os.environ.get(HEAP_TUNING_ENV, "").strip().lower() not in OFF_VALUES:
+        if not switched_off(HEAP_TUNING_ENV):
             keep_large_buffers_on_heap()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ledger-client", daemon=True)
