@@ -35,7 +35,8 @@ SPELLING = {
     name.lower(): name
     for name in (
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
-        "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries", "view",
+        "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries",
+        "maxPartitionBytes", "view",
         "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
         "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
     )
@@ -60,6 +61,8 @@ class LedgerOptions:
     ending_offset: int | None = None  # exclusive; None = latest
     include_metadata: bool = False
     split_entries: int = 0  # entries per read partition; 0 = one partition per ledger
+    # batch reads: runs of small ledgers share a partition up to this many bytes (planning.py); 0 = never
+    max_partition_bytes: int = 32 * 1024 * 1024
     view: str | None = None
     # PEM files and the token file for storage nodes with TLS / --auth-token-file; paths, so every executor
     # must see the same files (the driver checks that they exist).
@@ -104,6 +107,7 @@ class LedgerOptions:
             ending_offset=_offset(given, "endingoffsets", "latest"),
             include_metadata=_boolean(given, "includemetadata"),
             split_entries=integer_option(given, "splitentries", minimum=0),
+            max_partition_bytes=integer_option(given, "maxpartitionbytes", minimum=0),
             view=_choice(given, "view", VIEWS),
             tls_ca=_file(given, "tlsca"),
             tls_cert=_file(given, "tlscert"),

@@ -33,7 +33,8 @@ from connector.spark.data_loss import planned, read_or_lost
 from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
-from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
+from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
+                                      plan_partitions)
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
 from connector.spark.task_client import driver_client, read_client
@@ -67,7 +68,7 @@ class LedgerReader(DataSourceReader):
         partitions = plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)
         if bounds.offsets != self.bounds.offsets:   # found when planning: the executors learn them from the partition
             partitions = [dataclasses.replace(p, lo=bounds.offsets.lo, hi=bounds.offsets.hi) for p in partitions]
-        return partitions
+        return pack_partitions(partitions, spans, opts.max_partition_bytes)
 
     def _stream_spans(self, lc: LedgerClient, record: StreamRecord) -> tuple[ReadBounds, list[LedgerSpan]]:
         bounds = self._timed_bounds(lc, record)
@@ -94,13 +95,17 @@ class LedgerReader(DataSourceReader):
                 bounds = bounds.with_offsets(hi=end - 1)
         return bounds
 
-    def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, LedgerPartition):
+    def read(self, partition: LedgerPartition | LedgerRun) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, LedgerRun):
+            pieces = partition.pieces
+        elif isinstance(partition, LedgerPartition):
+            pieces = (partition,)
+        else:
             return iter(())  # partitions() planned nothing (no rows, or all pruned): Spark reads a placeholder
         # This reader was pickled before partitions() ran: the offsets it planned (startingTimestamp...) are the
         # partition's.
-        bounds = self.bounds.with_offsets(partition.lo, partition.hi)
-        return read_partition(self.options, self.schema, self.raw, partition, bounds)
+        return read_partitions(self.options, self.schema, self.raw,
+                               [(piece, self.bounds.with_offsets(piece.lo, piece.hi)) for piece in pieces])
 
 
 def entry_row(raw: bool):
@@ -139,23 +144,35 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """An executor's read of one partition: its entries as Arrow batches of exactly the schema, read through
     the worker's shared read client (task_client.py)."""
+    return read_partitions(options, schema, raw, [(partition, bounds)])
+
+
+def read_partitions(options: LedgerOptions, schema: StructType, raw: bool,
+                    pieces: list[tuple[LedgerPartition, ReadBounds]]) -> Iterator[pa.RecordBatch]:
+    """The partitions' batches one partition after the other (a LedgerRun's pieces), through one client."""
     target = arrow_schema_of(schema)
     with read_client(options) as lc:
-        # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
-        # executor reaches know a lower LAC; so the handle takes that entry as confirmed and asks no node.
-        try:
-            handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False,
-                                    confirmed=partition.last_entry)
-        except NoSuchLedgerError as exc:
-            # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
-            read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
-            return
-        first = partition.first_entry if raw else seek_entry(handle, partition)
-        entries = handle.read(first, partition.last_entry, views=True)   # decoded at once: no payload copies
-        if raw:
-            yield from raw_batches(entries, partition, target)
-        else:
-            yield from arrow_batches(entries, partition, target, bounds)
+        for partition, bounds in pieces:
+            yield from _read_ledger(lc, options, raw, partition, bounds, target)
+
+
+def _read_ledger(lc: LedgerClient, options: LedgerOptions, raw: bool, partition: LedgerPartition,
+                 bounds: ReadBounds, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
+    # executor reaches know a lower LAC; so the handle takes that entry as confirmed and asks no node.
+    try:
+        handle = lc.open_ledger(partition.ledger_id, password=options.password, recover=False,
+                                confirmed=partition.last_entry)
+    except NoSuchLedgerError as exc:
+        # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
+        read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
+        return
+    first = partition.first_entry if raw else seek_entry(handle, partition)
+    entries = handle.read(first, partition.last_entry, views=True)   # decoded at once: no payload copies
+    if raw:
+        yield from raw_batches(entries, partition, target)
+    else:
+        yield from arrow_batches(entries, partition, target, bounds)
 
 
 def seek_entry(handle, partition: LedgerPartition) -> int:

@@ -29,6 +29,11 @@ def write_raw_stream(uri: str, name: str, ledgers: int, entries: int) -> None:
             writer.append(f"e{i:03d}".encode())
 
 
+def planned_ledgers(partitions) -> list[int]:
+    """The ledger ids partitions() planned, in order, whether packed into LedgerRuns or one per partition."""
+    return [piece.ledger_id for p in partitions for piece in getattr(p, "pieces", (p,))]
+
+
 def offsets_read(reader, partitions) -> list[int]:
     return [offset for p in partitions for batch in reader.read(p) for offset in batch.column("_offset").to_pylist()]
 
@@ -43,13 +48,15 @@ def stream_reader(uri: str, fail: bool) -> LedgerStreamReader:
     return LedgerStreamReader(opts, stream_opts, SCHEMA, raw=True)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("fail", [True, False])
-def test_a_batch_read_planned_before_a_truncation_finds_its_ledgers_gone(cluster, metadata_uri, fail):
+def test_a_batch_read_planned_before_a_truncation_finds_its_ledgers_gone(cluster, metadata_uri, fail, packed):
     cluster(3)
     write_raw_stream(metadata_uri, "events", ledgers=3, entries=4)   # offsets 0..11 in 3 ledgers
-    reader = batch_reader(metadata_uri, fail)
+    reader = batch_reader(metadata_uri, fail, **({} if packed else {"maxPartitionBytes": "0"}))
     partitions = reader.partitions()
-    assert len(partitions) == 3
+    assert len(planned_ledgers(partitions)) == 3
+    assert len(partitions) == (1 if packed else 3)   # three small ledgers: one Spark task reads them all
     with LedgerClient(metadata_uri) as lc:
         truncate_stream(lc, "events", 8)   # the first two ledgers are deleted after the plan
     if fail:
@@ -99,7 +106,7 @@ def test_a_plan_that_a_truncation_overtakes_is_data_loss_for_the_offsets_it_aske
                                                     r"planned .* the first offset the stream still holds is 3000"):
                 reader.partitions()
         else:
-            assert [p.ledger_id for p in reader.partitions()] == ids[300:]
+            assert planned_ledgers(reader.partitions()) == ids[300:]
         assert cut[0].first_offset == 3000
 
 
@@ -115,5 +122,5 @@ def test_a_batch_read_from_offsets_below_the_first_one_is_data_loss(metadata_uri
                                                 r"holds is 20; set failOnDataLoss=false to skip them"):
             reader.partitions()
     else:
-        assert [p.ledger_id for p in reader.partitions()] == ids[2:]
-    assert [p.ledger_id for p in batch_reader(metadata_uri, True, recover="false").partitions()] == ids[2:]
+        assert planned_ledgers(reader.partitions()) == ids[2:]
+    assert planned_ledgers(batch_reader(metadata_uri, True, recover="false").partitions()) == ids[2:]

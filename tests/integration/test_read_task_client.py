@@ -28,7 +28,9 @@ def raw_stream(metadata_uri, cluster) -> str:
 
 
 def reader_of(uri: str, stream: str, **options):
-    source = LedgerDataSource({"metadata": uri, "path": stream, **options})
+    """A batch reader planning one partition per ledger (maxPartitionBytes=0: small ledgers are not packed), so
+    that each partition stands for one Spark task."""
+    source = LedgerDataSource({"metadata": uri, "path": stream, "maxPartitionBytes": "0", **options})
     return source.reader(source.schema())
 
 

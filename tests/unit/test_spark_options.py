@@ -17,6 +17,7 @@ def test_defaults():
     assert (opts.stream, opts.ensemble_size, opts.write_quorum, opts.ack_quorum) == ("events", 3, 3, 2)
     assert opts.recover and not opts.include_metadata and opts.compression is None
     assert (opts.starting_offset, opts.ending_offset, opts.split_entries) == (None, None, 0)
+    assert opts.max_partition_bytes == 32 * 1024 * 1024
 
 
 def test_metadata_defaults_to_environment(monkeypatch):
@@ -29,8 +30,9 @@ def test_metadata_defaults_to_environment(monkeypatch):
 def test_values_are_parsed_case_insensitively():
     opts = parse(path="e", ensembleSize="5", writeQuorum="3", ackQuorum="2", entryBytes="65536", compression="ZSTD",
                  startingOffsets="10", endingOffsets="20", includeMetadata="TRUE", splitEntries="4", recover="false",
-                 password="secret")
+                 password="secret", maxPartitionBytes="0")
     assert (opts.ensemble_size, opts.entry_bytes, opts.compression) == (5, 65536, "zstd")
+    assert opts.max_partition_bytes == 0
     assert (opts.starting_offset, opts.ending_offset, opts.split_entries) == (10, 20, 4)
     assert opts.include_metadata and not opts.recover and opts.password == b"secret"
 
@@ -51,6 +53,7 @@ def test_ledgers_option():
         ({"endingOffsets": "-3"}, "endingOffsets='-3': allowed values are latest or"),
         ({"startingOffsets": "9", "endingOffsets": "3"}, "endingOffsets=3 is before startingOffsets=9"),
         ({"view": "nodes"}, "view='nodes': allowed values are ledgers"),
+        ({"maxPartitionBytes": "-1"}, "maxPartitionBytes='-1': allowed values are integers >= 0"),
         ({"colour": "red"}, "unknown option(s) colour"),
         ({"path": "bad name"}, "option path (the stream name)"),
         ({"metadata": "http://x"}, "option metadata"),

@@ -2,7 +2,17 @@
 from hypothesis import given, strategies as st
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual, StringStartsWith
 
-from connector.spark.planning import IntRange, LedgerPartition, LedgerSpan, ReadBounds, narrow_by_filter, plan_partitions
+from connector.spark.planning import (
+    LEDGER_OPEN_COST_BYTES,
+    IntRange,
+    LedgerPartition,
+    LedgerRun,
+    LedgerSpan,
+    ReadBounds,
+    narrow_by_filter,
+    pack_partitions,
+    plan_partitions,
+)
 
 STREAM = [LedgerSpan(10, 9, 0, 99), LedgerSpan(11, 4, 100, 149), LedgerSpan(12, -1, 150, 149), LedgerSpan(13, 19, 150, 349)]
 
@@ -86,3 +96,56 @@ def test_split_partitions_cover_every_entry_once(split, last):
     parts = plan_partitions([LedgerSpan(1, last, 0, None)], ReadBounds(), split, offset_per_entry=False)
     covered = [e for p in parts for e in range(p.first_entry, p.last_entry + 1)]
     assert covered == list(range(last + 1))
+
+
+MiB = 1024 * 1024
+
+
+def small_ledgers(count: int, length: int, first_id: int = 1) -> list[LedgerSpan]:
+    """count closed ledgers of 10 rows in one entry each, `length` bytes each, in stream order."""
+    return [LedgerSpan(first_id + i, 0, 10 * i, 10 * i + 9, length) for i in range(count)]
+
+
+def shape(packed):
+    """Each partition as the ledger ids it reads: a LedgerRun as a tuple, a lone partition as an int."""
+    return [tuple(p.ledger_id for p in part.pieces) if isinstance(part, LedgerRun) else part.ledger_id
+            for part in packed]
+
+
+def test_small_ledgers_are_packed_in_stream_order_up_to_max_bytes_counting_an_open_cost_each():
+    spans = small_ledgers(10, 1000)
+    parts = plan_partitions(spans, ReadBounds(), 0, offset_per_entry=False)
+    # 4 MiB + 1000 bytes each: three fit in 16 MiB, a fourth would not
+    assert shape(pack_partitions(parts, spans, 16 * MiB)) == [(1, 2, 3), (4, 5, 6), (7, 8, 9), 10]
+    assert shape(pack_partitions(parts, spans, 128 * MiB)) == [tuple(range(1, 11))]
+    assert shape(pack_partitions(parts, spans, 0)) == list(range(1, 11))   # 0: one partition per ledger
+
+
+def test_large_ledgers_and_ledgers_of_unknown_length_stay_alone_and_end_a_run():
+    spans = small_ledgers(2, 1000) + [LedgerSpan(3, 99, 20, 1019, 200 * MiB)] + small_ledgers(2, 1000, first_id=4) \
+        + [LedgerSpan(6, 9, 40, None)]   # the OPEN tail: length unknown
+    spans[4] = LedgerSpan(5, 0, 1030, 1039, 1000)
+    parts = plan_partitions(spans, ReadBounds(), 0, offset_per_entry=False)
+    assert shape(pack_partitions(parts, spans, 128 * MiB)) == [(1, 2), 3, (4, 5), 6]
+
+
+def test_the_splits_of_a_ledger_stay_apart():
+    spans = [LedgerSpan(1, 99, 0, 999, 10 * MiB)] + small_ledgers(2, 1000, first_id=2)
+    parts = plan_partitions(spans, ReadBounds(), 10, offset_per_entry=False)   # splitEntries=10: ten splits
+    assert shape(pack_partitions(parts, spans, 128 * MiB)) == [1] * 10 + [(2, 3)]
+
+
+@given(lengths=st.lists(st.one_of(st.none(), st.integers(0, 300 * MiB)), max_size=40),
+       max_bytes=st.integers(0, 256 * MiB))
+def test_packing_keeps_every_partition_once_in_order_and_each_run_within_max_bytes(lengths, max_bytes):
+    spans = [LedgerSpan(i + 1, 4, 5 * i, 5 * i + 4, -1 if length is None else length)
+             for i, length in enumerate(lengths)]
+    parts = plan_partitions(spans, ReadBounds(), 0, offset_per_entry=False)
+    packed = pack_partitions(parts, spans, max_bytes)
+    flat = [piece for part in packed for piece in (part.pieces if isinstance(part, LedgerRun) else (part,))]
+    assert flat == parts
+    for part in packed:
+        if isinstance(part, LedgerRun):
+            assert len(part.pieces) > 1
+            assert all(lengths[p.ledger_id - 1] is not None for p in part.pieces)
+            assert sum(lengths[p.ledger_id - 1] + LEDGER_OPEN_COST_BYTES for p in part.pieces) <= max_bytes
