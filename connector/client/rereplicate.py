@@ -107,9 +107,15 @@ class Rereplicator:
                 found.append(LedgerAudit(meta, tuple(fragments_to_repair(meta, reasons)), reasons))
         return found
 
-    def repair(self, audits: Iterable[LedgerAudit]) -> list[LedgerRepair]:
-        """Re-replicate what audit() found; the lost nodes are re-checked per ledger, as they may be back."""
-        return [self.repair_ledger(a.meta.ledger_id, self._lost_now) for a in audits]
+    def repair(self, audits: Iterable[LedgerAudit], on_ledger: Callable[[LedgerRepair], None] = lambda _: None
+               ) -> list[LedgerRepair]:
+        """Re-replicate what audit() found; the lost nodes are re-checked per ledger, as they may be back.
+        on_ledger gets each ledger's outcome as soon as it is known (an auditor logs it then)."""
+        outcomes = []
+        for audit in audits:
+            outcomes.append(self.repair_ledger(audit.meta.ledger_id, self._lost_now))
+            on_ledger(outcomes[-1])
+        return outcomes
 
     def _lost_now(self, nodes: Iterable[str]) -> set[str]:
         return set(lost_nodes(nodes, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)))

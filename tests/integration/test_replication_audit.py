@@ -15,7 +15,7 @@ from tests.harness.poll import poll_until
 FAST_EXPIRY = ("--zk-session-timeout", "1")  # a killed node's registration is gone within seconds
 
 
-def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metadata_uri, capsys):
+def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metadata_uri, capsys, tmp_path):
     originals = [start_node(None, *FAST_EXPIRY) for _ in range(3)]
     with LedgerClient(metadata_uri) as client:
         expected = {}
@@ -57,17 +57,22 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         assert "repaired 1 of 4 under-replicated ledger(s)" in repaired
         assert "none of the given passwords is this ledger's" in repaired
 
-        # The auditor, a separate process, repairs the rest on its own (recovering the OPEN ledger first).
-        auditor = subprocess.Popen(
-            [sys.executable, "-m", "connector", "audit", "--watch", "0.5", "--metadata", metadata_uri],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            poll_until(lambda: main(["audit", "--metadata", metadata_uri]) == 0, 60,
-                       what="the auditor to re-replicate every ledger")
-        finally:
-            auditor.terminate()
-            output = auditor.communicate(timeout=20)[0]
-        assert f"ledger {live.ledger_id}: moved 1 fragment(s)" in output and "recovered and closed first" in output
+        # The auditor, a separate process, repairs the rest on its own (recovering the OPEN ledger first), and logs
+        # each repair as it is made.
+        log = tmp_path / "auditor.log"
+        with open(log, "w") as out:
+            auditor = subprocess.Popen(
+                [sys.executable, "-m", "connector", "audit", "--watch", "0.5", "--metadata", metadata_uri],
+                stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                poll_until(lambda: main(["audit", "--metadata", metadata_uri]) == 0, 60,
+                           what="the auditor to re-replicate every ledger")
+                poll_until(lambda: f"ledger {live.ledger_id}: moved 1 fragment(s)" in log.read_text(), 30,
+                           what="the auditor to log its repair of the OPEN ledger")
+            finally:
+                auditor.terminate()
+                auditor.wait(timeout=20)
+        assert "recovered and closed first" in log.read_text()
         assert main(["audit", "--watch", "1", "--once", "--metadata", metadata_uri]) == 0  # one auditor round
         assert "no under-replicated ledgers" in capsys.readouterr().out
         for ledger_id in expected:
