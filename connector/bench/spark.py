@@ -12,6 +12,11 @@ ledger path's throughput over parquet's (1.0 = as fast as parquet).
 Both sides compress as they would by default in use: parquet with Spark's default codec (snappy),
 the ledger stream with --compression (default lz4, the connector's fast codec); --compression none
 measures uncompressed entries.
+
+Small ledgers (--small-ledgers, 0 to skip): a stream of that many ledgers of --small-rows rows, one per write
+task, as a streaming sink leaves them, counted with small ledgers packed into shared partitions (the default
+maxPartitionBytes) against one partition per ledger (maxPartitionBytes=0, how every read was planned before
+packing), in rounds, best of --runs.
 """
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compression", default="lz4", choices=("none", "lz4", "zstd"),
                         help="the ledger stream's compression (parquet keeps Spark's default, snappy)")
     parser.add_argument("--runs", type=int, default=3, help="runs of every case; the fastest counts")
+    parser.add_argument("--small-ledgers", type=int, default=300,
+                        help="ledgers of the small-ledgers stream, one per write task (0: skip that case)")
+    parser.add_argument("--small-rows", type=int, default=100, help="rows in each ledger of the small-ledgers stream")
 
 
 def run(args) -> int:
@@ -146,6 +154,7 @@ def _run(directory: pathlib.Path, args) -> int:
                 ("group-by", "ceiling"): lambda: grouped(ceiling_reader()),
             }, max(1, args.runs))
             assert ledger_reader().count() == args.rows, "the ledger stream does not hold every row"
+            small = _small_ledgers(spark, uri, args) if args.small_ledgers > 0 else None
         finally:
             spark.stop()
         cold_ceiling = _cold_ceiling(args, directory)  # beside the same (idle) nodes and ZooKeeper as the ledger's
@@ -168,7 +177,35 @@ def _run(directory: pathlib.Path, args) -> int:
           + ", ".join(f"{case} {took:.2f}s = {times[(case, 'parquet')][0] / took:.2f}x parquet"
                       for case, took in ceiling.items()))
     _print_issue_targets(times, cold_ceiling)
+    if small is not None:
+        print(small)
     return 0 if ok else 1
+
+
+def _small_ledgers(spark, uri: str, args) -> str:
+    """The small-ledgers case (see the module's docstring): its figure line."""
+    from pyspark.sql import functions as F
+
+    ledgers, rows = args.small_ledgers, args.small_ledgers * args.small_rows
+    df = spark.range(0, rows, numPartitions=ledgers).select("id", F.format_string("row %010d", "id").alias("s"))
+    started = time.perf_counter()
+    df.write.format("ledger").mode("append").option("metadata", uri).save("small")
+    written = time.perf_counter() - started
+
+    def reader(max_partition_bytes: int | None):
+        read = spark.read.format("ledger").option("metadata", uri)
+        if max_partition_bytes is not None:
+            read = read.option("maxPartitionBytes", max_partition_bytes)
+        return read.load("small")
+
+    def count(max_partition_bytes: int | None) -> None:
+        assert reader(max_partition_bytes).count() == rows, "the small-ledgers stream does not hold every row"
+
+    times = timed_rounds({"packed": lambda: count(None), "single": lambda: count(0)}, max(1, args.runs))
+    (packed, _), (single, _) = times["packed"], times["single"]
+    return (f"  small ledgers: a count of {ledgers:,} ledgers of {args.small_rows:,} rows (written in {written:.1f}s, "
+            f"one per task, as a streaming sink leaves them): packed into {reader(None).rdd.getNumPartitions():,} "
+            f"partitions {packed:.2f}s, one partition per ledger {single:.2f}s; {single / packed:.1f}x faster")
 
 
 COLD_TARGETS = {"parquet": 2.0, "best": 1.5}   # first run <= 2x parquet's first run; <= 1.5x the best run

@@ -147,7 +147,7 @@ def batch_spans(store: MetadataStore, record: StreamRecord, lo: int, hi: int) ->
         else:
             meta = _sealed_metadata(store, ledger.ledger_id)
             spans.append(LedgerSpan(ledger.ledger_id, meta.last_entry_id, ledger.first_offset, last_offset,
-                                    row_index=RowIndex.of(meta)))
+                                    meta.length, row_index=RowIndex.of(meta)))
     return spans, _reach(record)
 
 

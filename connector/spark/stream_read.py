@@ -56,8 +56,9 @@ from connector.lag import stream_lag
 from connector.spark.data_loss import checked_start, data_lost, planned
 from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
-from connector.spark.planning import LedgerPartition, LedgerSpan, ReadBounds, plan_partitions
-from connector.spark.read import offset_at_time, read_partition
+from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
+                                      plan_partitions)
+from connector.spark.read import offset_at_time, read_partitions
 from connector.spark.spans import batch_spans, confirmed_past, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 from metadata.errors import LedgerError
@@ -265,7 +266,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return offset["offset"]
 
-    def partitions(self, start: dict, end: dict) -> list[StreamPartition]:
+    def partitions(self, start: dict, end: dict) -> list[StreamPartition | LedgerRun]:
         """Offsets [start, end): exactly what latestOffset promised (rule 17), planned without a LAC read."""
         opts = self.options
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
@@ -280,8 +281,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         hi = self._checked_end(lo, hi, reach)
         bounds = ReadBounds.from_offsets(lo, hi + 1)
-        return [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, p.seek_row, lo=lo, hi=hi)
-                for p in plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)]
+        partitions = [StreamPartition(p.ledger_id, p.first_entry, p.last_entry, p.first_offset, p.seek_row,
+                                      lo=lo, hi=hi)
+                      for p in plan_partitions(spans, bounds, opts.split_entries, offset_per_entry=self.raw)]
+        return pack_partitions(partitions, spans, opts.max_partition_bytes)   # the sealed ledgers of a sink
 
     def _checked_start(self, offset: int, first: int) -> int:
         """Offsets below the stream's first one belong to deleted ledgers (failOnDataLoss)."""
@@ -328,9 +331,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors -----------------------------------------------------------------------------
 
-    def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
-        bounds = ReadBounds.from_offsets(partition.lo, partition.hi + 1)
-        return read_partition(self.options, self.schema, self.raw, partition, bounds)
+    def read(self, partition: StreamPartition | LedgerRun) -> Iterator[pa.RecordBatch]:
+        pieces = partition.pieces if isinstance(partition, LedgerRun) else (partition,)
+        return read_partitions(self.options, self.schema, self.raw,
+                               [(piece, ReadBounds.from_offsets(piece.lo, piece.hi + 1)) for piece in pieces])
 
 
 @dataclasses.dataclass

@@ -7,7 +7,7 @@ from tests.harness.bench import NUMBER, bench
 
 
 def test_spark_bench_prints_write_read_and_ceiling_figures():
-    out = bench("spark", "--rows", "20000", "--runs", "1")
+    out = bench("spark", "--rows", "20000", "--runs", "1", "--small-ledgers", "10", "--small-rows", "5")
     for case in ("write", "count", "group-by"):
         assert re.search(rf"{case} +ledger +{NUMBER}s .* ledger/parquet throughput {NUMBER}x", out), out
     assert re.search(rf"ceiling .* write {NUMBER}s = {NUMBER}x parquet, count {NUMBER}s = {NUMBER}x parquet, "
@@ -18,6 +18,8 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
                      rf"group-by first", out), out
     assert re.search(rf"vs ceiling .* write {NUMBER} \(>= 0.7\).*; count {NUMBER} \(>= 0.8\).*; group-by {NUMBER}",
                      out), out
+    assert re.search(rf"small ledgers: a count of 10 ledgers of 5 rows .*: packed into 2 partitions {NUMBER}s, one "
+                     rf"partition per ledger {NUMBER}s; {NUMBER}x faster", out), out
 
 
 def test_stream_bench_prints_latency_throughput_and_commit_figures():

@@ -1,13 +1,14 @@
-"""A batch read packs runs of small ledgers into one Spark partition each (connector/spark/planning.py,
-pack_partitions; option maxPartitionBytes): a streaming sink leaves one small ledger per task and micro-batch, and
-Spark spends about 50 ms of a core on every Python task however little it reads. The rows must be exactly those
-of a read planned one partition per ledger (maxPartitionBytes=0), with their metadata, from any starting offset
-and under pruning filters. Compared with chispa against that read."""
+"""Batch reads and micro-batches pack runs of small ledgers into one Spark partition each
+(connector/spark/planning.py, pack_partitions; option maxPartitionBytes): a streaming sink leaves one small ledger
+per task and micro-batch, and Spark spends about 50 ms of a core on every Python task however little it reads.
+The rows must be exactly those of a read planned one partition per ledger (maxPartitionBytes=0), with their
+metadata, from any starting offset and under pruning filters. Compared with chispa against that read."""
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from connector.spark.planning import LEDGER_OPEN_COST_BYTES
+from connector.spark import LedgerDataSource
+from connector.spark.planning import LEDGER_OPEN_COST_BYTES, LedgerRun
 from tests.spark.helpers import read, stream_ledgers, write
 
 LEDGERS = 30           # one per write task
@@ -60,3 +61,20 @@ def test_a_smaller_max_partition_bytes_packs_fewer_ledgers(spark, shared_uri, sm
     packed = read(spark, shared_uri, small_ledgers, maxPartitionBytes=3 * LEDGER_OPEN_COST_BYTES)
     assert packed.rdd.getNumPartitions() == LEDGERS // 2   # two small ledgers and their open costs fit, not three
     assert packed.count() == LEDGERS * ROWS_EACH
+
+
+def test_a_micro_batch_over_sealed_small_ledgers_packs_them_and_reads_every_row_once(
+        spark, shared_uri, small_ledgers):
+    source = LedgerDataSource({"metadata": shared_uri, "path": small_ledgers})
+    reader = source.streamReader(source.schema())
+    partitions = reader.partitions({"offset": 3}, {"offset": 550})
+    assert len(partitions) == 4 and all(isinstance(p, LedgerRun) for p in partitions)
+    assert sum(batch.num_rows for p in partitions for batch in reader.read(p)) == 550 - 3
+
+    query = (spark.readStream.format("ledger").option("metadata", shared_uri).option("includeMetadata", "true")
+             .load(small_ledgers).writeStream.format("memory").queryName("packed_tail")
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    streamed = spark.sql("select * from packed_tail").orderBy("_offset")
+    _, single = both(spark, shared_uri, small_ledgers)
+    assert_df_equality(streamed, single.orderBy("_offset"))

@@ -69,9 +69,12 @@ def test_metadata_columns_and_offsets(spark, shared_uri, stream, two_ledgers):
     window = read(spark, shared_uri, stream, startingOffsets=250, endingOffsets=750)
     assert sorted(r.id for r in window.collect()) == list(range(250, 750))
 
-    pruned = read(spark, shared_uri, stream, includeMetadata="true").filter(F.col("_ledger_id") == ledgers[1])
+    # one partition per ledger (small ledgers are not packed), so that pruning shows in the partition count
+    pruned = read(spark, shared_uri, stream, includeMetadata="true", maxPartitionBytes=0).filter(
+        F.col("_ledger_id") == ledgers[1])
     assert pruned.rdd.getNumPartitions() == planned(1, 2) and pruned.count() == 500
-    by_offset = read(spark, shared_uri, stream, includeMetadata="true").filter("_offset >= 600 AND _offset < 610")
+    by_offset = read(spark, shared_uri, stream, includeMetadata="true", maxPartitionBytes=0).filter(
+        "_offset >= 600 AND _offset < 610")
     assert by_offset.rdd.getNumPartitions() == planned(1, 2)
     assert [r.id for r in by_offset.orderBy("id").collect()] == list(range(600, 610))
 
@@ -95,7 +98,8 @@ def test_a_dataframe_reused_after_filtered_queries_reads_every_row(spark, shared
 def test_the_pruning_reader_plans_only_what_its_pushed_filters_can_match(spark, shared_uri, stream, two_ledgers):
     """The reader Spark gets for metadata-column reads where it keeps a pushdown's plan to its own scan,
     driven here as Spark's filter-pushing worker drives it (pushFilters, then partitions), on any Spark."""
-    source = LedgerDataSource({"metadata": shared_uri, "path": stream, "includeMetadata": "true"})
+    source = LedgerDataSource({"metadata": shared_uri, "path": stream, "includeMetadata": "true",
+                               "maxPartitionBytes": "0"})   # a partition per ledger: pruning shows in their count
     schema = source.schema()
 
     def planned(*filters):
@@ -144,8 +148,9 @@ def test_reads_without_metadata_columns_need_no_pushdown_setting(spark, shared_u
 def test_metadata_columns_need_no_pushdown_setting_and_prune_where_spark_allows_it(spark, shared_uri, stream, two_ledgers):
     """Issue 16: includeMetadata failed with DATA_SOURCE_PUSHDOWN_DISABLED while the setting was off, even
     without a filter. Off: Spark filters the rows itself, every ledger is planned; on: whole ledgers pruned."""
-    def offsets_from_500():
-        return read(spark, shared_uri, stream, includeMetadata="true").filter(F.col("_offset") >= 500)
+    def offsets_from_500():   # a partition per ledger (small ledgers are not packed): pruning shows in their count
+        return read(spark, shared_uri, stream, includeMetadata="true", maxPartitionBytes=0).filter(
+            F.col("_offset") >= 500)
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
     try:
