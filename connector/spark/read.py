@@ -16,8 +16,12 @@ close (planning.py).
 """
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
+import itertools
 import sys
 from typing import Iterable, Iterator
 
@@ -149,15 +153,48 @@ def read_partition(
 
 def read_partitions(options: LedgerOptions, schema: StructType, raw: bool,
                     pieces: list[tuple[LedgerPartition, ReadBounds]]) -> Iterator[pa.RecordBatch]:
-    """The partitions' batches one partition after the other (a LedgerRun's pieces), through one client."""
+    """The partitions' batches one partition after the other (a LedgerRun's pieces), through one client. The
+    small ledgers of a run are fetched up to PREFETCH_LEDGERS ahead of the one being decoded: each costs a
+    metadata read and a round trip to a node more than its bytes, and waiting for them one at a time left the
+    task idle most of the time."""
     target = arrow_schema_of(schema)
-    with read_client(options) as lc:
-        for partition, bounds in pieces:
-            yield from _read_ledger(lc, options, raw, partition, bounds, target)
+    with read_client(options) as lc, contextlib.closing(
+            _in_order(lambda partition: _fetch(lc, options, raw, partition), [piece for piece, _ in pieces])
+    ) as fetched:   # closed first: no prefetch uses the client once the task gives it back
+        for (partition, bounds), entries in zip(pieces, fetched):
+            if raw:
+                yield from raw_batches(entries, partition, target)
+            else:
+                yield from arrow_batches(entries, partition, target, bounds)
 
 
-def _read_ledger(lc: LedgerClient, options: LedgerOptions, raw: bool, partition: LedgerPartition,
-                 bounds: ReadBounds, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+PREFETCH_LEDGERS = 4
+
+
+def _in_order(fetch, partitions: list[LedgerPartition]) -> Iterator[Iterable]:
+    """fetch(partition) for each partition, in order: a lone partition's entries as they stream in, a run's each
+    fetched whole by a pool of PREFETCH_LEDGERS threads (a run holds at most maxPartitionBytes). A failure is
+    raised when its partition's turn comes, as reading them one by one would."""
+    if len(partitions) == 1:
+        yield fetch(partitions[0])
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(PREFETCH_LEDGERS, thread_name_prefix="ledger-prefetch")
+    try:
+        pending = collections.deque()
+        queued = iter(partitions)
+        for partition in itertools.islice(queued, PREFETCH_LEDGERS):
+            pending.append(pool.submit(lambda p=partition: list(fetch(p))))
+        while pending:
+            entries = pending.popleft().result()
+            for partition in itertools.islice(queued, 1):
+                pending.append(pool.submit(lambda p=partition: list(fetch(p))))
+            yield entries
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _fetch(lc: LedgerClient, options: LedgerOptions, raw: bool, partition: LedgerPartition) -> Iterable:
+    """The partition's entries (an empty list if its ledger was deleted and failOnDataLoss=false)."""
     # The driver planned up to a LAC it read: those entries were acknowledged, even if the nodes this
     # executor reaches know a lower LAC; so the handle takes that entry as confirmed and asks no node.
     try:
@@ -166,13 +203,9 @@ def _read_ledger(lc: LedgerClient, options: LedgerOptions, raw: bool, partition:
     except NoSuchLedgerError as exc:
         # Deleted since the driver planned: data loss if its offsets left the stream (failOnDataLoss).
         read_or_lost(lc.store, options.stream, partition.first_offset, options.fail_on_data_loss, exc)
-        return
+        return []
     first = partition.first_entry if raw else seek_entry(handle, partition)
-    entries = handle.read(first, partition.last_entry, views=True)   # decoded at once: no payload copies
-    if raw:
-        yield from raw_batches(entries, partition, target)
-    else:
-        yield from arrow_batches(entries, partition, target, bounds)
+    return handle.read(first, partition.last_entry, views=True)   # decoded at once: no payload copies
 
 
 def seek_entry(handle, partition: LedgerPartition) -> int:

@@ -1,0 +1,63 @@
+"""connector/spark/read.py _in_order: a LedgerRun's ledgers are fetched ahead by a small pool and handed over in
+order; a failure surfaces at its ledger's turn; a task that stops early leaves no fetch running."""
+import threading
+import time
+
+import pytest
+
+from connector.spark import read
+from connector.spark.read import PREFETCH_LEDGERS, _in_order
+
+
+class Fetches:
+    """A stand-in fetch: records what ran and how many ran at once; partition p yields [p, p]."""
+
+    def __init__(self, fail: int | None = None, delay: float = 0.0):
+        self.fail, self.delay = fail, delay
+        self.started: list[int] = []
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, partition: int):
+        with self.lock:
+            self.started.append(partition)
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(self.delay * (partition % 3))   # the fetch's work: they finish out of order
+            if partition == self.fail:
+                raise ValueError(f"ledger {partition} is gone")
+            return iter([partition, partition])
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_a_run_comes_back_in_order_fetched_at_most_prefetch_ahead():
+    fetch = Fetches(delay=0.01)
+    assert [list(entries) for entries in _in_order(fetch, list(range(12)))] == [[p, p] for p in range(12)]
+    assert sorted(fetch.started) == list(range(12))
+    assert 1 < fetch.most <= PREFETCH_LEDGERS
+
+
+def test_a_lone_partition_streams_without_a_pool(monkeypatch):
+    monkeypatch.setattr(read.concurrent.futures, "ThreadPoolExecutor", None)   # any pool would fail
+    fetch = Fetches()
+    (entries,) = list(_in_order(fetch, [7]))
+    assert list(entries) == [7, 7]
+
+
+def test_a_failure_is_raised_at_its_turn_after_the_ledgers_before_it():
+    got = []
+    with pytest.raises(ValueError, match="ledger 5 is gone"):
+        for entries in _in_order(Fetches(fail=5, delay=0.005), list(range(10))):
+            got.append(list(entries)[0])
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_stopping_early_waits_for_running_fetches_and_starts_no_more():
+    fetch = Fetches(delay=0.02)
+    fetched = _in_order(fetch, list(range(40)))
+    assert list(next(fetched)) == [0, 0]
+    fetched.close()   # returns once the pool is shut down: queued fetches cancelled, running ones done
+    assert fetch.running == 0 and len(fetch.started) <= 1 + PREFETCH_LEDGERS
