@@ -74,9 +74,12 @@ def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False) -> i
         else:
             print("no under-replicated ledgers")
         return 1 if found else 0
-    def report(outcome) -> None:   # as each ledger is done: an auditor stopped mid-round has logged its repairs
-        print(json.dumps(dict(dataclasses.asdict(outcome), repaired=outcome.ok)) if as_json else outcome.describe(),
-              flush=True)
+
+    def report(outcome: LedgerRepair) -> None:   # as each ledger is done: an auditor stopped mid-round logged it
+        if as_json:
+            print(json.dumps(dict(dataclasses.asdict(outcome), repaired=outcome.ok)), flush=True)
+        else:
+            _print_outcome(outcome)
 
     outcomes = worker.repair(found, report)
     failed = [o for o in outcomes if not o.ok]

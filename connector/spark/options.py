@@ -35,8 +35,8 @@ SPELLING = {
     name.lower(): name
     for name in (
         "path", "metadata", "ledgers", "recover", "password", "ensembleSize", "writeQuorum", "ackQuorum",
-        "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata", "splitEntries",
-        "maxPartitionBytes", "view",
+        "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata",
+        "splitEntries", "maxPartitionBytes", "view",
         "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
         "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
     )
@@ -61,7 +61,7 @@ class LedgerOptions:
     ending_offset: int | None = None  # exclusive; None = latest
     include_metadata: bool = False
     split_entries: int = 0  # entries per read partition; 0 = one partition per ledger
-    # batch reads: runs of small ledgers share a partition up to this many bytes (planning.py); 0 = never
+    # reads and micro-batches: runs of small ledgers share a partition up to this many bytes (planning.py); 0 = never
     max_partition_bytes: int = 32 * 1024 * 1024
     view: str | None = None
     # PEM files and the token file for storage nodes with TLS / --auth-token-file; paths, so every executor

@@ -2,10 +2,10 @@
 
 The driver turns the stream (or the ledgers named by the ledgers option) into LedgerSpans, narrows
 ReadBounds with startingOffsets/endingOffsets and pushed-down filters on the metadata columns, and
-plans one partition per ledger, or per splitEntries entries of a large ledger. A batch read then packs runs
-of small ledgers into one Spark partition each (pack_partitions), as Spark's file sources pack small files:
-a streaming sink leaves one small ledger per task and micro-batch, and Spark spends about 50 ms of a core on
-every Python task however little it reads.
+plans one partition per ledger, or per splitEntries entries of a large ledger. A batch read or a micro-batch
+then packs runs of small ledgers into one Spark partition each (pack_partitions), as Spark's file sources pack
+small files: a streaming sink leaves one small ledger per task and micro-batch, and Spark spends about 50 ms of
+a core on every Python task however little it reads.
 
 A read that starts at offset k inside a ledger reads only the entries holding offsets >= k (rule 15): a
 raw ledger has one offset per entry; an arrow ledger's row index (row_index.py) gives the entries of
@@ -203,63 +203,68 @@ class LedgerPartition(InputPartition):
 
 @dataclasses.dataclass(frozen=True)
 class LedgerRun(InputPartition):
-    """Several small ledgers' partitions read one after the other by one Spark task, in stream order."""
+    """Several small ledgers' partitions read one after the other by one Spark task, in stream order; sizes: each
+    one's bytes (its ledger's length), which bound what the executor fetches ahead (read.py)."""
 
     pieces: tuple[LedgerPartition, ...]
+    sizes: tuple[int, ...]
+
+
+def pieces_of(partition: LedgerPartition | LedgerRun) -> tuple[LedgerPartition, ...]:
+    """The ledger partitions a planned partition reads, in order."""
+    return partition.pieces if isinstance(partition, LedgerRun) else (partition,)
 
 
 # Spark's spark.sql.files.openCostInBytes: what opening one more ledger is counted as when packing, so that a
 # partition holds at most max_bytes / LEDGER_OPEN_COST_BYTES ledgers however small they are.
 LEDGER_OPEN_COST_BYTES = 4 * 1024 * 1024
+MAX_RUN_LEDGERS = 256   # whatever maxPartitionBytes says: one task, one pickled partition of bounded size
 
 
 def pack_partitions(partitions: list[LedgerPartition], spans: Iterable[LedgerSpan],
                     max_bytes: int) -> list[LedgerPartition | LedgerRun]:
-    """partitions with each run of consecutive small ones packed into a LedgerRun of at most max_bytes, counting
-    each as its ledger's bytes plus LEDGER_OPEN_COST_BYTES (Spark's file sources: maxPartitionBytes,
-    openCostInBytes). A partition whose ledger's length is unknown (the OPEN tail, a ledger read by id) stays
-    alone, and so do one of max_bytes or more and the splits of a ledger (splitEntries asked for them); max_bytes
-    0 packs nothing."""
+    """partitions with each run of consecutive small ones packed into a LedgerRun of at most max_bytes (and
+    MAX_RUN_LEDGERS), counting each as its ledger's bytes plus LEDGER_OPEN_COST_BYTES (Spark's file sources:
+    maxPartitionBytes, openCostInBytes; below two open costs nothing is packed). These stay alone: a partition
+    whose ledger's length is unknown (the OPEN tail, a ledger closed by a recovery, one read by id, those of a raw
+    stream's micro-batch), one of max_bytes or more, and the splits of a ledger (splitEntries asked for them);
+    max_bytes 0 packs nothing."""
     if max_bytes <= 0:
         return list(partitions)
-    cost = _costs(spans, partitions)
+    length = _lengths(spans, partitions)
     packed: list[LedgerPartition | LedgerRun] = []
     run: list[LedgerPartition] = []
     run_bytes = 0
 
     def close_run() -> None:
         if len(run) > 1:
-            packed.append(LedgerRun(tuple(run)))
+            packed.append(LedgerRun(tuple(run), tuple(length(p) for p in run)))
         else:
             packed.extend(run)
         run.clear()
 
     for partition in partitions:
-        size = cost(partition)
-        if size is None or size >= max_bytes:
+        size = length(partition)
+        cost = None if size is None else size + LEDGER_OPEN_COST_BYTES
+        if cost is None or cost >= max_bytes:
             close_run()
             packed.append(partition)
             run_bytes = 0
             continue
-        if run and run_bytes + size > max_bytes:
+        if run and (run_bytes + cost > max_bytes or len(run) == MAX_RUN_LEDGERS):
             close_run()
             run_bytes = 0
         run.append(partition)
-        run_bytes += size
+        run_bytes += cost
     close_run()
     return packed
 
 
-def _costs(spans: Iterable[LedgerSpan], partitions: list[LedgerPartition]):
-    """partition -> its ledger's bytes plus the open cost; None for a split ledger or one of unknown length."""
+def _lengths(spans: Iterable[LedgerSpan], partitions: list[LedgerPartition]):
+    """partition -> its ledger's length in bytes; None for a split ledger or one of unknown length."""
     split = collections.Counter(p.ledger_id for p in partitions)
     known = {span.ledger_id: span.length for span in spans if span.length >= 0 and split[span.ledger_id] == 1}
-
-    def cost(partition: LedgerPartition) -> int | None:
-        length = known.get(partition.ledger_id)
-        return None if length is None else length + LEDGER_OPEN_COST_BYTES
-
-    return cost
+    return lambda partition: known.get(partition.ledger_id)
 
 
 def plan_partitions(

@@ -23,7 +23,8 @@ import dataclasses
 import datetime
 import itertools
 import sys
-from typing import Iterable, Iterator
+import threading
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +39,7 @@ from connector.spark.encoding import decode_entry, entry_header
 from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
-                                      plan_partitions)
+                                      pieces_of, plan_partitions)
 from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
 from connector.spark.task_client import driver_client, read_client
@@ -60,7 +61,7 @@ class LedgerReader(DataSourceReader):
         self.raw = raw
         self.bounds = ReadBounds.from_offsets(options.starting_offset, options.ending_offset)
 
-    def partitions(self) -> list[LedgerPartition]:
+    def partitions(self) -> list[LedgerPartition | LedgerRun]:
         opts = self.options
         with driver_client(opts) as lc:
             if opts.ledgers:
@@ -100,16 +101,12 @@ class LedgerReader(DataSourceReader):
         return bounds
 
     def read(self, partition: LedgerPartition | LedgerRun) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, LedgerRun):
-            pieces = partition.pieces
-        elif isinstance(partition, LedgerPartition):
-            pieces = (partition,)
-        else:
+        if not isinstance(partition, (LedgerPartition, LedgerRun)):
             return iter(())  # partitions() planned nothing (no rows, or all pruned): Spark reads a placeholder
         # This reader was pickled before partitions() ran: the offsets it planned (startingTimestamp...) are the
         # partition's.
-        return read_partitions(self.options, self.schema, self.raw,
-                               [(piece, self.bounds.with_offsets(piece.lo, piece.hi)) for piece in pieces])
+        return read_partitions(self.options, self.schema, self.raw, partition,
+                               lambda piece: self.bounds.with_offsets(piece.lo, piece.hi))
 
 
 def entry_row(raw: bool):
@@ -143,54 +140,64 @@ def _iso(time_ms: int) -> str:
     return datetime.datetime.fromtimestamp(time_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def read_partition(
-    options: LedgerOptions, schema: StructType, raw: bool, partition: LedgerPartition, bounds: ReadBounds
-) -> Iterator[pa.RecordBatch]:
-    """An executor's read of one partition: its entries as Arrow batches of exactly the schema, read through
-    the worker's shared read client (task_client.py)."""
-    return read_partitions(options, schema, raw, [(partition, bounds)])
-
-
-def read_partitions(options: LedgerOptions, schema: StructType, raw: bool,
-                    pieces: list[tuple[LedgerPartition, ReadBounds]]) -> Iterator[pa.RecordBatch]:
-    """The partitions' batches one partition after the other (a LedgerRun's pieces), through one client. The
-    small ledgers of a run are fetched up to PREFETCH_LEDGERS ahead of the one being decoded: each costs a
-    metadata read and a round trip to a node more than its bytes, and waiting for them one at a time left the
-    task idle most of the time."""
+def read_partitions(options: LedgerOptions, schema: StructType, raw: bool, partition: LedgerPartition | LedgerRun,
+                    bounds_of: Callable[[LedgerPartition], ReadBounds]) -> Iterator[pa.RecordBatch]:
+    """An executor's read of a partition (a LedgerRun's ledgers one after the other, in order): their entries as
+    Arrow batches of exactly the schema, within bounds_of(each), read through the worker's shared read client
+    (task_client.py). The small ledgers of a run are fetched ahead of the one being decoded (_in_order): each
+    costs a metadata read and a round trip to a node more than its bytes, and waiting for them one at a time
+    left the task idle most of the time."""
     target = arrow_schema_of(schema)
+    pieces = pieces_of(partition)
+    sizes = partition.sizes if isinstance(partition, LedgerRun) else (-1,)
     with read_client(options) as lc, contextlib.closing(
-            _in_order(lambda partition: _fetch(lc, options, raw, partition), [piece for piece, _ in pieces])
+            _in_order(lambda piece: _fetch(lc, options, raw, piece), pieces, sizes)
     ) as fetched:   # closed first: no prefetch uses the client once the task gives it back
-        for (partition, bounds), entries in zip(pieces, fetched):
+        for piece, entries in zip(pieces, fetched):
             if raw:
-                yield from raw_batches(entries, partition, target)
+                yield from raw_batches(entries, piece, target)
             else:
-                yield from arrow_batches(entries, partition, target, bounds)
+                yield from arrow_batches(entries, piece, target, bounds_of(piece))
 
 
 PREFETCH_LEDGERS = 4
+PREFETCH_BYTES = 32 * 1024 * 1024   # whatever maxPartitionBytes allows a run to hold
 
 
-def _in_order(fetch, partitions: list[LedgerPartition]) -> Iterator[Iterable]:
-    """fetch(partition) for each partition, in order: a lone partition's entries as they stream in, a run's each
-    fetched whole by a pool of PREFETCH_LEDGERS threads (a run holds at most maxPartitionBytes). A failure is
-    raised when its partition's turn comes, as reading them one by one would."""
+def _in_order(fetch: Callable[[LedgerPartition], Iterable], partitions: Sequence[LedgerPartition],
+              sizes: Sequence[int]) -> Iterator[Iterable]:
+    """fetch(partition) for each partition, in order. A lone partition's entries stream in as they are read. Those
+    of a run (sizes: their bytes) are fetched whole by a pool, up to PREFETCH_LEDGERS and PREFETCH_BYTES ahead of
+    the one handed over; a ledger larger than PREFETCH_BYTES streams in when its turn comes. A failure is raised at
+    its partition's turn, as reading them one by one would. Closing this stops the prefetch: fetches not started
+    are dropped, and those running (at most PREFETCH_LEDGERS, also when Spark stopped reading early) are waited
+    for, unless the close comes from another thread (the collector finalising a dropped read), which must not
+    wait for fetches that may need it."""
     if len(partitions) == 1:
         yield fetch(partitions[0])
         return
+    owner = threading.current_thread()
     pool = concurrent.futures.ThreadPoolExecutor(PREFETCH_LEDGERS, thread_name_prefix="ledger-prefetch")
+    queued = collections.deque(zip(partitions, sizes))
+    pending: collections.deque = collections.deque()   # (the future of a ledger's entries, its bytes)
+
+    def top_up() -> None:
+        while queued and len(pending) < PREFETCH_LEDGERS and (
+                sum(size for _, size in pending) + queued[0][1] <= PREFETCH_BYTES):
+            partition, size = queued.popleft()
+            pending.append((pool.submit(lambda p=partition: list(fetch(p))), size))
+
     try:
-        pending = collections.deque()
-        queued = iter(partitions)
-        for partition in itertools.islice(queued, PREFETCH_LEDGERS):
-            pending.append(pool.submit(lambda p=partition: list(fetch(p))))
-        while pending:
-            entries = pending.popleft().result()
-            for partition in itertools.islice(queued, 1):
-                pending.append(pool.submit(lambda p=partition: list(fetch(p))))
+        while queued or pending:
+            top_up()
+            if not pending:
+                yield fetch(queued.popleft()[0])
+                continue
+            entries = pending.popleft()[0].result()
+            top_up()
             yield entries
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=threading.current_thread() is owner, cancel_futures=True)
 
 
 def _fetch(lc: LedgerClient, options: LedgerOptions, raw: bool, partition: LedgerPartition) -> Iterable:

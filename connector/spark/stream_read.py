@@ -332,9 +332,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------------
 
     def read(self, partition: StreamPartition | LedgerRun) -> Iterator[pa.RecordBatch]:
-        pieces = partition.pieces if isinstance(partition, LedgerRun) else (partition,)
-        return read_partitions(self.options, self.schema, self.raw,
-                               [(piece, ReadBounds.from_offsets(piece.lo, piece.hi + 1)) for piece in pieces])
+        return read_partitions(self.options, self.schema, self.raw, partition,
+                               lambda piece: ReadBounds.from_offsets(piece.lo, piece.hi + 1))
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from connector.client import LedgerClient, Streams
 from connector.client.errors import NotEnoughNodesError
+from connector.spark.planning import pieces_of
 from connector.spark import LedgerDataSource
 from connector.spark.schema import raw_read_schema
 from metadata import layout
@@ -43,7 +44,7 @@ def test_query_after_query_the_schema_and_the_plan_use_one_session(metadata_uri,
     def query() -> None:
         source = LedgerDataSource({"metadata": metadata_uri, "path": "events"})
         reader = source.reader(source.schema())
-        pieces = [piece for p in reader.partitions() for piece in getattr(p, "pieces", (p,))]
+        pieces = [piece for p in reader.partitions() for piece in pieces_of(p)]
         assert sum(p.last_entry - p.first_entry + 1 for p in pieces) == 6
 
     query()                  # opens the shared client

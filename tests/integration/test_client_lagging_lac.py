@@ -7,7 +7,7 @@ import pytest
 from connector.client import LedgerClient, LedgerError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import LedgerPartition
-from connector.spark.read import read_partition
+from connector.spark.read import read_partitions
 from connector.spark.schema import raw_read_schema
 from metadata.model import Fragment, LedgerMetadata
 from protos.digest import password_hash
@@ -45,7 +45,7 @@ def test_an_executor_reads_the_partition_its_driver_planned_from_a_higher_lac(cl
                                    "password": PASSWORD.decode()})
     schema = raw_read_schema(include_metadata=False)
     partition = LedgerPartition(ledger_id, 0, ENTRIES - 1)
-    batches = list(read_partition(options, schema, True, partition, None))
+    batches = list(read_partitions(options, schema, True, partition, lambda _: None))
     payloads = pa.Table.from_batches(batches).column("payload").to_pylist()
     assert payloads == [payload_for(ledger_id, e) for e in range(ENTRIES)]
 

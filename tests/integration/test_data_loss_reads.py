@@ -13,6 +13,7 @@ from connector.client import LedgerClient, Streams
 from connector.retention import truncate_stream
 from connector.spark.errors import DataLossError
 from connector.spark.options import LedgerOptions
+from connector.spark.planning import pieces_of
 from connector.spark.read import LedgerReader
 from connector.spark.schema import raw_read_schema
 from connector.spark.stream_options import StreamOptions
@@ -31,7 +32,7 @@ def write_raw_stream(uri: str, name: str, ledgers: int, entries: int) -> None:
 
 def planned_ledgers(partitions) -> list[int]:
     """The ledger ids partitions() planned, in order, whether packed into LedgerRuns or one per partition."""
-    return [piece.ledger_id for p in partitions for piece in getattr(p, "pieces", (p,))]
+    return [piece.ledger_id for p in partitions for piece in pieces_of(p)]
 
 
 def offsets_read(reader, partitions) -> list[int]:

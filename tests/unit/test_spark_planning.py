@@ -4,6 +4,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In,
 
 from connector.spark.planning import (
     LEDGER_OPEN_COST_BYTES,
+    MAX_RUN_LEDGERS,
     IntRange,
     LedgerPartition,
     LedgerRun,
@@ -11,6 +12,7 @@ from connector.spark.planning import (
     ReadBounds,
     narrow_by_filter,
     pack_partitions,
+    pieces_of,
     plan_partitions,
 )
 
@@ -135,17 +137,25 @@ def test_the_splits_of_a_ledger_stay_apart():
     assert shape(pack_partitions(parts, spans, 128 * MiB)) == [1] * 10 + [(2, 3)]
 
 
+def test_a_run_holds_at_most_max_run_ledgers_and_knows_their_sizes():
+    spans = small_ledgers(MAX_RUN_LEDGERS + 3, 10)
+    parts = plan_partitions(spans, ReadBounds(), 0, offset_per_entry=False)
+    packed = pack_partitions(parts, spans, 2 ** 40)
+    assert [len(p.pieces) for p in packed] == [MAX_RUN_LEDGERS, 3]
+    assert packed[1].sizes == (10, 10, 10)
+
+
 @given(lengths=st.lists(st.one_of(st.none(), st.integers(0, 300 * MiB)), max_size=40),
-       max_bytes=st.integers(0, 256 * MiB))
-def test_packing_keeps_every_partition_once_in_order_and_each_run_within_max_bytes(lengths, max_bytes):
+       max_bytes=st.integers(0, 256 * MiB), split=st.sampled_from([0, 2, 5]))
+def test_packing_keeps_every_partition_once_in_order_and_each_run_within_max_bytes(lengths, max_bytes, split):
     spans = [LedgerSpan(i + 1, 4, 5 * i, 5 * i + 4, -1 if length is None else length)
              for i, length in enumerate(lengths)]
-    parts = plan_partitions(spans, ReadBounds(), 0, offset_per_entry=False)
+    parts = plan_partitions(spans, ReadBounds(), split, offset_per_entry=False)
     packed = pack_partitions(parts, spans, max_bytes)
-    flat = [piece for part in packed for piece in (part.pieces if isinstance(part, LedgerRun) else (part,))]
-    assert flat == parts
+    assert [piece for part in packed for piece in pieces_of(part)] == parts
     for part in packed:
         if isinstance(part, LedgerRun):
-            assert len(part.pieces) > 1
-            assert all(lengths[p.ledger_id - 1] is not None for p in part.pieces)
-            assert sum(lengths[p.ledger_id - 1] + LEDGER_OPEN_COST_BYTES for p in part.pieces) <= max_bytes
+            assert 1 < len(part.pieces) <= MAX_RUN_LEDGERS and split == 0   # splits stay alone
+            assert part.sizes == tuple(lengths[p.ledger_id - 1] for p in part.pieces)
+            assert all(size is not None for size in part.sizes)
+            assert sum(size + LEDGER_OPEN_COST_BYTES for size in part.sizes) <= max_bytes

@@ -1,12 +1,14 @@
-"""connector/spark/read.py _in_order: a LedgerRun's ledgers are fetched ahead by a small pool and handed over in
-order; a failure surfaces at its ledger's turn; a task that stops early leaves no fetch running."""
+"""connector/spark/read.py _in_order: a LedgerRun's ledgers are fetched ahead by a small pool, within a bound of
+ledgers and bytes, and handed over in order; a failure surfaces at its ledger's turn; a task that stops early
+leaves no fetch running."""
 import threading
 import time
 
 import pytest
 
 from connector.spark import read
-from connector.spark.read import PREFETCH_LEDGERS, _in_order
+from tests.harness.poll import poll_until
+from connector.spark.read import PREFETCH_BYTES, PREFETCH_LEDGERS, _in_order
 
 
 class Fetches:
@@ -27,7 +29,7 @@ class Fetches:
             time.sleep(self.delay * (partition % 3))   # the fetch's work: they finish out of order
             if partition == self.fail:
                 raise ValueError(f"ledger {partition} is gone")
-            return iter([partition, partition])
+            return (p for p in [partition, partition])   # lazy, as a ledger's read
         finally:
             with self.lock:
                 self.running -= 1
@@ -35,29 +37,60 @@ class Fetches:
 
 def test_a_run_comes_back_in_order_fetched_at_most_prefetch_ahead():
     fetch = Fetches(delay=0.01)
-    assert [list(entries) for entries in _in_order(fetch, list(range(12)))] == [[p, p] for p in range(12)]
+    assert [list(entries) for entries in _in_order(fetch, list(range(12)), [1] * 12)] == [[p, p] for p in range(12)]
     assert sorted(fetch.started) == list(range(12))
-    assert 1 < fetch.most <= PREFETCH_LEDGERS
+    assert fetch.most <= PREFETCH_LEDGERS
 
 
 def test_a_lone_partition_streams_without_a_pool(monkeypatch):
     monkeypatch.setattr(read.concurrent.futures, "ThreadPoolExecutor", None)   # any pool would fail
     fetch = Fetches()
-    (entries,) = list(_in_order(fetch, [7]))
-    assert list(entries) == [7, 7]
+    (entries,) = list(_in_order(fetch, [7], [-1]))
+    assert not isinstance(entries, list) and list(entries) == [7, 7]   # streamed, not held
 
 
 def test_a_failure_is_raised_at_its_turn_after_the_ledgers_before_it():
     got = []
     with pytest.raises(ValueError, match="ledger 5 is gone"):
-        for entries in _in_order(Fetches(fail=5, delay=0.005), list(range(10))):
+        for entries in _in_order(Fetches(fail=5, delay=0.005), list(range(10)), [1] * 10):
             got.append(list(entries)[0])
     assert got == [0, 1, 2, 3, 4]
 
 
 def test_stopping_early_waits_for_running_fetches_and_starts_no_more():
     fetch = Fetches(delay=0.02)
-    fetched = _in_order(fetch, list(range(40)))
+    fetched = _in_order(fetch, list(range(40)), [1] * 40)
     assert list(next(fetched)) == [0, 0]
     fetched.close()   # returns once the pool is shut down: queued fetches cancelled, running ones done
     assert fetch.running == 0 and len(fetch.started) <= 1 + PREFETCH_LEDGERS
+
+
+def test_ledgers_are_fetched_ahead_only_within_the_byte_bound_and_a_larger_one_streams():
+    fetch = Fetches()
+    third = PREFETCH_BYTES // 3
+    fetched = _in_order(fetch, [0, 1, 2, 3, 4, 5], [third, third, third, third, PREFETCH_BYTES + 1, 1])
+    assert isinstance(next(fetched), list)
+    # 0 handed over: 1, 2 and 3 are three thirds ahead; 4 would pass the bound, and 5 waits behind it
+    poll_until(lambda: sorted(fetch.started) == [0, 1, 2, 3], 30, what="ledgers 1 to 3 fetched ahead")
+    assert [isinstance(entries, list) for entries in fetched] == [True, True, True, False, True]   # 4 streams
+    assert sorted(fetch.started) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_close_from_another_thread_does_not_wait_for_running_fetches():
+    release = threading.Event()
+    started = threading.Event()
+
+    def fetch(partition):
+        if partition == 1:
+            started.set()
+            release.wait(30)
+        return [partition]
+
+    fetched = _in_order(fetch, [0, 1, 2], [1, 1, 1])
+    assert next(fetched) == [0]
+    assert started.wait(30)
+    closer = threading.Thread(target=fetched.close)   # as the collector finalising a dropped read on its thread
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive()   # did not wait for fetch 1, which is still running
+    release.set()
