@@ -7,7 +7,10 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from connector.client import LedgerClient
+from connector.retention import truncate_stream
 from connector.spark import LedgerDataSource
+from connector.spark.errors import DataLossError
 from connector.spark.planning import LEDGER_OPEN_COST_BYTES, LedgerRun
 from tests.spark.helpers import read, stream_ledgers, write
 
@@ -78,3 +81,21 @@ def test_a_micro_batch_over_sealed_small_ledgers_packs_them_and_reads_every_row_
     streamed = spark.sql("select * from packed_tail").orderBy("_offset")
     _, single = both(spark, shared_uri, small_ledgers)
     assert_df_equality(streamed, single.orderBy("_offset"))
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_packed_micro_batch_whose_first_ledgers_are_truncated_after_planning(spark, shared_uri, small_ledgers,
+                                                                               fail):
+    source = LedgerDataSource({"metadata": shared_uri, "path": small_ledgers, "includeMetadata": "true",
+                               "failOnDataLoss": str(fail).lower()})
+    reader = source.streamReader(source.schema())
+    partitions = reader.partitions({"offset": 0}, {"offset": 300})
+    assert isinstance(partitions[0], LedgerRun)
+    with LedgerClient(shared_uri) as lc:
+        truncate_stream(lc, small_ledgers, 5 * ROWS_EACH)   # its first five ledgers are deleted after the plan
+    if fail:
+        with pytest.raises(DataLossError, match="the first offset the stream still holds is 100"):
+            [batch for p in partitions for batch in reader.read(p)]
+    else:
+        offsets = [o for p in partitions for batch in reader.read(p) for o in batch.column("_offset").to_pylist()]
+        assert offsets == list(range(5 * ROWS_EACH, 300))
