@@ -1,4 +1,6 @@
 """connector/spark/planning.py: partitions per ledger or entry range, pruned by offsets and filters."""
+import collections
+
 from hypothesis import given, strategies as st
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual, StringStartsWith
 
@@ -152,10 +154,12 @@ def test_packing_keeps_every_partition_once_in_order_and_each_run_within_max_byt
              for i, length in enumerate(lengths)]
     parts = plan_partitions(spans, ReadBounds(), split, offset_per_entry=False)
     packed = pack_partitions(parts, spans, max_bytes)
+    planned = collections.Counter(p.ledger_id for p in parts)
     assert [piece for part in packed for piece in pieces_of(part)] == parts
     for part in packed:
         if isinstance(part, LedgerRun):
-            assert 1 < len(part.pieces) <= MAX_RUN_LEDGERS and split == 0   # splits stay alone
+            assert 1 < len(part.pieces) <= MAX_RUN_LEDGERS
+            assert all(planned[p.ledger_id] == 1 for p in part.pieces)   # a ledger split in several stays alone
             assert part.sizes == tuple(lengths[p.ledger_id - 1] for p in part.pieces)
             assert all(size is not None for size in part.sizes)
             assert sum(size + LEDGER_OPEN_COST_BYTES for size in part.sizes) <= max_bytes
