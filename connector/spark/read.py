@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
-import itertools
 import sys
 import threading
 from typing import Callable, Iterable, Iterator, Sequence
