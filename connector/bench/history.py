@@ -46,6 +46,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.row_index import ROW_INDEX_KEY
 from connector.spark.schema import arrow_schema_of, encode_schema
+from connector.spark import task_client
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import StreamPartition
 from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
@@ -95,9 +96,12 @@ def run(args) -> int:
         built = _timed(lambda: build_history(history.uri, HISTORY, args.ledgers, args.others))
         print(f"history: a stream of {args.ledgers:,} ledgers (head {_head_bytes(history):,} bytes, commit records "
               f"at their bounds) in a cluster with {args.others:,} other ledgers, built in {built:.0f}s", flush=True)
-        ok = _compare_commits(empty, history, args)
-        ok &= _compare_seek(empty.uri, args.size, args.rounds)
-        _compare_compaction(empty.uri, args.small_ledgers)
+        try:
+            ok = _compare_commits(empty, history, args)
+            ok &= _compare_seek(empty.uri, args.size, args.rounds)
+            _compare_compaction(empty.uri, args.small_ledgers)
+        finally:
+            task_client.close_shared()   # the reads' and commits' shared clients, while their ZooKeeper still runs
     return 0 if ok else 1
 
 
