@@ -8,6 +8,7 @@ import sys
 
 from connector.cli import main
 from connector.client import LedgerClient
+from connector.client.rereplicate import Rereplicator
 from metadata import registry
 from tests.harness.ledger_data import append_entries, assert_every_entry_reads_back
 from tests.harness.poll import poll_until
@@ -15,7 +16,8 @@ from tests.harness.poll import poll_until
 FAST_EXPIRY = ("--zk-session-timeout", "1")  # a killed node's registration is gone within seconds
 
 
-def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metadata_uri, capsys, tmp_path):
+def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metadata_uri, capsys, tmp_path,
+                                                               monkeypatch):
     originals = [start_node(None, *FAST_EXPIRY) for _ in range(3)]
     with LedgerClient(metadata_uri) as client:
         expected = {}
@@ -50,8 +52,19 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         open_fragment = next(r for r in records if r["ledger_id"] == live.ledger_id)["fragments"][0]
         assert lost.node_id in open_fragment["ensemble"] and open_fragment["lost"] == [lost.node_id]
 
-        # --repair with only the protected ledger's password: that one is repaired, the others are reported.
+        # --repair with only the protected ledger's password: that one is repaired, the others are reported, each
+        # outcome printed before the next ledger's repair starts (an auditor stopped mid-round has logged its work).
+        printed = []   # lines printed when each ledger's repair starts
+        repair_ledger = Rereplicator.repair_ledger
+
+        def watched(self, ledger_id, lost):
+            printed.append(sys.stdout.getvalue().count("\n"))
+            return repair_ledger(self, ledger_id, lost)
+
+        monkeypatch.setattr(Rereplicator, "repair_ledger", watched)
         assert main(["audit", "--repair", "--password", "pw", "--metadata", metadata_uri]) == 1
+        monkeypatch.setattr(Rereplicator, "repair_ledger", repair_ledger)
+        assert len(printed) == 4 and all(a < b for a, b in zip(printed, printed[1:])), printed
         repaired = capsys.readouterr().out
         assert f"ledger {protected}: moved 1 fragment(s)" in repaired
         assert "repaired 1 of 4 under-replicated ledger(s)" in repaired
