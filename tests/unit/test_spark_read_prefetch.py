@@ -2,21 +2,23 @@
 ledgers and bytes, and handed over in order; a failure surfaces at its ledger's turn; a task that stops early
 leaves no fetch running."""
 import threading
-import time
 
 import pytest
 
 from connector.spark import read
-from tests.harness.poll import poll_until
 from connector.spark.read import PREFETCH_BYTES, PREFETCH_LEDGERS, _in_order
+from tests.harness.poll import poll_until
 
 
 class Fetches:
-    """A stand-in fetch: records what ran and how many ran at once; partition p yields [p, p]."""
+    """A stand-in fetch: records what ran, in what order it finished and how many ran at once; partition p yields
+    [p, p]. With swapped, an even partition finishes only after the next one has (they finish out of order)."""
 
-    def __init__(self, fail: int | None = None, delay: float = 0.0):
-        self.fail, self.delay = fail, delay
+    def __init__(self, fail: int | None = None, swapped: int = 0):
+        self.fail = fail
+        self.done = [threading.Event() for _ in range(swapped)]
         self.started: list[int] = []
+        self.finished: list[int] = []
         self.running = self.most = 0
         self.lock = threading.Lock()
 
@@ -26,19 +28,24 @@ class Fetches:
             self.running += 1
             self.most = max(self.most, self.running)
         try:
-            time.sleep(self.delay * (partition % 3))   # the fetch's work: they finish out of order
+            if partition % 2 == 0 and partition + 1 < len(self.done):
+                assert self.done[partition + 1].wait(30), f"partition {partition + 1} was never fetched"
             if partition == self.fail:
                 raise ValueError(f"ledger {partition} is gone")
             return (p for p in [partition, partition])   # lazy, as a ledger's read
         finally:
             with self.lock:
                 self.running -= 1
+                self.finished.append(partition)
+            if partition < len(self.done):
+                self.done[partition].set()
 
 
 def test_a_run_comes_back_in_order_fetched_at_most_prefetch_ahead():
-    fetch = Fetches(delay=0.01)
+    fetch = Fetches(swapped=12)
     assert [list(entries) for entries in _in_order(fetch, list(range(12)), [1] * 12)] == [[p, p] for p in range(12)]
     assert sorted(fetch.started) == list(range(12))
+    assert fetch.finished[:2] == [1, 0]   # handed over in order all the same
     assert fetch.most <= PREFETCH_LEDGERS
 
 
@@ -52,13 +59,13 @@ def test_a_lone_partition_streams_without_a_pool(monkeypatch):
 def test_a_failure_is_raised_at_its_turn_after_the_ledgers_before_it():
     got = []
     with pytest.raises(ValueError, match="ledger 5 is gone"):
-        for entries in _in_order(Fetches(fail=5, delay=0.005), list(range(10)), [1] * 10):
+        for entries in _in_order(Fetches(fail=5), list(range(10)), [1] * 10):
             got.append(list(entries)[0])
     assert got == [0, 1, 2, 3, 4]
 
 
 def test_stopping_early_waits_for_running_fetches_and_starts_no_more():
-    fetch = Fetches(delay=0.02)
+    fetch = Fetches()
     fetched = _in_order(fetch, list(range(40)), [1] * 40)
     assert list(next(fetched)) == [0, 0]
     fetched.close()   # returns once the pool is shut down: queued fetches cancelled, running ones done
