@@ -7,15 +7,26 @@ from __future__ import annotations
 
 import hashlib
 import struct
-
-import crc32c
+from typing import Callable
 
 _HEADER = struct.Struct(">qqq")
+# crc32c.crc32c, imported on the first digest: the package looks up its own version in the installed packages'
+# metadata as it is imported (about 40 ms in a Spark Python worker), which a process that only hashes passwords
+# (Spark's driver-side steps) need not pay.
+_crc32c: Callable[..., int] | None = None
 
 
 def entry_digest(ledger_id: int, entry_id: int, last_add_confirmed: int, payload: bytes) -> int:
-    header = _HEADER.pack(ledger_id, entry_id, last_add_confirmed)
-    return crc32c.crc32c(payload, crc32c.crc32c(header))
+    crc = _crc32c or _load_crc32c()
+    return crc(payload, crc(_HEADER.pack(ledger_id, entry_id, last_add_confirmed)))
+
+
+def _load_crc32c() -> Callable[..., int]:
+    global _crc32c
+    from crc32c import crc32c
+
+    _crc32c = crc32c
+    return crc32c
 
 
 def master_key(password: bytes) -> bytes:

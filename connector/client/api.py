@@ -2,19 +2,20 @@
 
 Handles hold an immutable Versioned[LedgerMetadata] and pass it to the ops; every metadata change goes
 through update_ledger's compare-and-set loop. The I/O runs on the process's client event loop
-(runner.Runtime.shared()).
+(runner.Runtime.shared()), over a transport the client makes at its first call to a storage node: the modules
+of that side (runner, transport, gRPC, the digest) are imported there, so a client that only reads and writes
+metadata does not load them.
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import os
+import threading
 import time
 import uuid
-from typing import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
-from connector.client import entry_time
 from connector.client.errors import (
     LedgerClosedError,
     LedgerError,
@@ -23,27 +24,24 @@ from connector.client.errors import (
     closed_message,
     unauthorized_message,
 )
+from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.ops.close import close_own
-from connector.client.ops.read import Entry, plan_chunks
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
-from connector.client.runner import (
-    AddPipeline,
-    Context,
-    Runtime,
-    read_chunk,
-    read_last_add_confirmed,
-    recover,
-    wait_last_add_confirmed,
-)
-from connector.client.transport import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES, GrpcTransport
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
 from metadata.update_loop import update_ledger
 from protos.digest import master_key, password_hash
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from connector.client.ops.read import Entry
+    from connector.client.runner import AddPipeline, Context, Runtime
+    from connector.client.transport import GrpcTransport
 
 READ_BUFFER_BYTES = 16 * 1024 * 1024
 
@@ -82,21 +80,47 @@ class LedgerClient:
         self.auth_token = auth_token if auth_token is not None else token_from_env()
         self.store = MetadataStore(self.uri, connect_timeout=connect_timeout)
         try:
-            transport = self.transport()
+            if self.tls is not None:
+                self.tls.pem_files()  # a missing or unreadable file fails here, not at the first node call
             self.writer_id = f"writer-{uuid.uuid4().hex}"
             self._writer_registration = registry.register_writer(self.store, self.writer_id)
         except BaseException:
             self.store.close()
             raise
-        self._runtime = Runtime.shared()
-        self._ctx = Context(self.store, transport, timeout, add_timeout)
+        self._timeouts = (timeout, add_timeout)
+        self._io: tuple[Runtime, Context] | None = None  # started by the first call to a node (_node_io)
+        self._io_lock = threading.Lock()
         self._recoveries: dict[int, asyncio.Future] = {}
         self._pipelines: set[AddPipeline] = set()  # of open write handles, stopped when the client closes
         self._closed = False
 
     def transport(self) -> GrpcTransport:
         """A new transport to the storage nodes with this client's TLS settings and token."""
+        from connector.client.transport import GrpcTransport
+
         return GrpcTransport(self.store, self.tls, self.auth_token, self.node_addresses)
+
+    @property
+    def _runtime(self) -> Runtime:
+        return self._node_io()[0]
+
+    @property
+    def _ctx(self) -> Context:
+        return self._node_io()[1]
+
+    def _node_io(self) -> tuple[Runtime, Context]:
+        """The event loop and the transport this client talks to nodes with, made on its first call to a node:
+        a client that only reads and writes metadata (Spark's driver-side steps, mostly) never imports gRPC,
+        asyncio or the digest, about 0.2 CPU s in each new Spark Python worker."""
+        io = self._io
+        if io is None:
+            with self._io_lock:
+                if self._io is None:
+                    from connector.client.runner import Context, Runtime
+
+                    self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts))
+                io = self._io
+        return io
 
     def __enter__(self) -> "LedgerClient":
         return self
@@ -109,7 +133,8 @@ class LedgerClient:
             return
         self._closed = True
         try:
-            self._runtime.run(self._shutdown())
+            if self._io is not None:
+                self._runtime.run(self._shutdown())
         finally:
             # The writer's liveness znode ends with the session: closing must not wait for an unreachable
             # ZooKeeper (a delete would, up to the store's bound) and must close the session whatever happens.
@@ -118,6 +143,8 @@ class LedgerClient:
 
     async def _shutdown(self) -> None:
         """Stop what this client started on the shared loop: its pipelines, recoveries and connections."""
+        import asyncio
+
         for pipeline in self._pipelines:
             pipeline.stop()
         self._pipelines.clear()
@@ -204,6 +231,10 @@ class LedgerClient:
 
     async def _recover_once(self, current: Versioned[LedgerMetadata], key: bytes) -> Versioned[LedgerMetadata]:
         """One recovery per ledger at a time in this client; concurrent callers share its outcome."""
+        import asyncio
+
+        from connector.client.runner import recover
+
         ledger_id = current.value.ledger_id
         running = self._recoveries.get(ledger_id)
         if running is None:
@@ -291,6 +322,8 @@ class WriteHandle:
 
 
 async def _make_pipeline(ctx: Context, current: Versioned[LedgerMetadata], key: bytes) -> AddPipeline:
+    from connector.client.runner import AddPipeline
+
     return AddPipeline(ctx, current, key)
 
 
@@ -299,14 +332,20 @@ class ReadHandle:
 
     def __init__(self, client: LedgerClient, current: Versioned[LedgerMetadata], confirmed: int | None = None):
         self._client = client
-        self._ctx = client._ctx
-        self._runtime = client._runtime
         self._current = current
         self.ledger_id = current.value.ledger_id
         self.last_entry_id = current.value.last_entry_id if current.value.is_closed else -1
         if not current.value.is_closed:
             # current was just read: only the nodes are asked, unless the caller knows a confirmed entry
             self.last_entry_id = self._nodes_lac() if confirmed is None else max(-1, confirmed)
+
+    @property
+    def _ctx(self) -> Context:
+        return self._client._ctx
+
+    @property
+    def _runtime(self) -> Runtime:
+        return self._client._runtime
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -339,6 +378,10 @@ class ReadHandle:
         return self._read(first, last, views)
 
     def _read(self, first: int, last: int, views: bool) -> Iterator[Entry]:
+        from connector.client import entry_time
+        from connector.client.ops.read import plan_chunks
+        from connector.client.runner import read_chunk
+
         meta = self._current.value
         entries = max(1, meta.last_entry_id + 1)
         average = meta.length / entries if meta.length > 0 else 4096
@@ -368,6 +411,8 @@ class ReadHandle:
 
     def _nodes_lac(self) -> int:
         """The LAC the nodes of the OPEN ledger know (no fencing)."""
+        from connector.client.runner import read_last_add_confirmed
+
         op = self._runtime.run(read_last_add_confirmed(self._ctx, self._current.value, b"", fence=False))
         return op.last_add_confirmed
 
@@ -376,6 +421,8 @@ class ReadHandle:
         previous = self.last_entry_id if previous is None else previous
         if self._current.value.is_closed:
             return self.last_entry_id
+        from connector.client.runner import wait_last_add_confirmed
+
         lac = self._runtime.run(wait_last_add_confirmed(self._ctx, self._current.value, previous, timeout))
         if lac <= previous:
             return self.read_lac()

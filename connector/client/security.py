@@ -13,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-
-import grpc
+from typing import TYPE_CHECKING
 
 from metadata.errors import LedgerError
 from protos.auth import TOKEN_METADATA_KEY
+
+if TYPE_CHECKING:
+    import grpc
 
 TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV = "LEDGER_TLS_CA", "LEDGER_TLS_CERT", "LEDGER_TLS_KEY"
 AUTH_TOKEN_FILE_ENV = "LEDGER_AUTH_TOKEN_FILE"
@@ -57,12 +59,16 @@ class TlsConfig:
         env = os.environ.get
         return cls.from_paths(env(TLS_CA_ENV), env(TLS_CERT_ENV), env(TLS_KEY_ENV))
 
+    def pem_files(self) -> tuple[bytes, bytes | None, bytes | None]:
+        """The CA bundle, client key and client certificate as read now (SecurityConfigError if one cannot be)."""
+        return (_read(self.ca, "CA bundle"), _read(self.key, "client key") if self.key else None,
+                _read(self.cert, "client certificate") if self.cert else None)
+
     def channel_credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(
-            root_certificates=_read(self.ca, "CA bundle"),
-            private_key=_read(self.key, "client key") if self.key else None,
-            certificate_chain=_read(self.cert, "client certificate") if self.cert else None,
-        )
+        import grpc  # here, not above: a client that never calls a node does not load gRPC (api.LedgerClient)
+
+        ca, key, cert = self.pem_files()
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
 def read_token_file(path: str | os.PathLike) -> str:

@@ -21,6 +21,7 @@ from typing import AsyncIterator, Callable, Mapping, Protocol
 import grpc
 
 from connector.client.errors import NodeError
+from connector.client.limits import MAX_MESSAGE_BYTES
 from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
 from metadata.store import MetadataStore
@@ -30,10 +31,6 @@ from protos.ledger_pb2_grpc import StorageNodeStub
 
 MAX_BATCH_BYTES = 1024 * 1024
 LONE_FRAME_BYTES = 64 * 1024   # a frame queued alone is sent as it is from this size on (no copy to add the flag)
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024   # a storage node's default --max-entry-bytes
-MAX_SENDABLE_ENTRY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024   # an entry larger travels in no message (its add's
-                                                           # ids, key and digest take far less than the margin)
 
 # ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
 _READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(

@@ -14,7 +14,7 @@ import datetime
 import json
 
 from connector.client import default_metadata_uri
-from connector.client.transport import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
+from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
 from connector.commands.command_client import open_client
 from connector.compaction import (

@@ -20,7 +20,7 @@ import gc
 import sys
 import threading
 
-from connector.client.runner.runtime import switched_off
+from connector.client.switches import switched_off
 
 DAEMON = "pyspark.daemon"
 FREEZE_ENV = "LEDGER_WORKER_GC_FREEZE"

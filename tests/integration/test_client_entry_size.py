@@ -58,6 +58,6 @@ def test_an_entry_a_node_refuses_stops_the_writer_without_replacing_any_node(clu
 
 
 def test_a_limit_no_message_can_carry_is_refused_when_the_client_is_made(metadata_uri):
-    from connector.client.transport import MAX_SENDABLE_ENTRY_BYTES
+    from connector.client.limits import MAX_SENDABLE_ENTRY_BYTES
     with pytest.raises(ValueError, match=r"max_entry_bytes must be 1\.\.67,043,328 \(the most one gRPC message"):
         LedgerClient(metadata_uri, max_entry_bytes=MAX_SENDABLE_ENTRY_BYTES + 1)

@@ -18,6 +18,7 @@ import os
 import threading
 from typing import Awaitable, TypeVar
 
+from connector.client.switches import switched_off
 from protos.heap import keep_large_buffers_on_heap
 
 T = TypeVar("T")
@@ -25,12 +26,6 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _shared: "Runtime | None" = None
 HEAP_TUNING_ENV = "LEDGER_CLIENT_HEAP_TUNING"
-OFF_VALUES = ("off", "0", "false", "no")
-
-
-def switched_off(variable: str) -> bool:
-    """Whether the environment turns off a LEDGER_* switch that is on by default (off, 0, false or no)."""
-    return os.environ.get(variable, "").strip().lower() in OFF_VALUES
 
 
 class Runtime:
