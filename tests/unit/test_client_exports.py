@@ -1,0 +1,30 @@
+"""connector/client/__init__.py exports its names lazily (PEP 562): every name it lists resolves to the object its
+module defines, `import *` takes them all, and a name it does not export is an AttributeError as usual."""
+import importlib
+
+import pytest
+
+import connector.client as client
+
+
+@pytest.mark.parametrize("name", client.__all__)
+def test_every_exported_name_is_its_module_s_object(name):
+    module = importlib.import_module(f"connector.client.{client._EXPORTS[name]}")
+    assert getattr(client, name) is getattr(module, name)
+    assert name in dir(client)
+
+
+def test_import_star_takes_every_exported_name():
+    namespace: dict = {}
+    exec("from connector.client import *", namespace)
+    assert set(client.__all__) <= set(namespace)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        client.NoSuchThing
+    assert not hasattr(client, "NoSuchThing")
+
+
+def test_every_exported_name_is_listed_once():
+    assert sorted(client.__all__) == sorted(client._EXPORTS)
