@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 # pay for gRPC, asyncio, crc32c and prometheus_client, about 0.2 CPU s in each new Spark Python worker.
 _EXPORTS = {
     "LedgerClient": "api", "ReadHandle": "api", "WriteHandle": "api", "default_metadata_uri": "api",
-    "DigestMismatchError": "errors", "EntryRefusedError": "errors", "EntryTooLargeError": "errors",
-    "LedgerClosedError": "errors", "LedgerError": "errors", "LedgerFencedError": "errors",
-    "MetadataConflictError": "errors", "NoSuchLedgerError": "errors", "NotEnoughNodesError": "errors",
-    "RecoveryIncompleteError": "errors", "UnauthorizedError": "errors",
+    "ClientClosedError": "errors", "DigestMismatchError": "errors", "EntryRefusedError": "errors",
+    "EntryTooLargeError": "errors", "LedgerClosedError": "errors", "LedgerError": "errors",
+    "LedgerFencedError": "errors", "MetadataConflictError": "errors", "NoSuchLedgerError": "errors",
+    "NotEnoughNodesError": "errors", "RecoveryIncompleteError": "errors", "UnauthorizedError": "errors",
     "Entry": "ops.read", "Retry": "retry", "SecurityConfigError": "security", "TlsConfig": "security",
     "StreamEntry": "stream_reader", "StreamWriter": "stream_writer", "Streams": "streams",
 }
@@ -28,7 +28,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from connector.client.api import LedgerClient, ReadHandle, WriteHandle, default_metadata_uri
     from connector.client.errors import (
-        DigestMismatchError, EntryRefusedError, EntryTooLargeError, LedgerClosedError, LedgerError,
+        ClientClosedError, DigestMismatchError, EntryRefusedError, EntryTooLargeError, LedgerClosedError, LedgerError,
         LedgerFencedError, MetadataConflictError, NoSuchLedgerError, NotEnoughNodesError, RecoveryIncompleteError,
         UnauthorizedError,
     )
@@ -40,23 +40,17 @@ if TYPE_CHECKING:
     from connector.client.streams import Streams
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above and flag a name that is not exported
+    def __getattr__(name: str):
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_EXPORTS))
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
-
-__all__ = [
-    "LedgerClient", "TlsConfig", "SecurityConfigError", "WriteHandle", "ReadHandle", "Entry", "Retry",
-    "default_metadata_uri", "Streams", "StreamWriter", "StreamEntry",
-    "LedgerError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError", "UnauthorizedError",
-    "EntryTooLargeError", "EntryRefusedError",
-    "NotEnoughNodesError", "RecoveryIncompleteError", "MetadataConflictError", "DigestMismatchError",
-]
+__all__ = list(_EXPORTS)

@@ -3,8 +3,8 @@
 Handles hold an immutable Versioned[LedgerMetadata] and pass it to the ops; every metadata change goes
 through update_ledger's compare-and-set loop. The I/O runs on the process's client event loop
 (runner.Runtime.shared()), over a transport the client makes at its first call to a storage node: the modules
-of that side (runner, transport, gRPC, the digest) are imported there, so a client that only reads and writes
-metadata does not load them.
+of that side (runner, transport, gRPC, asyncio; crc32c at the first digest) are imported there, so a client that
+only reads and writes metadata does not load them.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
+from connector.client import entry_time
 from connector.client.errors import (
+    ClientClosedError,
     LedgerClosedError,
     LedgerError,
     UnauthorizedError,
@@ -26,6 +28,7 @@ from connector.client.errors import (
 )
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.ops.close import close_own
+from connector.client.ops.read import Entry, plan_chunks
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
@@ -39,7 +42,6 @@ from protos.digest import master_key, password_hash
 if TYPE_CHECKING:
     import asyncio
 
-    from connector.client.ops.read import Entry
     from connector.client.runner import AddPipeline, Context, Runtime
     from connector.client.transport import GrpcTransport
 
@@ -111,11 +113,14 @@ class LedgerClient:
     def _node_io(self) -> tuple[Runtime, Context]:
         """The event loop and the transport this client talks to nodes with, made on its first call to a node:
         a client that only reads and writes metadata (Spark's driver-side steps, mostly) never imports gRPC,
-        asyncio or the digest, about 0.2 CPU s in each new Spark Python worker."""
+        asyncio or crc32c, about 0.2 CPU s in each new Spark Python worker. A client closed before that call
+        refuses it (nothing would close what it started)."""
         io = self._io
         if io is None:
             with self._io_lock:
                 if self._io is None:
+                    if self._closed:
+                        raise ClientClosedError("this LedgerClient is closed; open a new one to reach the nodes")
                     from connector.client.runner import Context, Runtime
 
                     self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts))
@@ -129,12 +134,14 @@ class LedgerClient:
         self.close()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._io_lock:   # a first call to a node either started before this (and is shut down) or is refused
+            if self._closed:
+                return
+            self._closed = True
+            io = self._io
         try:
-            if self._io is not None:
-                self._runtime.run(self._shutdown())
+            if io is not None:
+                io[0].run(self._shutdown())
         finally:
             # The writer's liveness znode ends with the session: closing must not wait for an unreachable
             # ZooKeeper (a delete would, up to the store's bound) and must close the session whatever happens.
@@ -378,8 +385,6 @@ class ReadHandle:
         return self._read(first, last, views)
 
     def _read(self, first: int, last: int, views: bool) -> Iterator[Entry]:
-        from connector.client import entry_time
-        from connector.client.ops.read import plan_chunks
         from connector.client.runner import read_chunk
 
         meta = self._current.value

@@ -24,6 +24,10 @@ class LedgerClosedError(LedgerError):
     """The ledger is closed: nothing more can be appended."""
 
 
+class ClientClosedError(LedgerError):
+    """The LedgerClient was closed before this call reached a storage node."""
+
+
 class UnauthorizedError(LedgerError):
     """The password does not match the one the ledger was created with."""
 

@@ -9,12 +9,16 @@ steps, as those workers do, against a real cluster.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
+import threading
 
-from connector.client import LedgerClient, Streams
+import pytest
 
-HEAVY = ("grpc", "asyncio", "crc32c", "prometheus_client")
+from connector.client import ClientClosedError, LedgerClient, Streams
+
+HEAVY = ("grpc", "asyncio", "crc32c", "prometheus_client", "connector.client.runner", "connector.client.transport")
 
 STEPS = """
 import sys
@@ -56,3 +60,46 @@ def test_the_first_call_to_a_node_starts_the_client_s_io(metadata_uri, cluster):
         assert lc._io is None
         assert [e.payload for e in lc.open_ledger(w.ledger_id).read()] == [b"first"]
         assert lc._io is not None
+
+
+def test_threads_that_reach_the_nodes_first_at_once_share_one_transport(metadata_uri, cluster):
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with lc.create_ledger(3, 3, 2) as w:
+            w.append(b"first")
+    made = []
+    another = threading.Event()
+
+    class Counting(LedgerClient):
+        def transport(self):
+            made.append(threading.current_thread().name)
+            if len(made) > 1:
+                another.set()
+            else:
+                another.wait(1.0)   # holds the first maker so that a second one, if let in, arrives meanwhile
+            return super().transport()
+
+    with Counting(metadata_uri) as lc:
+        start = threading.Barrier(8)
+
+        def read(_) -> list[bytes]:
+            start.wait(30)
+            return [e.payload for e in lc.open_ledger(w.ledger_id).read()]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(read, range(8))) == [[b"first"]] * 8
+    assert len(made) == 1
+
+
+def test_a_client_closed_before_its_first_call_to_a_node_refuses_it(metadata_uri, cluster):
+    """Nothing would close a transport made after the client's close: the call is refused, clearly."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with lc.create_ledger(3, 3, 2) as w:
+            w.append(b"first")
+    lc = LedgerClient(metadata_uri)
+    handle = lc.open_ledger(w.ledger_id)   # a closed ledger: metadata only
+    lc.close()
+    with pytest.raises(ClientClosedError, match="closed; open a new one"):
+        list(handle.read())
+    assert lc._io is None

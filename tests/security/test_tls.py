@@ -98,3 +98,9 @@ def test_half_configured_tls_is_refused_with_a_clear_message(pki, tmp_path):
         TlsConfig.from_paths(None, str(pki.client.cert), str(pki.client.key))
     with pytest.raises(LedgerError, match="cannot read the CA bundle"):
         TlsConfig(ca=str(tmp_path / "missing.pem")).channel_credentials()
+
+
+def test_a_client_with_a_missing_tls_file_fails_when_it_is_made(metadata_uri, tmp_path):
+    """Not at its first call to a node, which comes later (api.LedgerClient._node_io)."""
+    with pytest.raises(LedgerError, match="cannot read the CA bundle"):
+        LedgerClient(metadata_uri, tls=TlsConfig(ca=str(tmp_path / "missing.pem")))
