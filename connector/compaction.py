@@ -482,7 +482,7 @@ def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLed
         rewrite = replace_run(lc.store, head, compaction.run, replacement)
         done = dataclasses.replace(compaction, state=SWAPPED, swapped_at=time.time(), ledgers=replacement,
                                    replaced_pages=tuple(layout.page_name(page) for page in rewrite.replaced))
-        return dataclasses.replace(rewrite, also=(compaction.path, done.encode(), 0))
+        return dataclasses.replace(rewrite, also=((compaction.path, done.encode(), 0),))
 
     update_stream(lc.store, compaction.stream, transform, read_back=True)
     return swapped[0] if swapped else _read_record(lc, compaction.compaction_id).value

@@ -234,7 +234,7 @@ def _cut_front(
                                   ledgers=removed)
         made.append(cut)
         return Rewrite(record.replace(first_offset=first, tail=record.tail[len(removed):], byte_count=count),
-                       also=(cut.path, cut.encode(), 0))
+                       also=((cut.path, cut.encode(), 0),))
 
     try:
         update_stream(store, name, transform, read_back=True)

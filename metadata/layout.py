@@ -5,8 +5,11 @@
                                 client or node refuses a root without it (metadata/store.py)
     /ledgers/L0000000042        ledger metadata (persistent)
     /idgen/id-0000000042        ledger id allocation (sequential, removed at once)
-    /streams/<name>             stream heads: format, schema, owner, commit records, first offset, and the
-                                tail (the most recent ledgers); see metadata/streams.py
+    /streams/<name>             stream heads: format, schema, owner, batch write outcomes, first offset, and
+                                the tail (the most recent ledgers); see metadata/streams.py
+    /streams/<name>/queries/<query id>
+                                the last micro-batch a streaming query committed to the stream, set in the
+                                multi that commits it (metadata/query_commits.py)
     /streams/<name>/pages/F-L-M a stream's sealed page: closed ledgers covering offsets F..L, M the highest
                                 ledger id in it; immutable, created in the multi that takes them off the tail
     /streams/<name>/pages/F-L-M-G
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 
 from metadata.model import StreamPage
 
@@ -96,6 +100,20 @@ def stream_pages_path(name: str) -> str:
 
 def stream_page_path(name: str, page: StreamPage) -> str:
     return f"{stream_pages_path(name)}/{page_name(page)}"
+
+
+def stream_queries_path(name: str) -> str:
+    return f"{STREAMS}/{name}/queries"
+
+
+def stream_query_path(name: str, query_id: str) -> str:
+    """The znode of query_id's last committed batch; the id is quoted (a znode name holds no '/' and is not '.'
+    or '..')."""
+    return f"{stream_queries_path(name)}/{urllib.parse.quote(query_id, safe='').replace('.', '%2E')}"
+
+
+def query_id_from_name(name: str) -> str:
+    return urllib.parse.unquote(name)
 
 
 def stream_cuts_path(name: str) -> str:

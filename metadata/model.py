@@ -216,10 +216,11 @@ class StreamRecord:
     no ledger. Offsets below first_offset are gone (overwritten, or truncated): readers skip them, and a
     stream that holds no ledger hands out first_offset next, so offsets only grow (rule 17).
 
-    The commit records make the outcome of a Spark commit knowable (DESIGN rule 16): `commits` holds the last
-    committed batch id per streaming query id (one entry per query, least recently committed first), `jobs`
-    the outcome ("committed" or "aborted") of the most recent batch write jobs, oldest first; the connector
-    bounds both (see connector/spark/commit.py).
+    The commit records make the outcome of a Spark commit knowable (DESIGN rule 16): `jobs` holds the outcome
+    ("committed" or "aborted") of the most recent batch write jobs, oldest first, bounded by the connector (see
+    connector/spark/commit.py). A streaming query's last committed batch is in a znode of its own beside the head
+    (metadata/query_commits.py); `commits` holds such records only in heads written by older software (the last
+    batch id per query, least recently committed first), and the next streaming commit moves them out.
 
     page_generation counts the compactions that rewrote pages: a reader of this head reads, for each offset,
     the page of the highest generation up to it (see metadata/streams.py).

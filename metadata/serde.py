@@ -21,7 +21,10 @@ from metadata.model import (
 FORMAT_VERSION = 1
 # Version 2 of a stream record is the head of a paged stream (its tail; older ledgers in pages); version 1
 # held every ledger in one record and is read as a head whose tail is all of them (migrated on write).
-STREAM_FORMAT_VERSION = 2
+# Version 3: streaming queries' commit records are znodes beside the head (metadata/query_commits.py), which
+# software that reads version 2 would not look at, so it must not read such a head (it could commit a replayed
+# batch twice); `commits` holds only records not yet moved out of an older head.
+STREAM_FORMAT_VERSION = 3
 
 
 def _dump(kind: str, body: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
@@ -145,14 +148,16 @@ def encode_stream(stream: StreamRecord) -> bytes:
         "format": stream.format,
         "schema": stream.schema,
         "tail": _ledger_rows(stream.tail),
-        "commits": [[query_id, batch_id] for query_id, batch_id in stream.commits],
         "jobs": [[job_id, outcome] for job_id, outcome in stream.jobs],
         "first_offset": stream.first_offset,
         "page_generation": stream.page_generation,
         "owner": stream.owner,
         "created_at": stream.created_at,
     }
-    # Optional fields, written only when set: a head without them reads as no retention, nothing counted.
+    # Optional fields, written only when set: a head without them reads as no retention, nothing counted, no
+    # commit records in the head.
+    if stream.commits:
+        body["commits"] = [[query_id, batch_id] for query_id, batch_id in stream.commits]
     if stream.retention.is_set:
         body["retention"] = {"max_age": stream.retention.max_age, "max_bytes": stream.retention.max_bytes}
     if stream.byte_count is not None:
@@ -162,14 +167,14 @@ def encode_stream(stream: StreamRecord) -> bytes:
 
 
 def decode_stream(data: bytes) -> StreamRecord:
-    r = _load("stream", data, (1, STREAM_FORMAT_VERSION))
+    r = _load("stream", data, (1, 2, STREAM_FORMAT_VERSION))
     if r["format_version"] == 1:
         tail = _ledgers(r["ledgers"])
         commits = sorted(r["commits"].items())
         first_offset = tail[0].first_offset if tail else r.get("base_offset", 0)
     else:
         tail = _ledgers(r["tail"])
-        commits = [(query_id, batch_id) for query_id, batch_id in r["commits"]]
+        commits = [(query_id, batch_id) for query_id, batch_id in r.get("commits", ())]
         first_offset = r["first_offset"]
     return StreamRecord(
         name=r["name"],

@@ -18,7 +18,7 @@ from kazoo.exceptions import (
 from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import DataWatch
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.retry import KazooRetry
 
 from metadata import layout, serde
@@ -408,8 +408,12 @@ class MetadataStore:
 
     def modified_at(self, path: str) -> float | None:
         """When the znode was last written (ZooKeeper's mtime, by the server's clock), None if it is not there."""
-        stat = self._retried(self.zk.exists, path)
+        stat = self.stat(path)
         return None if stat is None else stat.mtime / 1000.0
+
+    def stat(self, path: str) -> ZnodeStat | None:
+        """The znode's stat (version, mtime, number of children), None if it is not there."""
+        return self._retried(self.zk.exists, path)
 
     def children(self, path: str) -> list[str]:
         return self._retried(self.zk.get_children, path)

@@ -4,6 +4,8 @@
                                   and the tail: the most recent ledgers, always including the last one
     /streams/NAME/pages/F-L-M     a sealed page: PAGE_LEDGERS closed ledgers covering offsets F..L, M the
                                   highest ledger id in it; immutable once created
+    /streams/NAME/queries/Q       streaming query Q's last committed batch (metadata/query_commits.py), set in
+                                  the multi of the head's update that commits it
 
 Every update goes through update_stream (find or create, transform the head, compare-and-set): the head's
 CAS and the creation of the pages an overflowing tail is sealed into are one ZooKeeper multi, so a job's
@@ -78,15 +80,16 @@ class RunChangedError(LedgerError):
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
-    """A transform's result that rewrites sealed pages as well as the head (replace_run builds it): the multi
-    sets head, creates pages (of generation head.page_generation), and compare-and-sets also (path, data,
-    expected version: a znode that changes in the same step, the compaction's record), if given. replaced
-    are the pages the new ones hide: still readable by older heads, deleted after the caller's grace."""
+    """A transform's result that changes more than the head in its multi: the multi sets head, creates pages (of
+    generation head.page_generation: a compaction's, built by replace_run), and writes each znode of `also` that
+    changes in the same step (path, data, expected version: a compare-and-set; version None: a create), such as
+    a compaction's record or a streaming query's commit record. replaced are the pages the new ones hide: still
+    readable by older heads, deleted after the caller's grace."""
 
     head: StreamRecord
     pages: tuple[tuple[StreamPage, tuple[StreamLedger, ...]], ...] = ()
     replaced: tuple[StreamPage, ...] = ()
-    also: tuple[str, bytes, int] | None = None
+    also: tuple[tuple[str, bytes, int | None], ...] = ()
 
 
 def check_stream_name(name: str) -> str:
@@ -104,6 +107,7 @@ def create_stream(store: MetadataStore, record: StreamRecord) -> Versioned[Strea
     transaction = store.transaction()
     transaction.create(layout.stream_path(record.name), serde.encode_stream(record))
     transaction.create(layout.stream_pages_path(record.name))
+    transaction.create(layout.stream_queries_path(record.name))
     try:
         transaction.commit()
     except NodeExistsError as exc:
@@ -127,7 +131,7 @@ def write_stream(
     store: MetadataStore, record: StreamRecord | Rewrite, expected_version: int
 ) -> Versioned[StreamRecord]:
     """Compare-and-set the head at expected_version; in the same multi, the oldest ledgers of a tail longer
-    than PAGE_LEDGERS are sealed into new pages (and a Rewrite's pages are created and its `also` set).
+    than PAGE_LEDGERS are sealed into new pages (and a Rewrite's pages are created and its `also` written).
     Returns the head as stored (its tail shortened so)."""
     rewrite = record if isinstance(record, Rewrite) else Rewrite(record)
     head, pages = _sealed(rewrite.head)
@@ -137,25 +141,31 @@ def write_stream(
     except NoNodeError as exc:
         if not store.exists(layout.stream_path(head.name)):
             raise NoSuchStreamError(f"stream {head.name!r} was deleted while being updated") from exc
-        if rewrite.also is not None and not store.exists(rewrite.also[0]):
-            raise MetadataConflictError(f"{rewrite.also[0]} is gone; re-read and retry") from exc
-        # A stream created before pages existed: its pages directory comes with its first page.
+        for path, _, also_version in rewrite.also:
+            if also_version is not None and not store.exists(path):
+                raise MetadataConflictError(f"{path} is gone; re-read and retry") from exc
+        # A stream created before pages (or query commit records) existed: those directories come with their
+        # first znode.
         store.ensure_path(layout.stream_pages_path(head.name))
+        store.ensure_path(layout.stream_queries_path(head.name))
         version = _commit(store, head, expected_version, pages, rewrite.also)
     return Versioned(head, version)
 
 
 def _commit(
     store: MetadataStore, head: StreamRecord, expected_version: int, pages: list[tuple[StreamPage, tuple]],
-    also: tuple[str, bytes, int] | None,
+    also: tuple[tuple[str, bytes, int | None], ...],
 ) -> int:
     """One multi: the head's CAS, the pages' creation and `also`; returns the head's new version."""
     transaction = store.transaction()
     transaction.set_data(layout.stream_path(head.name), serde.encode_stream(head), expected_version)
     for page, ledgers in pages:
         transaction.create(layout.stream_page_path(head.name, page), serde.encode_page(ledgers))
-    if also is not None:
-        transaction.set_data(*also)
+    for path, data, also_version in also:
+        if also_version is None:
+            transaction.create(path, data)
+        else:
+            transaction.set_data(path, data, also_version)
     try:
         return transaction.commit()[0].version
     except BadVersionError as exc:
@@ -163,6 +173,9 @@ def _commit(
             f"stream {head.name!r} changed since it was read (expected version {expected_version}); re-read and retry"
         ) from exc
     except NodeExistsError as exc:
+        created = [path for path, _, also_version in also if also_version is None and store.exists(path)]
+        if created:
+            raise MetadataConflictError(f"{created[0]} was created meanwhile; re-read and retry") from exc
         raise MetadataError(
             f"stream {head.name!r}: a page for offsets {pages[0][0].first_offset}.. exists already, though the "
             "head does not list it; the stream's metadata was changed outside this software"
@@ -198,8 +211,9 @@ def update_stream(
 
     A transform sees the head and returns a new head, or None for no change. It changes the tail (the last
     ledger is always there) and the head's fields; older ledgers are in pages it never sees, except for a
-    compaction's, which returns a Rewrite (replace_run) with the pages it rewrote. A conflict on the Rewrite's
-    `also` znode is retried like one on the head: the transform reads that znode again and decides.
+    compaction's, which returns a Rewrite (replace_run) with the pages it rewrote. A conflict on a znode of the
+    Rewrite's `also` (changed, deleted, or created meanwhile) is retried like one on the head: the transform
+    reads that znode again and decides.
 
     read_back=True is for a transform that recognizes its own update in a record (a commit finds its job or
     batch id there) and returns None for it. A write whose reply was lost (connection lost, session expired,

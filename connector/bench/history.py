@@ -3,7 +3,8 @@
 Two local clusters (embedded ZooKeeper and 3 storage nodes each, fsync on): an empty one, and one holding a
 history built as fixtures through the metadata API (ledger metadata and stream pages; no entries, which
 no commit reads): a stream of --ledgers closed sink-sized ledgers, its commit records at their bounds
-(COMMITS_KEPT queries, JOBS_KEPT jobs), and --others ledgers of other streams. The driver-side code runs
+(the last batch of query_commits.KEPT queries in their znodes, the outcome of JOBS_KEPT jobs in the head), and
+--others ledgers of other streams. The driver-side code runs
 here, without Spark, as Spark would call it; task ledgers are written by the code a Spark task runs
 (write_task_ledger). Commits alternate between the two clusters, so that drift hits both alike.
 
@@ -40,7 +41,7 @@ from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
 from connector.spark import LedgerDataSource
-from connector.spark.commit import ARROW, COMMITS_KEPT, JOBS_KEPT, TaskLedger
+from connector.spark.commit import ARROW, JOBS_KEPT, TaskLedger
 from connector.spark.jobs import job_registry, query_registry
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
@@ -51,7 +52,7 @@ from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import StreamPartition
 from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
 from connector.spark.write import LedgerWriter, write_task_ledger
-from metadata import layout, registry, serde
+from metadata import layout, query_commits, registry, serde
 from metadata.embedded import DEFAULT_HEAP_MB, HEAP_ENV
 from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
@@ -126,10 +127,13 @@ def build_history(uri: str, stream: str, ledgers: int, others: int) -> None:
             request.commit()
         head = StreamRecord(
             stream, format=ARROW, schema=encode_schema(arrow_schema_of(SCHEMA)), created_at=time.time(),
-            commits=tuple((f"query-{uuid.uuid4()}", 1000 + i) for i in range(COMMITS_KEPT)),
             jobs=tuple((uuid.uuid4().hex, "committed") for _ in range(JOBS_KEPT)),
         )
         update_stream(store, stream, lambda record: None, create=head)
+        queries = store.transaction()
+        for n in range(query_commits.KEPT):   # at the bound: the measured query's first commit evicts one
+            queries.create(layout.stream_query_path(stream, f"query-{uuid.uuid4()}"), query_commits.encode_batch(n))
+        queries.commit()
         per_update = PAGE_LEDGERS * PAGES_PER_UPDATE
         for start in range(0, len(stream_ids), per_update):
             update_stream(store, stream, lambda record: _appended(record, stream_ids[start:start + per_update]))

@@ -26,7 +26,7 @@ from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
 )
 from connector.spark.recovery import discard
-from metadata import streams
+from metadata import query_commits, streams
 from metadata.errors import LedgerError
 from metadata.model import Retention, StreamRecord
 
@@ -132,7 +132,8 @@ def run_show(args) -> int:
             pages=len(streams.live_pages(client.store, record)),
             bytes=held_bytes(client.store, record),
             first_ledger=ledgers[0].ledger_id if ledgers else None,
-            commits=[{"query": query, "batch": batch} for query, batch in reversed(record.commits)],
+            commits=[{"query": query, "batch": batch}
+                     for query, batch in reversed(query_commits.query_commits(client.store, record))],
             jobs=[{"job": job, "outcome": outcome} for job, outcome in reversed(record.jobs)],
             pending_cuts=[cut.state for cut in pending_cuts(client.store, record.name)],
         )

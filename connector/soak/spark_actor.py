@@ -229,6 +229,7 @@ def read_output(spark: "SparkSession", store, metadata_uri: str, stream: str, ch
                 rows_per_second: int = ROWS_PER_SECOND) -> SparkOutput:
     """Read the stream once (spark.read.format("ledger")) and the checkpoint; the rows are materialized, so
     the checks that follow do not read the store again."""
+    from metadata.query_commits import read_query_commit
     from metadata.streams import find_stream
 
     found = find_stream(store, stream)
@@ -239,7 +240,7 @@ def read_output(spark: "SparkSession", store, metadata_uri: str, stream: str, ch
         rows = spark.read.format("ledger").option("metadata", metadata_uri).load(stream).select("value", "source")
         rows = rows.localCheckpoint(eager=True)
         query_id = checkpoint_query_id(checkpoint)
-        committed = found.value.committed_batch(f"query-{query_id}") if query_id else None
+        committed = read_query_commit(store, found.value, f"query-{query_id}").last_batch if query_id else None
     return SparkOutput(rows, rate_end(checkpoint, committed, rows_per_second),
                        rate_end(checkpoint, last_batch(checkpoint / "commits"), rows_per_second))
 

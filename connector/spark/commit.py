@@ -13,8 +13,8 @@ lands first bumps the record's version, so a commit still in flight from before 
 Only the outcomes of the newest JOBS_KEPT jobs are kept, oldest dropped first: a commit and its
 read-back or abort follow each other within one driver call, so a job's outcome is evicted only if
 that many other jobs end on the same stream meanwhile, and the record stays small however long the
-stream lives (rule 15). Streaming queries keep one entry each in `commits` (their last batch id), for
-the COMMITS_KEPT most recently committed queries (see stream_write.with_batch).
+stream lives (rule 15). Streaming queries keep their last batch id in a znode each, beside the head
+(metadata/query_commits.py).
 
 These transforms see the stream's head (metadata/streams.py): its tail, which always holds the last
 ledger; older ledgers are in pages they never need.
@@ -36,7 +36,6 @@ ARROW = "arrow"
 COMMITTED = "committed"
 ABORTED = "aborted"
 JOBS_KEPT = 100  # batch write job outcomes a stream record keeps (see the module docstring)
-COMMITS_KEPT = 1000  # streaming queries whose last batch id a stream record keeps (see stream_write.with_batch)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 Every task of a micro-batch writes its own ledger with the Arrow writer path (write.py), tagged with
 the query id and the batch id. The driver's commit registers the batch's task ledgers together with
-(query id, batch id) in ONE compare-and-set on the stream record. A batch id the stream already holds
-for the query is skipped (after a restart Spark may commit a batch again) and the ledgers written for
-the replay are discarded. The query id comes from the checkpoint, so it survives restarts.
+(query id, batch id) in ONE ZooKeeper multi: the head's compare-and-set and the query's commit record
+(metadata/query_commits.py: a znode per query beside the head, so a commit reads and writes only its
+own). A batch id the stream already holds for the query is skipped (after a restart Spark may commit a
+batch again) and the ledgers written for the replay are discarded. The query id comes from the
+checkpoint, so it survives restarts.
 
 A task names its ledger in the query's registry (/spark-queries/<query id>, jobs.py) before it creates
 it. After every commit the sweep reads that registry: the ledgers of this query's batches up to this one
@@ -35,7 +37,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
-from connector.spark.commit import ABORTED, COMMITS_KEPT, TaskLedger, committed, job_outcome
+from connector.spark.commit import ABORTED, TaskLedger, committed, job_outcome
 from connector.spark.driver import registered_driver
 from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
@@ -51,7 +53,8 @@ from connector.spark.write import check_target, ensure_stream, write_task_ledger
 from metadata import layout
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
-from metadata.streams import find_stream, held_ledgers, update_stream
+from metadata.query_commits import committing, evict, read_query_commit
+from metadata.streams import Rewrite, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +62,6 @@ QUERY_TAG = "spark.query"
 BATCH_TAG = "spark.batch"
 BATCH_PROPERTY = "streaming.sql.batchId"  # the local property Spark sets on a micro-batch's tasks
 REFUSALS = (StreamOwnedError, UnsupportedStreamFormatError, SchemaMismatchError)
-
-
-def batch_committed(record: StreamRecord, query_id: str, batch_id: int) -> bool:
-    done = record.committed_batch(query_id)
-    return done is not None and done >= batch_id
-
-
-def with_batch(record: StreamRecord, query_id: str, batch_id: int) -> StreamRecord:
-    """record with query_id's last batch batch_id, moved to the end of `commits` (most recent last). Only the
-    COMMITS_KEPT most recently committed queries are kept, so the record stays small however many queries
-    ever wrote to the stream (rule 15). Eviction is safe unless an evicted query comes back to commit again a
-    batch it committed before (Spark replays the last batch of a run that died between the sink's commit and
-    its commit log): it then finds no record of it and writes that batch's rows a second time. That takes
-    COMMITS_KEPT other queries committing to the same stream between that query's last commit and its restart.
-    """
-    commits = tuple(entry for entry in record.commits if entry[0] != query_id) + ((query_id, batch_id),)
-    return record.replace(commits=commits[-COMMITS_KEPT:])
 
 
 class LedgerStreamWriter(DataSourceStreamArrowWriter):
@@ -150,24 +136,32 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             self._sweep(lc, batchId, registered=set())
 
     def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
-        """One CAS: the task ledgers and the batch id; True if the batch was committed already (a replay)."""
+        """One multi: the task ledgers on the head and the batch id in the query's commit record; True if the
+        batch was committed already (a replay)."""
         found_committed = [False]
+        first_commit = [False]
 
-        def transform(record: StreamRecord) -> StreamRecord | None:
+        def transform(record: StreamRecord) -> Rewrite | None:
             if self.driver_id and job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
                 raise WriteJobEndedError(
                     f"streaming query {self.query_id}: a janitor found this run's driver gone (its liveness "
                     f"registration {self.driver_id} ended) and discarded its uncommitted batches; batch {batch_id} "
                     "was not committed. Restart the query from its checkpoint"
                 )
-            found_committed[0] = batch_committed(record, self.query_id, batch_id)
+            commit = read_query_commit(lc.store, record, self.query_id)
+            found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
                 return None
-            updated = with_batch(committed(record, tasks, self.schema, False), self.query_id, batch_id)
-            return updated.replace(retention=self.options.retention(updated.retention))  # retentionMs/Bytes
+            first_commit[0] = commit.version is None
+            updated = committed(record, tasks, self.schema, False)
+            head, writes = committing(lc.store, updated, commit, batch_id)
+            return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
+                           also=writes)
 
         head = update_stream(lc.store, self.options.stream, transform, read_back=True).value
         if not found_committed[0]:
+            if first_commit[0]:
+                evict(lc.store, self.options.stream)   # never raises: the batch is committed
             return False
         # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.
         return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None])

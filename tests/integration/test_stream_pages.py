@@ -15,6 +15,7 @@ from connector.spark.spans import batch_spans
 from metadata import layout, serde, streams
 from metadata.errors import OffsetsGoneError
 from metadata.model import StreamLedger, StreamRecord
+from metadata.query_commits import committing, query_commits, read_query_commit
 from metadata.store import MetadataStore
 from metadata.streams import PAGE_LEDGERS, PAGES_PER_UPDATE
 
@@ -230,9 +231,10 @@ def test_concurrent_commits_keep_offsets_contiguous_and_lose_nothing(store, meta
                 for n in range(per_writer):
                     ids = range(first_id + n * batch, first_id + (n + 1) * batch)
 
-                    def transform(record: StreamRecord) -> StreamRecord:
-                        commits = tuple(c for c in record.commits if c[0] != query) + ((query, n),)
-                        return appended(record, ids).replace(commits=commits)
+                    def transform(record: StreamRecord) -> streams.Rewrite:
+                        commit = read_query_commit(own, record, query)   # the query's record, in the multi
+                        head, writes = committing(own, appended(record, ids), commit, n)
+                        return streams.Rewrite(head, also=writes)
 
                     streams.update_stream(own, "events", transform)
         except Exception as exc:   # reported below
@@ -254,7 +256,7 @@ def test_concurrent_commits_keep_offsets_contiguous_and_lose_nothing(store, meta
     for k in (1, 2):
         mine = [s.ledger_id for s in ledgers if k * 1_000_000 <= s.ledger_id < (k + 1) * 1_000_000]
         assert mine == list(range(k * 1_000_000, k * 1_000_000 + per_writer * batch))   # each batch once, in order
-    assert dict(head.commits) == {"q1": per_writer - 1, "q2": per_writer - 1}
+    assert dict(query_commits(store, head)) == {"q1": per_writer - 1, "q2": per_writer - 1} and head.commits == ()
     assert len(streams.list_pages(store, "events")) == (2 * per_writer * batch - len(head.tail)) // PAGE_LEDGERS
 
 

@@ -7,6 +7,7 @@ from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
 
 from connector.client import LedgerClient
+from metadata.query_commits import query_commits
 from metadata.streams import find_stream
 from tests.spark.stream_sink_job import start_query
 from tests.spark.test_stream_sink import expected, run_query, stream_rows, write_input
@@ -15,7 +16,7 @@ from tests.spark.test_stream_sink import expected, run_query, stream_rows, write
 def commits(uri, stream):
     with LedgerClient(uri) as lc:
         found = find_stream(lc.store, stream)
-        return dict(found.value.commits) if found else {}
+        return dict(query_commits(lc.store, found.value)) if found else {}
 
 
 def test_a_query_restarted_on_a_wiped_checkpoint_gets_a_new_id_and_keeps_every_row(spark, shared_uri, stream,

@@ -1,0 +1,121 @@
+"""Streaming queries' commit records beside the head (metadata/query_commits.py) against a real ZooKeeper: a commit
+writes its query's record in the head's multi and reads no other, records of older heads move out, conflicts on a
+record are retried, and the records stay bounded with the least recently committed evicted first."""
+import json
+
+from connector.spark.commit import new_stream
+from metadata import layout, serde, streams
+from metadata.model import StreamLedger, StreamRecord
+from metadata.query_commits import committing, decode_batch, encode_batch, evict, query_commits, read_query_commit
+
+
+def commit_batch(store, name: str, query: str, batch: int, ledger_id: int, before_write=None) -> bool:
+    """The sink's commit as stream_write._register makes it; False if the query holds the batch already."""
+    found = []
+
+    def transform(record: StreamRecord):
+        commit = read_query_commit(store, record, query)
+        if commit.holds(batch):
+            found.append(commit)
+            return None
+        offset = record.next_offset
+        head, writes = committing(store, record.replace(tail=record.tail + (StreamLedger(ledger_id, offset, offset),)),
+                                  commit, batch)
+        if before_write is not None:
+            before_write()
+        return streams.Rewrite(head, also=writes)
+
+    streams.update_stream(store, name, transform, read_back=True)
+    return not found
+
+
+def record_of(store, name: str, query: str):
+    return store.read(layout.stream_query_path(name, query), decode_batch)
+
+
+def test_a_commit_writes_its_querys_record_with_the_head_and_a_replay_is_found(store):
+    streams.create_stream(store, new_stream("s"))
+    assert commit_batch(store, "s", "query-a", 0, 10) and commit_batch(store, "s", "query-b", 0, 11)
+    assert commit_batch(store, "s", "query-a", 1, 12)
+    assert not commit_batch(store, "s", "query-a", 1, 13)   # a replay of batch 1: nothing written
+    assert not commit_batch(store, "s", "query-a", 0, 14)
+    head = streams.read_stream(store, "s").value
+    assert [ledger.ledger_id for ledger in head.tail] == [10, 11, 12] and head.commits == ()
+    assert record_of(store, "s", "query-a").value == 1 and record_of(store, "s", "query-b").value == 0
+    assert query_commits(store, head) == [("query-b", 0), ("query-a", 1)]   # least recently committed first
+    assert b"query-" not in store.zk.get(layout.stream_path("s"))[0]        # the head names no query
+
+
+def test_an_older_heads_records_count_and_move_out_with_the_next_commit(store):
+    head = StreamRecord("s", "arrow", tail=(StreamLedger(1, 0, 0),),
+                        commits=(("query-old", 5), ("query-both", 7), ("query-a", 3)))
+    data = json.loads(serde.encode_stream(head))
+    data["format_version"] = 2   # as software before these records wrote it: no queries directory either
+    store.create(layout.stream_path("s"), json.dumps(data).encode(), makepath=True)
+    store.create(layout.stream_pages_path("s"))
+    old = streams.read_stream(store, "s").value
+    assert old.commits == head.commits and read_query_commit(store, old, "query-a").holds(3)
+    assert not commit_batch(store, "s", "query-a", 3, 20)   # the head's record counts: a replay
+    store.ensure_path(layout.stream_queries_path("s"))
+    store.create(layout.stream_query_path("s", "query-both"), encode_batch(6))   # written meanwhile, older
+
+    assert commit_batch(store, "s", "query-a", 4, 21)
+    moved = streams.read_stream(store, "s").value
+    assert moved.commits == () and [ledger.ledger_id for ledger in moved.tail] == [1, 21]
+    assert {q: record_of(store, "s", q).value for q in ("query-old", "query-both", "query-a")} == {
+        "query-old": 5, "query-both": 7, "query-a": 4}   # the larger batch id wins
+    assert json.loads(store.zk.get(layout.stream_path("s"))[0])["format_version"] == serde.STREAM_FORMAT_VERSION
+
+
+def test_a_record_created_or_changed_under_a_commit_is_read_again(store):
+    streams.create_stream(store, new_stream("s"))
+    path = layout.stream_query_path("s", "query-a")
+    interfere = [lambda: store.create(path, encode_batch(0)),   # another run of the query committed batch 0
+                 lambda: store.set_data(path, encode_batch(1))]  # and then batch 1
+
+    def before_write():
+        if interfere:
+            interfere.pop(0)()
+
+    assert not commit_batch(store, "s", "query-a", 1, 30, before_write)   # found batch 1 committed on re-read
+    assert streams.read_stream(store, "s").value.tail == () and record_of(store, "s", "query-a").value == 1
+    assert commit_batch(store, "s", "query-a", 2, 31)
+
+
+def test_records_beyond_the_bound_go_least_recently_committed_first(store):
+    streams.create_stream(store, new_stream("s"))
+    for n, query in enumerate(["query-1", "query-2", "query-3", "query-4"]):
+        commit_batch(store, "s", query, 0, 100 + n)
+    assert evict(store, "s", kept=4) == 0
+    commit_batch(store, "s", "query-1", 1, 110)   # query-1 commits again: query-2 is now the oldest
+    commit_batch(store, "s", "query-5", 0, 111)
+    assert evict(store, "s", kept=3) == 2
+    head = streams.read_stream(store, "s").value
+    assert query_commits(store, head) == [("query-4", 0), ("query-1", 1), ("query-5", 0)]
+    assert not read_query_commit(store, head, "query-2").holds(0)
+
+
+def test_a_record_committed_again_while_being_evicted_stays(store, monkeypatch):
+    streams.create_stream(store, new_stream("s"))
+    for n, query in enumerate(["query-1", "query-2"]):
+        commit_batch(store, "s", query, 0, 200 + n)
+    stat = store.stat
+
+    def stat_then_commit(path):   # query-1 commits between the eviction's look and its delete
+        found = stat(path)
+        if path == layout.stream_query_path("s", "query-1"):
+            store.set_data(path, encode_batch(1))
+        return found
+
+    monkeypatch.setattr(store, "stat", stat_then_commit)
+    assert evict(store, "s", kept=1) == 0
+    monkeypatch.undo()
+    assert record_of(store, "s", "query-1").value == 1 and record_of(store, "s", "query-2").value == 0
+
+
+def test_the_head_holds_no_query_records_however_many_queries_wrote(store):
+    streams.create_stream(store, new_stream("s"))
+    for n in range(300):
+        commit_batch(store, "s", f"query-{n:04d}", 0, 1000 + n)
+    head = json.loads(store.zk.get(layout.stream_path("s"))[0])
+    assert "commits" not in head and len(store.children(layout.stream_queries_path("s"))) == 300

@@ -1,0 +1,28 @@
+"""metadata/query_commits.py, without ZooKeeper: what a query's commit record says, what a commit writes, and the
+znode names of query ids."""
+from connector.spark.commit import new_stream
+from metadata import layout
+from metadata.query_commits import QueryCommit, committing, decode_batch, encode_batch
+
+
+def test_the_larger_of_the_znode_and_the_old_heads_record_counts():
+    assert QueryCommit("s", "q", None, None).last_batch is None and not QueryCommit("s", "q", None, None).holds(0)
+    assert QueryCommit("s", "q", 4, 2).last_batch == 4
+    assert QueryCommit("s", "q", None, None, in_head=7).last_batch == 7
+    commit = QueryCommit("s", "q", 3, 5, in_head=6)
+    assert commit.holds(6) and commit.holds(0) and not commit.holds(7)
+
+
+def test_a_commit_sets_its_querys_znode_at_the_version_read_or_creates_it():
+    head = new_stream("s")
+    kept, writes = committing(None, head, QueryCommit("s", "query-a", 3, 5), 4)   # no old records: no reads
+    assert kept == head and writes == ((layout.stream_query_path("s", "query-a"), encode_batch(4), 5),)
+    _, writes = committing(None, head, QueryCommit("s", "query-b", None, None), 0)
+    assert writes == ((layout.stream_query_path("s", "query-b"), encode_batch(0), None),)
+    assert decode_batch(encode_batch(12)) == 12
+
+
+def test_query_ids_become_znode_names_and_back():
+    for query_id in ("query-0f8e", "q/with/slashes", "..", "naïve id"):
+        name = layout.stream_query_path("s", query_id).rsplit("/", 1)[1]
+        assert "/" not in name and name not in (".", "..") and layout.query_id_from_name(name) == query_id
