@@ -10,11 +10,11 @@ batch id there and is skipped; a commit whose reply was lost reads the record ba
 reads and writes its own query's record only, so neither the head nor a commit grows with the number of queries
 that ever wrote to the stream (rule 15).
 
-The records stay bounded: after a query's first commit (the one that created its record), the least recently
-committed records beyond KEPT are deleted (evict). An evicted query that comes back to replay the batch it
-committed last (Spark replays the last batch of a run that died between the sink's commit and its own commit log)
-finds no record and writes that batch a second time; that takes KEPT other queries committing to the same stream
-between its last commit and its restart.
+The records stay bounded: after a commit that created a record (a query's first, or one that moved an older
+head's records out), the least recently committed records beyond KEPT are deleted (evict). An evicted query that
+comes back to replay the batch it committed last (Spark replays the last batch of a run that died between the
+sink's commit and its own commit log) finds no record and writes that batch a second time; that takes KEPT other
+queries committing to the same stream between its last commit and its restart.
 
 Heads written by older software hold these records in the head itself (StreamRecord.commits). They count too (the
 larger batch id wins), and the next commit of any query moves them all out into znodes, in its multi (committing).
@@ -111,11 +111,13 @@ def query_commits(store: MetadataStore, head: StreamRecord) -> list[tuple[str, i
     return [(query_id, batch_id) for query_id, (_, batch_id) in sorted(found.items(), key=lambda item: item[1][0])]
 
 
-def evict(store: MetadataStore, name: str, kept: int = KEPT) -> int:
-    """Delete the least recently committed query records of the stream beyond `kept`; how many it deleted. Reads
+def evict(store: MetadataStore, name: str, kept: int | None = None) -> int:
+    """Delete the least recently committed query records of the stream beyond `kept` (default KEPT); how many it
+    deleted. Reads
     the records only when there are more than kept (after a new query's first commit). A record committed again
     meanwhile stays (the delete is conditional on the version read). Never raises: a record left over goes with a
     later query's first commit."""
+    kept = KEPT if kept is None else kept
     try:
         stat = store.stat(layout.stream_queries_path(name))
         if stat is None or stat.numChildren <= kept:

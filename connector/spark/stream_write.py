@@ -139,7 +139,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         """One multi: the task ledgers on the head and the batch id in the query's commit record; True if the
         batch was committed already (a replay)."""
         found_committed = [False]
-        first_commit = [False]
+        created = [False]   # a query record: the query's first commit, or records moved out of an older head
 
         def transform(record: StreamRecord) -> Rewrite | None:
             if self.driver_id and job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
@@ -152,15 +152,15 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
                 return None
-            first_commit[0] = commit.version is None
             updated = committed(record, tasks, self.schema, False)
             head, writes = committing(lc.store, updated, commit, batch_id)
+            created[0] = any(version is None for _, _, version in writes)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 
         head = update_stream(lc.store, self.options.stream, transform, read_back=True).value
         if not found_committed[0]:
-            if first_commit[0]:
+            if created[0]:
                 evict(lc.store, self.options.stream)   # never raises: the batch is committed
             return False
         # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.

@@ -3,7 +3,13 @@ writes its query's record in the head's multi and reads no other, records of old
 record are retried, and the records stay bounded with the least recently committed evicted first."""
 import json
 
+import pyarrow as pa
+
 from connector.spark.commit import new_stream
+from connector.spark.jobs import start_query
+from connector.spark.options import LedgerOptions
+from connector.spark.stream_write import LedgerStreamWriter
+from connector.spark.write import ensure_stream
 from metadata import layout, serde, streams
 from metadata.model import StreamLedger, StreamRecord
 from metadata.query_commits import committing, decode_batch, encode_batch, evict, query_commits, read_query_commit
@@ -119,3 +125,19 @@ def test_the_head_holds_no_query_records_however_many_queries_wrote(store):
         commit_batch(store, "s", f"query-{n:04d}", 0, 1000 + n)
     head = json.loads(store.zk.get(layout.stream_path("s"))[0])
     assert "commits" not in head and len(store.children(layout.stream_queries_path("s"))) == 300
+
+
+def test_the_sinks_commits_keep_the_records_bounded_and_skip_a_replay(store, metadata_uri, monkeypatch):
+    """Through LedgerStreamWriter.commit (batches without rows: no ledger to write, no storage node needed)."""
+    monkeypatch.setattr("metadata.query_commits.KEPT", 2)
+    ensure_stream(store, "s")
+    for query in ("query-1", "query-2", "query-3"):
+        start_query(store, query)
+        sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                                  pa.schema([("id", pa.int64())]), query)
+        sink.commit([], 0)
+        sink.commit([], 1)
+    sink.commit([], 1)   # a replay of query-3's batch 1
+    head = streams.read_stream(store, "s").value
+    assert query_commits(store, head) == [("query-2", 1), ("query-3", 1)]
+    assert store.stat(layout.stream_query_path("s", "query-3")).version == 1   # created, then set once

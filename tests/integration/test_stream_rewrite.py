@@ -119,7 +119,7 @@ def test_the_swap_lands_only_with_its_record_in_the_same_multi(store, history):
         if len(calls) > 3:
             raise RunChangedError("gave up")
         rewrite = replace_run(store, head, tuple(before[:300]), merged(before[:300], NEW_ID))
-        return streams.Rewrite(rewrite.head, rewrite.pages, rewrite.replaced, ("/compactions/c1", b"swapped", 0))
+        return streams.Rewrite(rewrite.head, rewrite.pages, rewrite.replaced, (("/compactions/c1", b"swapped", 0),))
 
     with pytest.raises(RunChangedError):
         streams.update_stream(store, "events", transform)
@@ -130,12 +130,12 @@ def test_the_swap_lands_only_with_its_record_in_the_same_multi(store, history):
     rewrite = replace_run(store, history, tuple(before[:300]), merged(before[:300], NEW_ID))
     with pytest.raises(MetadataConflictError):   # a head read before the stream changed cannot land
         streams.write_stream(store, streams.Rewrite(rewrite.head, rewrite.pages, rewrite.replaced,
-                                                    ("/compactions/c2", b"swapped", 0)), 0)
+                                                    (("/compactions/c2", b"swapped", 0),)), 0)
     assert store.read("/compactions/c2", bytes).value == b"running"
 
     def landing(head):
         rewrite = replace_run(store, head, tuple(before[:300]), merged(before[:300], NEW_ID))
-        return streams.Rewrite(rewrite.head, rewrite.pages, rewrite.replaced, ("/compactions/c2", b"swapped", 0))
+        return streams.Rewrite(rewrite.head, rewrite.pages, rewrite.replaced, (("/compactions/c2", b"swapped", 0),))
 
     after = streams.update_stream(store, "events", landing).value
     assert store.read("/compactions/c2", bytes).value == b"swapped"
