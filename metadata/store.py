@@ -403,8 +403,9 @@ class MetadataStore:
             return False
         return True
 
-    def exists(self, path: str) -> bool:
-        return self._retried(self.zk.exists, path) is not None
+    def exists(self, path: str, watch: Callable | None = None) -> bool:
+        """Whether the znode is there; watch(event) is called once it is created, changed or deleted."""
+        return self._retried(self.zk.exists, path, watch=watch) is not None
 
     def modified_at(self, path: str) -> float | None:
         """When the znode was last written (ZooKeeper's mtime, by the server's clock), None if it is not there."""

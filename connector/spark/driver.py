@@ -19,6 +19,11 @@ One registration serves every job and query of one driver on one metadata root. 
 is gone, or when no registry has named it for IDLE_SECONDS (checked under a lock that the job start holds
 while it creates its registry, so a registration never ends under a job that is being started).
 
+A keeper's start (a Python process and a ZooKeeper session, about 0.15 s) is on the path of a driver's first
+job, so a job start begins it ahead (keeper_started_ahead), before its checks, and waits for its registration
+only where it names the driver; the wait wakes on a ZooKeeper watch of the registration. A keeper started
+ahead for a job start that then fails is stopped.
+
 The registration is a liveness signal, not the safety: a driver whose registration ended by mistake (its
 keeper killed, its session expired) may still commit; the janitor fences it on the stream before it deletes
 anything (janitor.py), and that commit then fails cleanly.
@@ -253,6 +258,45 @@ class KeeperFiles:
 
 
 _started: list[subprocess.Popen] = []  # keepers this process started, reaped when they end
+# Keepers started ahead (keeper_started_ahead) and not yet taken over by a job start, by KeeperFiles.base: the
+# process and the driver id it registers.
+_ahead: dict[pathlib.Path, tuple[subprocess.Popen, str]] = {}
+
+
+@contextlib.contextmanager
+def driver_registration_ahead(uri: str) -> Iterator[None]:
+    """Around a job start's checks: this driver's keeper on uri's metadata root starts meanwhile, if it needs one
+    (keeper_started_ahead). Nothing when this process is the driver."""
+    driver = DriverProcess.find()
+    if driver.is_this_process:
+        yield
+        return
+    with keeper_started_ahead(driver, uri):
+        yield
+
+
+@contextlib.contextmanager
+def keeper_started_ahead(driver: DriverProcess, uri: str) -> Iterator[None]:
+    """Start driver's keeper for uri now unless one runs (its state file names a live keeper process), so that
+    its start overlaps the body; the body's keeper_registration takes it over (and still checks, under the lock,
+    that the running keeper is registered). One the body did not take over is stopped."""
+    files = KeeperFiles.of(driver, uri)
+    with files.locked():
+        state = files.read_state()
+        pending = _ahead.get(files.base)
+        running = (pending is not None and pending[0].poll() is None) or (
+            state is not None and psutil.pid_exists(state["keeper"]))
+        started = None if running else _spawn_keeper(driver, uri, files)
+        if started is not None:
+            _ahead[files.base] = started
+    try:
+        yield
+    finally:
+        if started is not None:
+            with files.locked():
+                if _ahead.get(files.base) is started:
+                    del _ahead[files.base]
+                    started[0].terminate()   # no job names it: its registration goes with it
 
 
 @contextlib.contextmanager
@@ -264,11 +308,14 @@ def keeper_registration(store: MetadataStore, driver: DriverProcess, uri: str) -
         _started[:] = [keeper for keeper in _started if keeper.poll() is None]
         state = files.read_state()
         if state is None or not registry.writer_alive(store, state["driver"]):
-            state = _start_keeper(store, driver, uri, files)
+            started = _ahead.pop(files.base, None)   # started ahead by this job start
+            if started is None or started[0].poll() is not None:
+                started = _spawn_keeper(driver, uri, files)
+            state = _registered(store, files, *started)
         yield state["driver"]
 
 
-def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: KeeperFiles) -> dict:
+def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> tuple[subprocess.Popen, str]:
     driver_id = driver.new_driver_id()
     command = [sys.executable, "-m", KEEPER_MODULE, "--driver-id", driver_id, "--pid", str(driver.pid),
                "--create-time", repr(driver.create_time), "--files", str(files.base),
@@ -277,8 +324,14 @@ def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: 
         keeper = subprocess.Popen(command, env={**os.environ, METADATA_ENV: uri}, stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=log_file, start_new_session=True)
     _started.append(keeper)
+    return keeper, driver_id
+
+
+def _registered(store: MetadataStore, files: KeeperFiles, keeper: subprocess.Popen, driver_id: str) -> dict:
+    """Once the keeper's registration is there, the state that names it (written to the state file)."""
     deadline = time.monotonic() + KEEPER_START_SECONDS
-    while not registry.writer_alive(store, driver_id):
+    created = threading.Event()
+    while not registry.writer_alive(store, driver_id, created.set):
         exited = keeper.poll() is not None
         if exited or time.monotonic() > deadline:
             keeper.kill()
@@ -287,7 +340,8 @@ def _start_keeper(store: MetadataStore, driver: DriverProcess, uri: str, files: 
                 f"{'exited' if exited else 'did not register'} within {KEEPER_START_SECONDS:.0f}s; "
                 f"log: {files.log}); check that ZooKeeper is reachable from the driver and start the write again"
             )
-        time.sleep(0.05)
+        created.wait(0.05)   # the watch wakes it when the registration appears; the keeper is checked meanwhile
+        created.clear()
     files.write_state(driver_id, keeper.pid)
     return {"driver": driver_id, "keeper": keeper.pid}
 

@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient
 from connector.spark.commit import ABORTED, TaskLedger, committed, job_outcome
-from connector.spark.driver import registered_driver
+from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
@@ -77,7 +77,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
         query_id = stream_options.query_id()
-        with driver_client(options) as lc:
+        with driver_registration_ahead(options.metadata), driver_client(options) as lc:
             check_target(lc, options, arrow, overwrite=False, streaming=True)
             ensure_stream(lc.store, options.stream)
             # Spark asks for a writer again for every micro-batch's commit: those find their run recorded, and

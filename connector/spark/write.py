@@ -36,7 +36,7 @@ from connector.spark.commit import (
     COMMITTED, TaskLedger, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
 )
-from connector.spark.driver import registered_driver
+from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
@@ -75,7 +75,7 @@ class LedgerWriter(DataSourceArrowWriter):
     def prepare(cls, options: LedgerOptions, schema: StructType, overwrite: bool) -> "LedgerWriter":
         """Driver, before any task: everything that can fail fails here, with nothing written."""
         arrow = arrow_schema_of(schema)
-        with driver_client(options) as lc:
+        with driver_registration_ahead(options.metadata), driver_client(options) as lc:
             check_target(lc, options, arrow, overwrite)
             ensure_stream(lc.store, options.stream)
             clean_stream(lc, options.stream, options.password)  # the janitor: jobs on it whose driver is gone

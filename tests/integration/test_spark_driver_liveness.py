@@ -112,3 +112,40 @@ def test_the_driver_is_the_first_process_above_spark_workers():
     assert out.stdout.split() == [str(psutil.Process().pid)], out.stderr
     plain = subprocess.run([sys.executable, "-c", find], capture_output=True, text=True)
     assert plain.stdout.split() != [str(psutil.Process().pid)]  # not under Spark: that process is the driver
+
+
+def test_a_keeper_started_ahead_is_the_one_the_job_start_takes_over(jvm, store, metadata_uri):
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    with driver.keeper_started_ahead(driver_process, metadata_uri):
+        ahead, ahead_id = driver._ahead[files.base]
+        with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+            start_job(store, "job-1", "events", driver_id)
+    assert driver_id == ahead_id and files.read_state()["keeper"] == ahead.pid and ahead.poll() is None
+    assert registry.writer_alive(store, driver_id) and files.base not in driver._ahead
+
+
+def test_a_keeper_started_ahead_of_a_job_start_that_fails_is_stopped(jvm, store, metadata_uri):
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    with pytest.raises(ValueError):
+        with driver.keeper_started_ahead(driver_process, metadata_uri):
+            ahead, ahead_id = driver._ahead[files.base]
+            poll_until(lambda: registry.writer_alive(store, ahead_id), 30, what="the keeper to register")
+            raise ValueError("the stream cannot take these rows")
+    poll_until(lambda: ahead.poll() is not None, 30, what="the keeper started ahead to stop")
+    poll_until(lambda: not registry.writer_alive(store, ahead_id), 30, what="its registration to go")
+    assert files.base not in driver._ahead and files.read_state() is None
+
+
+def test_no_keeper_starts_ahead_while_the_drivers_keeper_runs(jvm, store, metadata_uri):
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    keepers = {keeper.pid for keeper in driver._started}
+    with driver.keeper_started_ahead(driver_process, metadata_uri):
+        assert files.base not in driver._ahead
+        with keeper_registration(store, driver_process, metadata_uri) as again:
+            assert again == driver_id
+    assert {keeper.pid for keeper in driver._started} <= keepers   # no keeper was started
