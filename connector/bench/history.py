@@ -47,7 +47,7 @@ from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.row_index import ROW_INDEX_KEY
 from connector.spark.schema import arrow_schema_of, encode_schema
-from connector.spark import task_client
+from connector.spark import driver, task_client
 from connector.spark.stream_options import StreamOptions
 from connector.spark.stream_read import StreamPartition
 from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWriter
@@ -103,6 +103,7 @@ def run(args) -> int:
             _compare_compaction(empty.uri, args.small_ledgers)
         finally:
             task_client.close_shared()   # the reads' and commits' shared clients, while their ZooKeeper still runs
+            driver.end_registrations()   # and the driver registrations the commits made
     return 0 if ok else 1
 
 
@@ -238,6 +239,13 @@ def _compare_seek(uri: str, size: int, rounds: int) -> bool:
     rows = max(2, size // ROW_BYTES)
     written = _timed(lambda: _write_one_ledger(uri, stream, rows))
     reader, ledger = _stream_reader(uri, stream)
+    try:
+        return _seek(uri, reader, ledger, rows, written, rounds)
+    finally:
+        reader.stop()   # its driver client, while ZooKeeper still runs
+
+
+def _seek(uri: str, reader, ledger: StreamLedger, rows: int, written: float, rounds: int) -> bool:
     first, last = ledger.first_offset, ledger.last_offset
     entries = _meta(uri, ledger.ledger_id).last_entry_id + 1
     print(f"seek: a ledger of {rows * ROW_BYTES / MiB:,.0f} MiB ({rows:,} rows, {entries:,} entries) written in "

@@ -181,6 +181,14 @@ class _InProcess:
                 idle_since = time.monotonic()
 
 
+def end_registrations() -> None:
+    """End the registrations this process holds for itself (each would end once idle): for a program that
+    drives writers directly and stops its ZooKeeper before it exits (the benchmarks)."""
+    with _InProcess._lock:
+        for held in list(_InProcess._held.values()):
+            held.end()
+
+
 def _idle_check(idle_seconds: float) -> float:
     """Seconds between looks at whether a registry still names the driver."""
     return min(idle_seconds / 4, 10.0)
