@@ -11,13 +11,15 @@ reads and writes its own query's record only, so neither the head nor a commit g
 that ever wrote to the stream (rule 15).
 
 The records stay bounded: after a commit that created a record (a query's first, or one that moved an older
-head's records out), the least recently committed records beyond KEPT are deleted (evict). An evicted query that
-comes back to replay the batch it committed last (Spark replays the last batch of a run that died between the
-sink's commit and its own commit log) finds no record and writes that batch a second time; that takes KEPT other
+head's records out), once there are more than KEPT, the least recently committed are deleted down to LOW_WATER
+(evict), so the records are looked through once per KEPT - LOW_WATER new queries. An evicted query that comes
+back to replay the batch it committed last (Spark replays the last batch of a run that died between the sink's
+commit and its own commit log) finds no record and writes that batch a second time; that takes LOW_WATER other
 queries committing to the same stream between its last commit and its restart.
 
-Heads written by older software hold these records in the head itself (StreamRecord.commits). They count too (the
-larger batch id wins), and the next commit of any query moves them all out into znodes, in its multi (committing).
+Heads written by older software hold these records in the head itself (StreamRecord.commits, least recently
+committed first). They count too (the larger batch id wins), and the next commit of any query moves the newest
+KEPT - 1 of them out into znodes in its multi (the older ones are dropped, as eviction would drop them).
 """
 from __future__ import annotations
 
@@ -31,24 +33,25 @@ from metadata import layout
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
+from metadata.streams import ZnodeWrite
 
 log = logging.getLogger(__name__)
 
-KEPT = 1000  # streaming queries whose last batch a stream keeps (see the module docstring)
-
-ZnodeWrite = tuple[str, bytes, "int | None"]  # (path, data, expected version; None: create), as streams.Rewrite
+KEPT = 1000       # streaming queries whose last batch a stream keeps at most (see the module docstring)
+LOW_WATER = 900   # what an eviction leaves
 
 
 @dataclasses.dataclass(frozen=True)
 class QueryCommit:
     """A query's commit record as read with a stream's head: the batch id and version of its znode (None: it has
-    none), and the head's own record of the query (written by older software; None: none)."""
+    none), the head's own record of the query (written by older software; None: none), and the writes that move
+    the head's other records out (read with it, when the head holds any)."""
 
-    stream: str
     query_id: str
     batch_id: int | None
     version: int | None
     in_head: int | None = None
+    moved_out: tuple[ZnodeWrite, ...] = ()
 
     @property
     def last_batch(self) -> int | None:
@@ -63,61 +66,55 @@ class QueryCommit:
 
 def read_query_commit(store: MetadataStore, head: StreamRecord, query_id: str) -> QueryCommit:
     found = store.read(layout.stream_query_path(head.name, query_id), decode_batch)
-    return QueryCommit(head.name, query_id, None if found is None else found.value,
-                       None if found is None else found.version, head.committed_batch(query_id))
+    return QueryCommit(query_id, None if found is None else found.value, None if found is None else found.version,
+                       head.committed_batch(query_id), _moved_out(store, head, query_id) if head.commits else ())
 
 
-def committing(store: MetadataStore, head: StreamRecord, commit: QueryCommit,
-               batch_id: int) -> tuple[StreamRecord, tuple[ZnodeWrite, ...]]:
+def committing(head: StreamRecord, commit: QueryCommit, batch_id: int) -> tuple[StreamRecord, tuple[ZnodeWrite, ...]]:
     """What the commit of commit.query_id's batch_id writes besides the head's tail: the head without the records
     of older software, and the znode writes of its multi: the query's record set to batch_id (created if it has
-    none) and the head's other records moved out into znodes."""
-    writes = [(layout.stream_query_path(head.name, commit.query_id), encode_batch(batch_id), commit.version)]
-    if head.commits:
-        writes += _moved_out(store, head, commit.query_id)
-    return head.replace(commits=()), tuple(writes)
+    none) and the head's other records moved out."""
+    record = (layout.stream_query_path(head.name, commit.query_id), encode_batch(batch_id), commit.version)
+    return head.replace(commits=()), (record,) + commit.moved_out
 
 
-def _moved_out(store: MetadataStore, head: StreamRecord, skip: str) -> list[ZnodeWrite]:
-    """The writes that move the head's records (older software) into znodes: a create where a query has none,
-    a raise where its znode holds an older batch (the larger batch id counts)."""
+def _moved_out(store: MetadataStore, head: StreamRecord, skip: str) -> tuple[ZnodeWrite, ...]:
+    """The writes that move the newest KEPT - 1 of the head's records (older software) into znodes: a create where
+    a query has none, a raise where its znode holds an older batch (the larger batch id counts)."""
     present = set(_children(store, head.name))
     writes: list[ZnodeWrite] = []
-    for query_id, batch_id in head.commits:
-        if query_id == skip:
-            continue
+    for query_id, batch_id in [entry for entry in head.commits if entry[0] != skip][-(KEPT - 1):]:
         path = layout.stream_query_path(head.name, query_id)
         found = store.read(path, decode_batch) if path.rsplit("/", 1)[1] in present else None
         if found is None:
             writes.append((path, encode_batch(batch_id), None))
         elif found.value < batch_id:
             writes.append((path, encode_batch(batch_id), found.version))
-    return writes
+    return tuple(writes)
 
 
 def query_commits(store: MetadataStore, head: StreamRecord) -> list[tuple[str, int]]:
     """(query id, last batch) of every query with a record on the stream, least recently committed first. Reads
     every record (for `ledger stream show`, not a commit's path)."""
-    found: dict[str, tuple[float, int]] = {query_id: (-1.0, batch_id) for query_id, batch_id in head.commits}
+    found: dict[str, tuple[int, int]] = {query_id: (-1, batch_id) for query_id, batch_id in head.commits}
     for name in _children(store, head.name):
-        path = f"{layout.stream_queries_path(head.name)}/{name}"
-        record, stat = store.read(path, decode_batch), store.stat(path)
-        if record is None or stat is None:
+        record = store.read_with_stat(f"{layout.stream_queries_path(head.name)}/{name}", decode_batch)
+        if record is None:
             continue  # evicted meanwhile
+        batch_id, stat = record
         query_id = layout.query_id_from_name(name)
-        earlier = found.get(query_id)
-        batch_id = record.value if earlier is None else max(record.value, earlier[1])
-        found[query_id] = (stat.mtime / 1000.0, batch_id)
+        in_head = found.get(query_id, (-1, batch_id))[1]
+        found[query_id] = (stat.mzxid, max(batch_id, in_head))
     return [(query_id, batch_id) for query_id, (_, batch_id) in sorted(found.items(), key=lambda item: item[1][0])]
 
 
-def evict(store: MetadataStore, name: str, kept: int | None = None) -> int:
-    """Delete the least recently committed query records of the stream beyond `kept` (default KEPT); how many it
-    deleted. Reads
-    the records only when there are more than kept (after a new query's first commit). A record committed again
-    meanwhile stays (the delete is conditional on the version read). Never raises: a record left over goes with a
-    later query's first commit."""
+def evict(store: MetadataStore, name: str, spare: str, kept: int | None = None, low_water: int | None = None) -> int:
+    """When the stream has more than `kept` query records (default KEPT), delete the least recently committed (by
+    the zxid of their last write) down to `low_water` (default LOW_WATER), never the record at path `spare` (the
+    one the caller just wrote); how many it deleted. A record committed again meanwhile stays (the delete is
+    conditional on the version read). Never raises: what is left over goes with a later eviction."""
     kept = KEPT if kept is None else kept
+    low_water = LOW_WATER if low_water is None else low_water
     try:
         stat = store.stat(layout.stream_queries_path(name))
         if stat is None or stat.numChildren <= kept:
@@ -125,12 +122,12 @@ def evict(store: MetadataStore, name: str, kept: int | None = None) -> int:
         records = []
         for child in _children(store, name):
             path = f"{layout.stream_queries_path(name)}/{child}"
-            child_stat = store.stat(path)
+            child_stat = store.stat(path) if path != spare else None
             if child_stat is not None:
-                records.append((child_stat.mtime, child_stat.version, path))
+                records.append((child_stat.mzxid, path, child_stat.version))
         records.sort()
         deleted = 0
-        for _, version, path in records[:max(0, len(records) - kept)]:
+        for _, path, version in records[:max(0, stat.numChildren - low_water)]:
             request = store.transaction()
             request.delete(path, version)
             try:

@@ -149,14 +149,10 @@ def register_writer(store: MetadataStore, writer_id: str) -> EphemeralRegistrati
     return EphemeralRegistration(store, layout.writer_path(writer_id), b"")
 
 
-def writer_alive(store: MetadataStore, writer_id: str, created: Callable[[], None] | None = None) -> bool:
-    """Whether writer_id is registered; if it is not and created is given, created() is called (on kazoo's event
-    thread) once the registration appears (a ZooKeeper watch, which also fires if the session loses it)."""
-    if not writer_id:
-        return False
-    if created is None:
-        return store.exists(layout.writer_path(writer_id))
-    return store.exists(layout.writer_path(writer_id), watch=lambda event: created())
+def writer_alive(store: MetadataStore, writer_id: str, watch: Callable | None = None) -> bool:
+    """Whether writer_id is registered. watch(event), if given, is called once (on kazoo's event thread) when the
+    registration appears or goes (a ZooKeeper watch; pass the same function each time, so that it is set once)."""
+    return bool(writer_id) and store.exists(layout.writer_path(writer_id), watch=watch)
 
 
 def mark_decommissioned(store: MetadataStore, node_id: str) -> None:

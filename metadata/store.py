@@ -362,11 +362,16 @@ class MetadataStore:
     # -- generic versioned records -------------------------------------------------------------
 
     def read(self, path: str, decode: Callable[[bytes], object]) -> Versioned | None:
+        found = self.read_with_stat(path, decode)
+        return None if found is None else Versioned(found[0], found[1].version)
+
+    def read_with_stat(self, path: str, decode: Callable[[bytes], object]) -> tuple[object, ZnodeStat] | None:
+        """The decoded znode and its stat (version, mzxid, ...), in one request; None if it is not there."""
         try:
             data, stat = self._retried(self.zk.get, path)
         except NoNodeError:
             return None
-        return Versioned(decode(data), stat.version)
+        return decode(data), stat
 
     def compare_and_set(self, path: str, data: bytes, expected_version: int, what: str) -> int:
         """Write data if the znode is still at expected_version; returns the new version."""

@@ -1,7 +1,7 @@
 """Streams: the head of a segmented log and the sealed pages that hold its older ledgers.
 
-    /streams/NAME                 the head (StreamRecord): format, schema, owner, commit records, first offset,
-                                  and the tail: the most recent ledgers, always including the last one
+    /streams/NAME                 the head (StreamRecord): format, schema, owner, batch jobs' outcomes, first
+                                  offset, and the tail: the most recent ledgers, always including the last one
     /streams/NAME/pages/F-L-M     a sealed page: PAGE_LEDGERS closed ledgers covering offsets F..L, M the
                                   highest ledger id in it; immutable once created
     /streams/NAME/queries/Q       streaming query Q's last committed batch (metadata/query_commits.py), set in
@@ -10,7 +10,8 @@
 Every update goes through update_stream (find or create, transform the head, compare-and-set): the head's
 CAS and the creation of the pages an overflowing tail is sealed into are one ZooKeeper multi, so a job's
 or micro-batch's ledgers become visible in one step, and a commit writes the head plus at most
-PAGES_PER_UPDATE pages whatever the stream's history (DESIGN rule 15). A head written by older software
+PAGES_PER_UPDATE pages (and a streaming commit its query's record) whatever the stream's history (DESIGN
+rule 15). A head written by older software
 (every ledger in one record) is read as a head with a long tail and sealed into pages over its next writes.
 Offsets only grow (rule 17), so a page's name never comes back: pages below first_offset (after an
 overwrite or a truncation) are skipped by readers and deleted by drop_below once their ledgers are.
@@ -78,6 +79,9 @@ class RunChangedError(LedgerError):
     overwritten or compacted meanwhile): its new ledgers must not replace them."""
 
 
+ZnodeWrite = tuple[str, bytes, "int | None"]   # (path, data, expected version: a compare-and-set; None: a create)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
     """A transform's result that changes more than the head in its multi: the multi sets head, creates pages (of
@@ -89,7 +93,7 @@ class Rewrite:
     head: StreamRecord
     pages: tuple[tuple[StreamPage, tuple[StreamLedger, ...]], ...] = ()
     replaced: tuple[StreamPage, ...] = ()
-    also: tuple[tuple[str, bytes, int | None], ...] = ()
+    also: tuple[ZnodeWrite, ...] = ()
 
 
 def check_stream_name(name: str) -> str:
@@ -146,15 +150,29 @@ def write_stream(
                 raise MetadataConflictError(f"{path} is gone; re-read and retry") from exc
         # A stream created before pages (or query commit records) existed: those directories come with their
         # first znode.
-        store.ensure_path(layout.stream_pages_path(head.name))
-        store.ensure_path(layout.stream_queries_path(head.name))
-        version = _commit(store, head, expected_version, pages, rewrite.also)
+        for directory in (layout.stream_pages_path(head.name), layout.stream_queries_path(head.name)):
+            _create_directory(store, head.name, directory)
+        try:
+            version = _commit(store, head, expected_version, pages, rewrite.also)
+        except NoNodeError as again:   # deleted meanwhile: the stream, or a znode of `also`
+            raise MetadataConflictError(f"stream {head.name!r}: a znode of the update went; re-read") from again
     return Versioned(head, version)
+
+
+def _create_directory(store: MetadataStore, name: str, path: str) -> None:
+    """Create a directory znode of the stream, unless there; never the stream's head (a stream deleted
+    meanwhile is not brought back as an empty znode)."""
+    try:
+        store.create(path)
+    except NodeExistsError:
+        pass
+    except NoNodeError as exc:
+        raise NoSuchStreamError(f"stream {name!r} was deleted while being updated") from exc
 
 
 def _commit(
     store: MetadataStore, head: StreamRecord, expected_version: int, pages: list[tuple[StreamPage, tuple]],
-    also: tuple[tuple[str, bytes, int | None], ...],
+    also: tuple[ZnodeWrite, ...],
 ) -> int:
     """One multi: the head's CAS, the pages' creation and `also`; returns the head's new version."""
     transaction = store.transaction()
@@ -170,12 +188,14 @@ def _commit(
         return transaction.commit()[0].version
     except BadVersionError as exc:
         raise MetadataConflictError(
-            f"stream {head.name!r} changed since it was read (expected version {expected_version}); re-read and retry"
+            f"stream {head.name!r} (or a znode written with its head) changed since it was read (expected head "
+            f"version {expected_version}); re-read and retry"
         ) from exc
     except NodeExistsError as exc:
         created = [path for path, _, also_version in also if also_version is None and store.exists(path)]
-        if created:
-            raise MetadataConflictError(f"{created[0]} was created meanwhile; re-read and retry") from exc
+        if created or not pages:
+            raise MetadataConflictError(f"{created[0] if created else 'a znode'} was created meanwhile; re-read and "
+                                        "retry") from exc
         raise MetadataError(
             f"stream {head.name!r}: a page for offsets {pages[0][0].first_offset}.. exists already, though the "
             "head does not list it; the stream's metadata was changed outside this software"

@@ -293,7 +293,7 @@ def keeper_started_ahead(driver: DriverProcess, uri: str) -> Iterator[None]:
         state = files.read_state()
         pending = _ahead.get(files.base)
         running = (pending is not None and pending[0].poll() is None) or (
-            state is not None and psutil.pid_exists(state["keeper"]))
+            state is not None and _keeper_running(state["keeper"]))
         started = None if running else _spawn_keeper(driver, uri, files)
         if started is not None:
             _ahead[files.base] = started
@@ -316,11 +316,19 @@ def keeper_registration(store: MetadataStore, driver: DriverProcess, uri: str) -
         _started[:] = [keeper for keeper in _started if keeper.poll() is None]
         state = files.read_state()
         if state is None or not registry.writer_alive(store, state["driver"]):
-            started = _ahead.pop(files.base, None)   # started ahead by this job start
-            if started is None or started[0].poll() is not None:
-                started = _spawn_keeper(driver, uri, files)
-            state = _registered(store, files, *started)
+            ahead = _ahead.pop(files.base, None)   # started ahead by this job start, unless it ended idle since
+            state = ahead and _registered(store, files, *ahead)
+            state = state or _registered(store, files, *_spawn_keeper(driver, uri, files), must=True)
         yield state["driver"]
+
+
+def _keeper_running(pid: int) -> bool:
+    """Whether pid is a keeper process that has not exited (not a zombie, nor another process with its pid)."""
+    try:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE and KEEPER_MODULE in process.cmdline()
+    except psutil.Error:
+        return False
 
 
 def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> tuple[subprocess.Popen, str]:
@@ -335,12 +343,20 @@ def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> tuple[
     return keeper, driver_id
 
 
-def _registered(store: MetadataStore, files: KeeperFiles, keeper: subprocess.Popen, driver_id: str) -> dict:
-    """Once the keeper's registration is there, the state that names it (written to the state file)."""
+def _registered(store: MetadataStore, files: KeeperFiles, keeper: subprocess.Popen, driver_id: str,
+                must: bool = False) -> dict | None:
+    """Once the keeper's registration is there, the state that names it (written to the state file). None if the
+    keeper exited first (one started ahead may have ended idle), unless it must register: then that raises."""
     deadline = time.monotonic() + KEEPER_START_SECONDS
-    created = threading.Event()
-    while not registry.writer_alive(store, driver_id, created.set):
+    woken = threading.Event()
+
+    def watch(event) -> None:
+        woken.set()
+
+    while not registry.writer_alive(store, driver_id, watch):
         exited = keeper.poll() is not None
+        if exited and not must:
+            return None
         if exited or time.monotonic() > deadline:
             keeper.kill()
             raise DriverRegistrationError(
@@ -348,8 +364,8 @@ def _registered(store: MetadataStore, files: KeeperFiles, keeper: subprocess.Pop
                 f"{'exited' if exited else 'did not register'} within {KEEPER_START_SECONDS:.0f}s; "
                 f"log: {files.log}); check that ZooKeeper is reachable from the driver and start the write again"
             )
-        created.wait(0.05)   # the watch wakes it when the registration appears; the keeper is checked meanwhile
-        created.clear()
+        woken.wait(0.05)   # the watch wakes it when the registration appears; the keeper is checked meanwhile
+        woken.clear()
     files.write_state(driver_id, keeper.pid)
     return {"driver": driver_id, "keeper": keeper.pid}
 
@@ -374,7 +390,7 @@ def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles, idle_seconds
             checked = time.monotonic()
             if not _idle(store, driver_id):
                 idle_since = checked
-            elif checked - idle_since >= idle_seconds and _end_idle(store, driver_id, files):
+            elif checked - idle_since >= idle_seconds and _end_idle(store, driver_id, files, registration):
                 log.info("no registry names %s any more", driver_id)
                 return 0
         return 0
@@ -382,12 +398,16 @@ def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles, idle_seconds
         _end(registration, store)
 
 
-def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles) -> bool:
+def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles, registration) -> bool:
     """Whether the keeper may end now: under the lock job starts hold, nothing names it and the state file
-    no longer points to it (a job start after this spawns a new keeper)."""
+    no longer points to it (a job start after this spawns a new keeper). Its registration goes under the
+    lock, so a job start never finds it there and names it as it goes (one started ahead, which no state
+    file names yet, takes the job start to a new keeper)."""
     with files.locked(blocking=False) as locked:
         if not locked or not _idle(store, driver_id):
             return False
+        with contextlib.suppress(LedgerError):
+            registration.close()
         state = files.read_state()
         if state is None or state.get("driver") == driver_id:
             files.remove()  # a job start waiting for the lock finds no keeper and starts one

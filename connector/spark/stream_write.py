@@ -152,16 +152,16 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
                 return None
-            updated = committed(record, tasks, self.schema, False)
-            head, writes = committing(lc.store, updated, commit, batch_id)
+            head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 
         head = update_stream(lc.store, self.options.stream, transform, read_back=True).value
         if not found_committed[0]:
-            if created[0]:
-                evict(lc.store, self.options.stream)   # never raises: the batch is committed
+            if created[0]:   # never raises: the batch is committed
+                evict(lc.store, self.options.stream, spare=layout.stream_query_path(self.options.stream,
+                                                                                     self.query_id))
             return False
         # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.
         return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None])

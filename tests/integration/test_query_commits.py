@@ -25,7 +25,7 @@ def commit_batch(store, name: str, query: str, batch: int, ledger_id: int, befor
             found.append(commit)
             return None
         offset = record.next_offset
-        head, writes = committing(store, record.replace(tail=record.tail + (StreamLedger(ledger_id, offset, offset),)),
+        head, writes = committing(record.replace(tail=record.tail + (StreamLedger(ledger_id, offset, offset),)),
                                   commit, batch)
         if before_write is not None:
             before_write()
@@ -52,31 +52,57 @@ def test_a_commit_writes_its_querys_record_with_the_head_and_a_replay_is_found(s
     assert b"query-" not in store.zk.get(layout.stream_path("s"))[0]        # the head names no query
 
 
-def test_an_older_heads_records_count_and_move_out_with_the_next_commit(store):
-    head = StreamRecord("s", "arrow", tail=(StreamLedger(1, 0, 0),),
-                        commits=(("query-old", 5), ("query-both", 7), ("query-a", 3)))
+def old_head(store, commits) -> StreamRecord:
+    """A head as software before these records wrote it (format version 2, records inside, no queries
+    directory)."""
+    head = StreamRecord("s", "arrow", tail=(StreamLedger(1, 0, 0),), commits=commits)
     data = json.loads(serde.encode_stream(head))
-    data["format_version"] = 2   # as software before these records wrote it: no queries directory either
+    data["format_version"] = 2
     store.create(layout.stream_path("s"), json.dumps(data).encode(), makepath=True)
     store.create(layout.stream_pages_path("s"))
+    return head
+
+
+def test_an_older_heads_records_count_and_move_out_with_the_next_commit(store):
+    head = old_head(store, (("query-old", 5), ("query-a", 3)))
     old = streams.read_stream(store, "s").value
     assert old.commits == head.commits and read_query_commit(store, old, "query-a").holds(3)
     assert not commit_batch(store, "s", "query-a", 3, 20)   # the head's record counts: a replay
-    store.ensure_path(layout.stream_queries_path("s"))
-    store.create(layout.stream_query_path("s", "query-both"), encode_batch(6))   # written meanwhile, older
 
-    assert commit_batch(store, "s", "query-a", 4, 21)
+    assert commit_batch(store, "s", "query-a", 4, 21)   # creates the queries directory on the way
     moved = streams.read_stream(store, "s").value
     assert moved.commits == () and [ledger.ledger_id for ledger in moved.tail] == [1, 21]
-    assert {q: record_of(store, "s", q).value for q in ("query-old", "query-both", "query-a")} == {
-        "query-old": 5, "query-both": 7, "query-a": 4}   # the larger batch id wins
+    assert {q: record_of(store, "s", q).value for q in ("query-old", "query-a")} == {"query-old": 5, "query-a": 4}
     assert json.loads(store.zk.get(layout.stream_path("s"))[0])["format_version"] == serde.STREAM_FORMAT_VERSION
 
 
-def test_a_record_created_or_changed_under_a_commit_is_read_again(store):
+def test_of_an_old_record_and_a_newer_ones_the_larger_batch_counts(store):
+    old_head(store, (("query-both", 7), ("query-newer", 2)))
+    store.create(layout.stream_query_path("s", "query-both"), encode_batch(6), makepath=True)
+    store.create(layout.stream_query_path("s", "query-newer"), encode_batch(4))
+    assert read_query_commit(store, streams.read_stream(store, "s").value, "query-both").holds(7)
+    assert commit_batch(store, "s", "query-a", 0, 21)
+    assert {q: record_of(store, "s", q).value for q in ("query-both", "query-newer", "query-a")} == {
+        "query-both": 7, "query-newer": 4, "query-a": 0}
+
+
+def test_an_old_head_at_the_bound_moves_out_its_newest_records_and_no_eviction_takes_the_committing_ones(
+        store, monkeypatch):
+    monkeypatch.setattr("metadata.query_commits.KEPT", 4)
+    old_head(store, tuple((f"query-{n}", n) for n in range(6)))   # least recently committed first
+    assert commit_batch(store, "s", "query-new", 0, 30)
+    kept = query_commits(store, streams.read_stream(store, "s").value)
+    assert sorted(kept) == [("query-3", 3), ("query-4", 4), ("query-5", 5), ("query-new", 0)]
+    assert evict(store, "s", spare=layout.stream_query_path("s", "query-new"), kept=3, low_water=1) == 3
+    assert [q for q, _ in query_commits(store, streams.read_stream(store, "s").value)] == ["query-new"]
+
+
+def test_a_record_created_changed_or_deleted_under_a_commit_is_read_again(store):
     streams.create_stream(store, new_stream("s"))
     path = layout.stream_query_path("s", "query-a")
     interfere = [lambda: store.create(path, encode_batch(0)),   # another run of the query committed batch 0
+                 lambda: store.delete(path),                    # an eviction took it
+                 lambda: store.create(path, encode_batch(0)),   # committed again
                  lambda: store.set_data(path, encode_batch(1))]  # and then batch 1
 
     def before_write():
@@ -92,10 +118,11 @@ def test_records_beyond_the_bound_go_least_recently_committed_first(store):
     streams.create_stream(store, new_stream("s"))
     for n, query in enumerate(["query-1", "query-2", "query-3", "query-4"]):
         commit_batch(store, "s", query, 0, 100 + n)
-    assert evict(store, "s", kept=4) == 0
+    spare = layout.stream_query_path("s", "query-5")
+    assert evict(store, "s", spare, kept=4, low_water=3) == 0
     commit_batch(store, "s", "query-1", 1, 110)   # query-1 commits again: query-2 is now the oldest
     commit_batch(store, "s", "query-5", 0, 111)
-    assert evict(store, "s", kept=3) == 2
+    assert evict(store, "s", spare, kept=4, low_water=3) == 2
     head = streams.read_stream(store, "s").value
     assert query_commits(store, head) == [("query-4", 0), ("query-1", 1), ("query-5", 0)]
     assert not read_query_commit(store, head, "query-2").holds(0)
@@ -114,7 +141,7 @@ def test_a_record_committed_again_while_being_evicted_stays(store, monkeypatch):
         return found
 
     monkeypatch.setattr(store, "stat", stat_then_commit)
-    assert evict(store, "s", kept=1) == 0
+    assert evict(store, "s", spare="", kept=1, low_water=1) == 0
     monkeypatch.undo()
     assert record_of(store, "s", "query-1").value == 1 and record_of(store, "s", "query-2").value == 0
 
@@ -130,6 +157,7 @@ def test_the_head_holds_no_query_records_however_many_queries_wrote(store):
 def test_the_sinks_commits_keep_the_records_bounded_and_skip_a_replay(store, metadata_uri, monkeypatch):
     """Through LedgerStreamWriter.commit (batches without rows: no ledger to write, no storage node needed)."""
     monkeypatch.setattr("metadata.query_commits.KEPT", 2)
+    monkeypatch.setattr("metadata.query_commits.LOW_WATER", 2)
     ensure_stream(store, "s")
     for query in ("query-1", "query-2", "query-3"):
         start_query(store, query)

@@ -135,7 +135,7 @@ def test_a_keeper_started_ahead_of_a_job_start_that_fails_is_stopped(jvm, store,
             raise ValueError("the stream cannot take these rows")
     poll_until(lambda: ahead.poll() is not None, 30, what="the keeper started ahead to stop")
     poll_until(lambda: not registry.writer_alive(store, ahead_id), 30, what="its registration to go")
-    assert files.base not in driver._ahead and files.read_state() is None
+    assert files.base not in driver._ahead
 
 
 def test_no_keeper_starts_ahead_while_the_drivers_keeper_runs(jvm, store, metadata_uri):
@@ -149,3 +149,27 @@ def test_no_keeper_starts_ahead_while_the_drivers_keeper_runs(jvm, store, metada
         with keeper_registration(store, driver_process, metadata_uri) as again:
             assert again == driver_id
     assert {keeper.pid for keeper in driver._started} <= keepers   # no keeper was started
+
+
+def test_a_job_start_whose_keeper_started_ahead_ended_idle_meanwhile_starts_another(jvm, store, metadata_uri,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(driver, "IDLE_SECONDS", 1.0)
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    with driver.keeper_started_ahead(driver_process, metadata_uri):
+        ahead, ahead_id = driver._ahead[files.base]
+        poll_until(lambda: ahead.poll() is not None, 60, what="the keeper started ahead to end idle")
+        with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+            start_job(store, "job-1", "events", driver_id)
+    assert driver_id != ahead_id and registry.writer_alive(store, driver_id)
+    assert not registry.writer_alive(store, ahead_id)
+
+
+def test_the_wait_for_a_registration_is_woken_by_a_watch(store):
+    woken = threading.Event()
+    assert not registry.writer_alive(store, "writer-watched", lambda event: woken.set())
+    registration = registry.register_writer(store, "writer-watched")
+    try:
+        assert woken.wait(30) and registry.writer_alive(store, "writer-watched")
+    finally:
+        registration.close()

@@ -233,7 +233,7 @@ def test_concurrent_commits_keep_offsets_contiguous_and_lose_nothing(store, meta
 
                     def transform(record: StreamRecord) -> streams.Rewrite:
                         commit = read_query_commit(own, record, query)   # the query's record, in the multi
-                        head, writes = committing(own, appended(record, ids), commit, n)
+                        head, writes = committing(appended(record, ids), commit, n)
                         return streams.Rewrite(head, also=writes)
 
                     streams.update_stream(own, "events", transform)
