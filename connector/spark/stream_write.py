@@ -19,7 +19,9 @@ everything the commit needs travels in the registry and the commit messages.
 Each run of the query records its driver in the registry (driver.py). A run whose driver dies never
 sweeps again: the next query or write job started on the stream, or `ledger jobs --apply`, finds its
 driver gone, records the run aborted on the stream and cleans the registry (janitor.py); a commit of a
-run recorded so (its driver was only cut off) is refused, and its abort leaves the registry alone.
+run recorded so (its driver was only cut off) is refused, and its abort leaves the registry alone. A
+commit that finds its batch committed all the same (it landed before the fence, its reply lost) is
+reported committed (rule 16) and leaves the registry alone too.
 
 A commit whose reply was lost reads back whether it landed (DESIGN rule 16): finding its batch id with
 its own ledgers in the stream, it is done (not a replay: its ledgers stay). It returns only once the
@@ -112,11 +114,16 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         kept = {t.ledger_id for t in tasks if t.ledger_id is not None}
         with driver_client(self.options) as lc:
             try:
-                replayed = self._register(lc, tasks, batchId)
+                replayed, fenced = self._register(lc, tasks, batchId)
             except REFUSALS:
                 # Refused before anything was written to the stream: the batch's ledgers cannot stay.
                 self._sweep(lc, batchId, registered=set())
                 raise
+            if fenced:
+                log.warning("stream %r: batch %d of %s is committed; a janitor has since fenced this run (its "
+                            "driver's registration ended), so its registry is left to the janitor",
+                            self.options.stream, batchId, self.query_id)
+                return
             if replayed:
                 log.info("stream %r: batch %d of %s was committed before; discarding its replay",
                          self.options.stream, batchId, self.query_id)
@@ -135,23 +142,26 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 return  # a janitor cleaned this run's registry; a new run of the query may be using it now
             self._sweep(lc, batchId, registered=set())
 
-    def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> bool:
-        """One multi: the task ledgers on the head and the batch id in the query's commit record; True if the
-        batch was committed already (a replay)."""
+    def _register(self, lc: LedgerClient, tasks: list[TaskLedger], batch_id: int) -> tuple[bool, bool]:
+        """One multi: the task ledgers on the head and the batch id in the query's commit record. Returns (replayed:
+        the batch was committed already, by an earlier run; fenced: it was committed, by this commit or before,
+        and a janitor has fenced this run since). A batch not committed by a fenced run is refused."""
         found_committed = [False]
+        fenced = [False]
         created = [False]   # a query record: the query's first commit, or records moved out of an older head
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            if self.driver_id and job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
+            fenced[0] = bool(self.driver_id) and job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED
+            commit = read_query_commit(lc.store, record, self.query_id)
+            found_committed[0] = commit.holds(batch_id)
+            if found_committed[0]:
+                return None   # landed (also before a fence: rule 16, it is not reported failed), or a replay
+            if fenced[0]:
                 raise WriteJobEndedError(
                     f"streaming query {self.query_id}: a janitor found this run's driver gone (its liveness "
                     f"registration {self.driver_id} ended) and discarded its uncommitted batches; batch {batch_id} "
                     "was not committed. Restart the query from its checkpoint"
                 )
-            commit = read_query_commit(lc.store, record, self.query_id)
-            found_committed[0] = commit.holds(batch_id)
-            if found_committed[0]:
-                return None
             head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
@@ -162,9 +172,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             if created[0]:   # never raises: the batch is committed
                 evict(lc.store, self.options.stream, spare=layout.stream_query_path(self.options.stream,
                                                                                      self.query_id))
-            return False
+            return False, False
+        if fenced[0]:
+            return False, True
         # Committed before: by this commit, whose reply was lost (its ledgers are in the stream), or a replay.
-        return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None])
+        return not held_ledgers(lc.store, head, [t.ledger_id for t in tasks if t.ledger_id is not None]), False
 
     def _sweep(self, lc: LedgerClient, batch_id: int, registered: set[int]) -> None:
         """Go through the query's registry up to batch_id: forget the entries of ledgers the stream holds,

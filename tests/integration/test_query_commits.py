@@ -4,9 +4,11 @@ record are retried, and the records stay bounded with the least recently committ
 import json
 
 import pyarrow as pa
+import pytest
 
 from connector.spark.commit import new_stream
-from connector.spark.jobs import start_query
+from connector.spark.janitor import record_aborted, run_key
+from connector.spark.jobs import WriteJobEndedError, start_query
 from connector.spark.options import LedgerOptions
 from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.write import ensure_stream
@@ -169,3 +171,19 @@ def test_the_sinks_commits_keep_the_records_bounded_and_skip_a_replay(store, met
     head = streams.read_stream(store, "s").value
     assert query_commits(store, head) == [("query-2", 1), ("query-3", 1)]
     assert store.stat(layout.stream_query_path("s", "query-3")).version == 1   # created, then set once
+
+
+def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_run(store, metadata_uri):
+    """Rule 16: the commit landed, its reply was lost, and a janitor (finding the driver's registration gone)
+    recorded the run aborted before the read-back. The read-back finds the batch and reports it committed; the
+    run's registry is left to the janitor."""
+    ensure_stream(store, "s")
+    start_query(store, "query-1")
+    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-gone")
+    sink.commit([], 0)
+    record_aborted(store, "s", run_key("query-1", "driver-gone"))
+    sink.commit([], 0)   # the read-back of batch 0: committed, not failed
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
+        sink.commit([], 1)   # a batch that did not land is refused
+    assert read_query_commit(store, streams.read_stream(store, "s").value, "query-1").last_batch == 0
