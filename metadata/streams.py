@@ -11,8 +11,8 @@ Every update goes through update_stream (find or create, transform the head, com
 CAS and the creation of the pages an overflowing tail is sealed into are one ZooKeeper multi, so a job's
 or micro-batch's ledgers become visible in one step, and a commit writes the head plus at most
 PAGES_PER_UPDATE pages (and a streaming commit its query's record) whatever the stream's history (DESIGN
-rule 15). A head written by older software
-(every ledger in one record) is read as a head with a long tail and sealed into pages over its next writes.
+rule 15). A head written by older software (every ledger in one record) is read as a head with a long tail
+and sealed into pages over its next writes.
 Offsets only grow (rule 17), so a page's name never comes back: pages below first_offset (after an
 overwrite or a truncation) are skipped by readers and deleted by drop_below once their ledgers are.
 
