@@ -23,16 +23,20 @@ class NodeProcess:
         self.handle: NodeHandle | None = None
         self.address: str | None = None
 
-    def command(self) -> list[str]:
-        return node_command(self.data_dir, self.port, self.metadata_uri, self.node_id, *self.extra_args)
+    def command(self, port: int | None = None) -> list[str]:
+        return node_command(self.data_dir, self.port if port is None else port, self.metadata_uri, self.node_id,
+                            *self.extra_args)
 
     @property
     def process(self) -> subprocess.Popen | None:
         return self.handle.process if self.handle is not None else None
 
     def start(self, timeout: float = 30.0, expect_failure: bool = False) -> "NodeProcess":
+        """expect_failure: the start is to be refused (what the log says is the test's); it binds a port of its
+        own, not the node's earlier one, which another process may have taken since the node was killed (the
+        node binds its port before it checks its directory)."""
         self.address = None
-        self.handle = launch(self.command(), self.node_id)
+        self.handle = launch(self.command(0 if expect_failure else None), self.node_id)
         if expect_failure:
             poll_until(lambda: self.process.poll() is not None, timeout, what=f"node {self.node_id} to exit")
             return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 
 import pytest
 
@@ -173,3 +174,15 @@ def test_a_cookie_without_any_journal_is_refused_once_zookeeper_knows_the_node(s
     with pytest.raises(CookieMismatchError, match="journal directory .* is missing"):
         check_cookie(store, tmp_path, "node-a")
     assert read_disk_cookie(tmp_path) == cookie
+
+
+def test_a_refused_restart_names_its_reason_even_when_its_old_port_was_taken_meanwhile(start_node):
+    """The harness's restart that is to fail binds a port of its own (tests/harness/node_process.py): another
+    process may hold the killed node's port by then, as one once did in a full run."""
+    node = node_with_data(start_node)
+    node.kill()
+    shutil.rmtree(node.data_dir / "journal")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", node.port))
+        taken.listen()
+        assert_refused(node, f"journal directory {node.data_dir / 'journal'} is missing")
