@@ -23,9 +23,8 @@ class NodeProcess:
         self.handle: NodeHandle | None = None
         self.address: str | None = None
 
-    def command(self, port: int | None = None) -> list[str]:
-        return node_command(self.data_dir, self.port if port is None else port, self.metadata_uri, self.node_id,
-                            *self.extra_args)
+    def command(self) -> list[str]:
+        return node_command(self.data_dir, self.port, self.metadata_uri, self.node_id, *self.extra_args)
 
     @property
     def process(self) -> subprocess.Popen | None:
@@ -36,7 +35,7 @@ class NodeProcess:
         own, not the node's earlier one, which another process may have taken since the node was killed (the
         node binds its port before it checks its directory)."""
         self.address = None
-        self.handle = launch(self.command(0 if expect_failure else None), self.node_id)
+        self.handle = launch(self._refused_start_command() if expect_failure else self.command(), self.node_id)
         if expect_failure:
             poll_until(lambda: self.process.poll() is not None, timeout, what=f"node {self.node_id} to exit")
             return self
@@ -48,6 +47,13 @@ class NodeProcess:
         # Keep the port for restarts so that a restarted node has the same address.
         self.port = ready.port
         return self
+
+    def _refused_start_command(self) -> list[str]:
+        kept, self.port = self.port, 0
+        try:
+            return self.command()
+        finally:
+            self.port = kept
 
     def log(self) -> str:
         return self.handle.output() if self.handle is not None else ""
