@@ -173,3 +173,17 @@ def test_the_wait_for_a_registration_is_woken_by_a_watch(store):
         assert woken.wait(30) and registry.writer_alive(store, "writer-watched")
     finally:
         registration.close()
+
+
+def test_a_keeper_ending_idle_has_deleted_its_registration_before_job_starts_may_look(jvm, store, metadata_uri):
+    """_end_idle deletes the registration under the lock job starts take: once the lock is free again, no job
+    start can find the registration there and name it as it goes."""
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    registration = registry.register_writer(store, "driver-ending")
+    try:
+        assert driver._end_idle(store, "driver-ending", files, registration)
+        with files.locked():   # where a job start looks
+            assert not registry.writer_alive(store, "driver-ending")
+    finally:
+        registration.close()
