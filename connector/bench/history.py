@@ -132,7 +132,7 @@ def build_history(uri: str, stream: str, ledgers: int, others: int) -> None:
         )
         update_stream(store, stream, lambda record: None, create=head)
         queries = store.transaction()
-        for n in range(query_commits.KEPT):   # at the bound: the measured query's first commit evicts one
+        for n in range(query_commits.KEPT):   # at the bound: the measured query's first commit evicts to LOW_WATER
             queries.create(layout.stream_query_path(stream, f"query-{uuid.uuid4()}"), query_commits.encode_batch(n))
         queries.commit()
         per_update = PAGE_LEDGERS * PAGES_PER_UPDATE
