@@ -23,8 +23,8 @@ fi
 # about 40 ms of each worker's start. Quick when they are up to date.
 .venv/bin/python -m compileall -q -j 0 connector metadata protos storage_node pyspark_ledger.py > /dev/null \
     || echo "bootstrap: going on; this project's modules are compiled by each process that imports them" >&2
-# Spark's Python workers import PySpark from its pyspark.zip, compiling it at every start unless it has bytecode
-# (connector/spark/worker_archive.py); quick when it has.
+# Spark's Python workers import PySpark and Py4J from pyspark.zip and py4j-*-src.zip, compiling them at every start
+# unless they have bytecode (connector/spark/worker_archive.py); quick when they have.
 .venv/bin/ledger spark compile > /dev/null || echo "bootstrap: going on; each Spark Python worker compiles PySpark" >&2
 export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"

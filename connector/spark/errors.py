@@ -29,4 +29,4 @@ class DataLossError(LedgerError):
 
 
 class WorkerArchiveError(LedgerError):
-    """PySpark's pyspark.zip could not be read or given bytecode (`ledger spark compile`)."""
+    """An archive of PySpark's or Py4J's could not be read or given bytecode (`ledger spark compile`)."""

@@ -1,14 +1,16 @@
-"""Bytecode for the pyspark.zip that Spark puts first on every Python worker's path.
+"""Bytecode for the archives that Spark puts first on every Python worker's path: pyspark.zip and py4j's.
 
-Spark starts each Python worker with PYTHONPATH=$SPARK_HOME/python/lib/pyspark.zip:... (PythonUtils.sparkPythonPath),
-so a worker imports PySpark from that archive even where PySpark is pip-installed and compiled in site-packages. The
-archive holds sources only and Python cannot write bytecode into a zip, so every worker compiles PySpark again: here
-0.9 s of CPU for a worker that needs 0.3 s (measured in the README). Spark starts a fresh worker for each planning
-call of a Python Data Source (schema, reader, partitions, writer, commit) and for each streaming query's source,
-and gives it 10 s to connect back (a constant in PythonWorkerFactory): on a loaded machine the compiling can take a
-worker past that, and the query fails with "Python worker failed to connect back".
+Spark starts each Python worker with PYTHONPATH=$SPARK_HOME/python/lib/pyspark.zip:$SPARK_HOME/python/lib/py4j-*-src.zip
+(PythonUtils.sparkPythonPath), so a worker imports PySpark and Py4J from those archives even where both are
+pip-installed and compiled in site-packages. The archives hold sources only and Python cannot write bytecode into a
+zip, so every worker compiles them again: here 0.9 s of CPU for a worker that needs 0.3 s, of which Py4J's modules
+(imported by every worker: pyspark.daemon imports them before it forks one) about 40 ms (measured in the README).
+Spark starts a fresh worker for each planning call of a Python Data Source (schema, reader, partitions, writer,
+commit) and for each streaming query's source, and gives it 10 s to connect back (a constant in
+PythonWorkerFactory): on a loaded machine the compiling can take a worker past that, and the query fails with
+"Python worker failed to connect back".
 
-add_bytecode writes the archive again with a .pyc beside each .py (the place zipimport looks for one), each checked
+add_bytecode writes an archive again with a .pyc beside each .py (the place zipimport looks for one), each checked
 against the hash of its source (PEP 552), so a source changed in the archive is compiled again, never served stale;
 a .pyc of another Python version is ignored by the worker (its magic number differs) and replaced by add_bytecode
 (so run it with the Python the workers run, PYSPARK_PYTHON). The sources stay in the archive as they were; the
@@ -29,7 +31,9 @@ from pathlib import Path
 
 from connector.spark.errors import WorkerArchiveError
 
-ARCHIVE = Path("python", "lib", "pyspark.zip")   # under SPARK_HOME
+LIB = Path("python", "lib")                        # under SPARK_HOME
+ARCHIVE = LIB / "pyspark.zip"
+PY4J_ARCHIVES = "py4j-*-src.zip"                   # in LIB, the name carries Py4J's version
 CHECKED_HASH = (0b11).to_bytes(4, "little")       # PEP 552 flags: hash-based, checked against the source
 
 
@@ -40,9 +44,9 @@ class Compiled:
     added: int            # of which this call compiled (0: the archive had them all; else all of them)
 
 
-def spark_archive() -> Path:
-    """The pyspark.zip of the Spark that PySpark starts here: $SPARK_HOME's, else the pip-installed PySpark's (its
-    package directory is the SPARK_HOME its launcher sets; found without importing PySpark)."""
+def spark_home() -> Path:
+    """$SPARK_HOME, else the pip-installed PySpark's package directory (the SPARK_HOME its launcher sets; found
+    without importing PySpark)."""
     home = os.environ.get("SPARK_HOME")
     if not home:
         spec = importlib.util.find_spec("pyspark")
@@ -50,7 +54,13 @@ def spark_archive() -> Path:
             raise WorkerArchiveError("PySpark is not installed in this Python and SPARK_HOME is not set: run it with "
                                      "the Python Spark's workers run, or give --archive the pyspark.zip to compile")
         home = Path(spec.origin).parent
-    return Path(home) / ARCHIVE
+    return Path(home)
+
+
+def spark_archives(home: Path) -> list[Path]:
+    """The archives Spark puts on a worker's path from this Spark home: its pyspark.zip (listed whether or not it
+    exists: the caller names a missing one) and the py4j-*-src.zip beside it."""
+    return [home / ARCHIVE, *sorted((home / LIB).glob(PY4J_ARCHIVES))]
 
 
 def add_bytecode(archive: Path) -> Compiled:
@@ -68,8 +78,9 @@ def add_bytecode(archive: Path) -> Compiled:
                                  f"{archive.parent} (the archive is written beside it, then renamed)") from exc
     # zipfile raises NotImplementedError for a compression method it cannot read, ValueError for a malformed entry.
     except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError) as exc:
-        raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Give --archive the pyspark.zip of the "
-                                 f"Spark installation (SPARK_HOME/{ARCHIVE})") from exc
+        raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Give --archive the archives of the "
+                                 f"Spark installation (SPARK_HOME/{ARCHIVE} and SPARK_HOME/{LIB / PY4J_ARCHIVES})"
+                                 ) from exc
     return Compiled(archive, len(wanted), len(wanted))
 
 

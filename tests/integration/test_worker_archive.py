@@ -119,7 +119,8 @@ def test_the_command_names_a_path_that_is_no_archive_and_changes_nothing(tmp_pat
 
     error = capsys.readouterr().err
     assert error.startswith(f"ledger: error: cannot add bytecode to {path}: ")
-    assert "Give --archive the pyspark.zip of the Spark installation (SPARK_HOME/python/lib/pyspark.zip)" in error
+    assert ("Give --archive the archives of the Spark installation (SPARK_HOME/python/lib/pyspark.zip and "
+            "SPARK_HOME/python/lib/py4j-*-src.zip)") in error
     assert "Traceback" not in error
     assert sorted(p.name for p in tmp_path.iterdir()) == (["notes.txt"] if what == "not a zip" else [])
 
@@ -143,3 +144,31 @@ def test_a_spark_home_without_the_archive_is_named(tmp_path, capsys, monkeypatch
     archive = tmp_path / "python" / "lib" / "pyspark.zip"
     assert capsys.readouterr().err == (f"ledger: error: {archive} does not exist: is SPARK_HOME ({tmp_path}) the "
                                        f"Spark installation? Give --archive its pyspark.zip\n")
+
+
+def test_the_command_compiles_the_spark_homes_pyspark_and_py4j_archives(tmp_path, capsys, monkeypatch):
+    lib = tmp_path / "python" / "lib"
+    lib.mkdir(parents=True)
+    pyspark_zip = make_archive(lib / "pyspark.zip")
+    py4j_zip = make_archive(lib / "py4j-0.10.9.9-src.zip", {"py4j/__init__.py": b"VALUE = 'gateway'\n"})
+    (lib / "PY4J_LICENSE.txt").write_text("not an archive")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+
+    assert cli.main(["spark", "compile"]) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        f"{pyspark_zip}: compiled 3 of its 3 modules for this Python",
+        f"{py4j_zip}: compiled 1 of its 1 modules for this Python"]
+    path = f"{pyspark_zip}:{py4j_zip}"   # a worker's path, as Spark sets it
+    assert imported(path, "pkg.mod", "py4j") == [[f"{pyspark_zip}/pkg/mod.pyc", "first"],
+                                                 [f"{py4j_zip}/py4j/__init__.pyc", "gateway"]]
+
+
+def test_the_command_compiles_each_archive_it_is_given(tmp_path, capsys):
+    first = make_archive(tmp_path / "pyspark.zip")
+    second = make_archive(tmp_path / "py4j-src.zip", {"py4j/__init__.py": b""})
+
+    assert cli.main(["spark", "compile", "--archive", str(first), "--archive", str(second)]) == 0
+
+    assert capsys.readouterr().out.splitlines() == [f"{first}: compiled 3 of its 3 modules for this Python",
+                                                    f"{second}: compiled 1 of its 1 modules for this Python"]

@@ -1,14 +1,19 @@
-"""The test session's Spark Python workers, the planning ones and the executors' alike, import PySpark from the
-bytecode scripts/bootstrap.sh added to its pyspark.zip (`ledger spark compile`), not by compiling it at each start."""
+"""The test session's Spark Python workers, the planning ones and the executors' alike, import PySpark and Py4J from
+the bytecode scripts/bootstrap.sh added to pyspark.zip and py4j-*-src.zip (`ledger spark compile`), not by compiling
+them at each start."""
 from __future__ import annotations
+
+import re
 
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 
-def _pyspark_file() -> str:
+def _origins() -> str:
+    """Where this worker's PySpark and Py4J came from."""
+    import py4j
     import pyspark
 
-    return pyspark.__file__
+    return f"{pyspark.__file__} {py4j.__file__}"
 
 
 class _WhereFrom(DataSource):
@@ -22,7 +27,7 @@ class _WhereFrom(DataSource):
         return "planner string, executor string"
 
     def reader(self, schema):
-        return _Reader(_pyspark_file())
+        return _Reader(_origins())
 
 
 class _Reader(DataSourceReader):
@@ -30,13 +35,17 @@ class _Reader(DataSourceReader):
         self.planner = planner
 
     def read(self, partition):
-        yield self.planner, _pyspark_file()
+        yield self.planner, _origins()
 
 
 def test_python_workers_import_pyspark_from_bytecode(spark):
     spark.dataSource.register(_WhereFrom)
     [row] = spark.read.format("pyspark_origin").load().collect()
-    for worker, origin in row.asDict().items():
-        assert origin.endswith("python/lib/pyspark.zip/pyspark/__init__.pyc"), (
-            f"the {worker} worker compiled PySpark from {origin}: run `ledger spark compile` (scripts/bootstrap.sh "
+    for worker, origins in row.asDict().items():
+        pyspark_origin, py4j_origin = origins.split()
+        assert pyspark_origin.endswith("python/lib/pyspark.zip/pyspark/__init__.pyc"), (
+            f"the {worker} worker compiled PySpark from {pyspark_origin}: run `ledger spark compile` "
+            f"(scripts/bootstrap.sh does)")
+        assert re.search(r"python/lib/py4j-[^/]*-src\.zip/py4j/__init__\.pyc$", py4j_origin), (
+            f"the {worker} worker compiled Py4J from {py4j_origin}: run `ledger spark compile` (scripts/bootstrap.sh "
             f"does)")
