@@ -27,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
+
+from connector.bench.spark_cpu import CpuSplit, SparkCpu
 
 TARGETS = {"write": 0.4, "read": 0.6}
 
@@ -104,8 +107,17 @@ def _cold_ceiling(args, directory: pathlib.Path) -> dict[str, tuple[float, float
     return {case: tuple(took) for case, took in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
 
-def timed_rounds(cases: dict, runs: int) -> dict:
-    """(fastest, first) wall time of each case over `runs` rounds, each round running every case once in order.
+class Timed(NamedTuple):
+    """A case's fastest and first run (seconds) and, when measured, the CPU of its fastest run."""
+
+    best: float
+    first: float
+    best_cpu: CpuSplit | None = None
+
+
+def timed_rounds(cases: dict, runs: int, cpu: SparkCpu | None = None) -> dict[object, Timed]:
+    """The fastest and first wall time of each case over `runs` rounds, each round running every case once in order,
+    and with `cpu` the CPU of each case's fastest run.
 
     Rounds, not each case's runs back to back: a case's second and third runs right after its first still ran
     cold in the JVM (ledger count 3.25, 1.23, 1.07 s, then 0.97, 0.90, 0.79 s once the ceiling's three counts had
@@ -115,10 +127,16 @@ def timed_rounds(cases: dict, runs: int) -> dict:
     took: dict = {case: [] for case in cases}
     for _ in range(runs):
         for case, fn in cases.items():
+            before = cpu.read() if cpu is not None else None
             started = time.perf_counter()
             fn()
-            took[case].append(time.perf_counter() - started)
-    return {case: (min(t), t[0]) for case, t in took.items()}
+            elapsed = time.perf_counter() - started
+            took[case].append((elapsed, cpu.read() - before if cpu is not None else None))
+    timed = {}
+    for case, runs_of_case in took.items():
+        fastest, fastest_cpu = min(runs_of_case, key=lambda run: run[0])
+        timed[case] = Timed(fastest, runs_of_case[0][0], fastest_cpu)
+    return timed
 
 
 def _run(directory: pathlib.Path, args) -> int:
@@ -152,7 +170,7 @@ def _run(directory: pathlib.Path, args) -> int:
                 ("group-by", "parquet"): lambda: grouped(spark.read.parquet(parquet)),
                 ("group-by", "ledger"): lambda: grouped(ledger_reader()),
                 ("group-by", "ceiling"): lambda: grouped(ceiling_reader()),
-            }, max(1, args.runs))
+            }, max(1, args.runs), SparkCpu.of(spark, [node.pid for node in cluster.state.nodes]))
             assert ledger_reader().count() == args.rows, "the ledger stream does not hold every row"
             small = _small_ledgers(spark, uri, args) if args.small_ledgers > 0 else None
         finally:
@@ -164,19 +182,20 @@ def _run(directory: pathlib.Path, args) -> int:
           f"(parquet: snappy), best of {max(1, args.runs)} runs")
     ok = True
     for case in ("write", "count", "group-by"):
-        (ledger, ledger_first), (base, base_first) = times[(case, "ledger")], times[(case, "parquet")]
+        (ledger, ledger_first, _), (base, base_first, _) = times[(case, "ledger")], times[(case, "parquet")]
         ratio = base / ledger
         target = TARGETS["write" if case == "write" else "read"]
         ok &= ratio >= target
         print(f"  {case:<9} ledger {ledger:6.2f}s (first run {ledger_first:6.2f}s, {args.rows / ledger:>9,.0f} rows/s)"
               f"   parquet {base:6.2f}s (first {base_first:6.2f}s)   ledger/parquet throughput {ratio:.2f}x "
               f"(target >= {target}x){'' if ratio >= target else '  BELOW TARGET'}")
-    ceiling = {case: times[(case, "ceiling")][0] for case in ("write", "count", "group-by")}
+    ceiling = {case: times[(case, "ceiling")].best for case in ("write", "count", "group-by")}
     print("  ceiling   a minimal Arrow Python Data Source that only counts the rows it is given, and yields the "
           "same rows from memory (connector/bench/ceiling.py), the most any Python Data Source reaches here: "
-          + ", ".join(f"{case} {took:.2f}s = {times[(case, 'parquet')][0] / took:.2f}x parquet"
+          + ", ".join(f"{case} {took:.2f}s = {times[(case, 'parquet')].best / took:.2f}x parquet"
                       for case, took in ceiling.items()))
     _print_issue_targets(times, cold_ceiling)
+    _print_cpu(times)
     if small is not None:
         print(small)
     return 0 if ok else 1
@@ -202,7 +221,7 @@ def _small_ledgers(spark, uri: str, args) -> str:
         assert reader(max_partition_bytes).count() == rows, "the small-ledgers stream does not hold every row"
 
     times = timed_rounds({"packed": lambda: count(None), "single": lambda: count(0)}, max(1, args.runs))
-    (packed, _), (single, _) = times["packed"], times["single"]
+    packed, single = times["packed"].best, times["single"].best
     return (f"  small ledgers: a count of {ledgers:,} ledgers of {args.small_rows:,} rows (written in {written:.1f}s, "
             f"one per task, as a streaming sink leaves them): packed into {reader(None).rdd.getNumPartitions():,} "
             f"partitions {packed:.2f}s, one partition per ledger {single:.2f}s; {single / packed:.1f}x faster")
@@ -220,10 +239,10 @@ def _print_issue_targets(times: dict, cold_ceiling: dict[str, tuple[float, float
     cold = []
     limit = COLD_TARGETS["parquet"]
     for case in ("write", "group-by"):
-        ratio = times[(case, "ledger")][1] / times[(case, "parquet")][1]
+        ratio = times[(case, "ledger")].first / times[(case, "parquet")].first
         cold.append(f"{case} {ratio:.2f}x parquet's first run (<= {limit:g}){mark(ratio <= limit)}")
     for case in ("write", "count", "group-by"):
-        best, first = times[(case, "ledger")]
+        best, first, _ = times[(case, "ledger")]
         ratio = first / best
         cold.append(f"{case} first/best {ratio:.2f} (<= {COLD_TARGETS['best']:g}){mark(ratio <= COLD_TARGETS['best'])}")
     print("  cold      " + "; ".join(cold))
@@ -231,11 +250,20 @@ def _print_issue_targets(times: dict, cold_ceiling: dict[str, tuple[float, float
     for case in ("write", "count", "group-by"):
         best, first = cold_ceiling[case]
         bound.append(f"{case} first {first:.2f}s, best {best:.2f}s, first/best {first / best:.2f}"
-                     + (f", {first / times[(case, 'parquet')][1]:.2f}x parquet's first run" if case != "count" else ""))
+                     + (f", {first / times[(case, 'parquet')].first:.2f}x parquet's first run" if case != "count" else ""))
     print("  cold ceiling, the same cases in an application of its own (the bound for a first run): "
           + "; ".join(bound))
     ceiling = []
     for case, target in CEILING_TARGETS.items():
-        ratio = times[(case, "ceiling")][0] / times[(case, "ledger")][0]
+        ratio = times[(case, "ceiling")].best / times[(case, "ledger")].best
         ceiling.append(f"{case} {ratio:.2f} (>= {target:g}){mark(ratio >= target)}")
     print("  vs ceiling (ceiling time / ledger time) " + "; ".join(ceiling))
+
+
+def _print_cpu(times: dict) -> None:
+    """Each case's fastest runs: their CPU by process kind, and how many cores that kept busy over the run."""
+    for case in ("write", "count", "group-by"):
+        print(f"  cpu {case:<9} " + "; ".join(
+            f"{source} {timed.best:.2f}s: {timed.best_cpu.describe(timed.best)}"
+            for source in ("ledger", "ceiling", "parquet")
+            if (timed := times[(case, source)]).best_cpu is not None))
