@@ -22,10 +22,10 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
-import resource
 import tempfile
 import time
 
+from connector.bench.cpu import CpuClock
 from connector.client import LedgerClient
 from connector.node_launcher import NodeHandle, launch, node_command, wait_all_ready
 from metadata.embedded import EmbeddedZooKeeper
@@ -78,23 +78,6 @@ def run(args) -> int:
                 for node in nodes:
                     node.stop()
     return 0
-
-
-class CpuClock:
-    """CPU seconds (user + system) used so far by the storage node processes and by this process."""
-
-    def __init__(self, node_pids: list[int]):
-        self._node_pids = node_pids
-        self._tick = os.sysconf("SC_CLK_TCK")
-
-    def read(self) -> tuple[float, float]:
-        nodes = 0.0
-        for pid in self._node_pids:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            nodes += (int(fields[11]) + int(fields[12])) / self._tick   # utime, stime
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        return nodes, own.ru_utime + own.ru_stime
 
 
 def _compare(client: LedgerClient, clock: CpuClock, label: str, size: int, window: int, args) -> None:

@@ -19,7 +19,7 @@ import time
 
 import grpc
 
-from connector.bench.client import CpuClock
+from connector.bench.cpu import CpuClock
 from connector.node_launcher import node_command, start_node
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import initialise_root

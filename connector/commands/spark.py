@@ -39,10 +39,13 @@ def run_compile(args) -> int:
         if not archives[0].exists():
             if os.environ.get("SPARK_HOME"):
                 raise WorkerArchiveError(f"{archives[0]} does not exist: is SPARK_HOME ({home}) the Spark "
-                                         f"installation? Give --archive its pyspark.zip")
+                                         f"installation? Give --archive its pyspark.zip and py4j-*-src.zip")
             print(f"{archives[0]} does not exist: Spark's Python workers import the installed PySpark; nothing to "
                   f"compile")
             return 0
+        if len(archives) == 1:
+            print(f"{archives[0].parent} holds no py4j-*-src.zip: Spark's Python workers import Py4J from elsewhere; "
+                  f"compiling pyspark.zip only")
     for archive in archives:
         done = add_bytecode(archive)
         if done.added:

@@ -4,7 +4,7 @@ Spark starts each Python worker with PYTHONPATH=$SPARK_HOME/python/lib/pyspark.z
 (PythonUtils.sparkPythonPath), so a worker imports PySpark and Py4J from those archives even where both are
 pip-installed and compiled in site-packages. The archives hold sources only and Python cannot write bytecode into a
 zip, so every worker compiles them again: here 0.9 s of CPU for a worker that needs 0.3 s, of which Py4J's modules
-(imported by every worker: pyspark.daemon imports them before it forks one) about 40 ms (measured in the README).
+(imported by every worker: pyspark.daemon imports them before it forks one) about 35 ms (measured in the README).
 Spark starts a fresh worker for each planning call of a Python Data Source (schema, reader, partitions, writer,
 commit) and for each streaming query's source, and gives it 10 s to connect back (a constant in
 PythonWorkerFactory): on a loaded machine the compiling can take a worker past that, and the query fails with
@@ -52,7 +52,8 @@ def spark_home() -> Path:
         spec = importlib.util.find_spec("pyspark")
         if spec is None or spec.origin is None:
             raise WorkerArchiveError("PySpark is not installed in this Python and SPARK_HOME is not set: run it with "
-                                     "the Python Spark's workers run, or give --archive the pyspark.zip to compile")
+                                     "the Python Spark's workers run, or give --archive the pyspark.zip and the "
+                                     "py4j-*-src.zip to compile")
         home = Path(spec.origin).parent
     return Path(home)
 
@@ -74,7 +75,7 @@ def add_bytecode(archive: Path) -> Compiled:
                 return Compiled(archive, len(wanted), 0)
             _write(archive, source, entries, wanted)
     except PermissionError as exc:
-        raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Run it as a user who may write "
+        raise WorkerArchiveError(f"cannot add bytecode to {archive}: {exc}. Run it as a user who may read it and write "
                                  f"{archive.parent} (the archive is written beside it, then renamed)") from exc
     # zipfile raises NotImplementedError for a compression method it cannot read, ValueError for a malformed entry.
     except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError) as exc:
@@ -105,7 +106,7 @@ def _current(source: zipfile.ZipFile, name: str, names: set[str]) -> bool:
 def _write(archive: Path, source: zipfile.ZipFile, entries: list[zipfile.ZipInfo],
            wanted: list[zipfile.ZipInfo]) -> None:
     compiled = {info.filename + "c" for info in wanted}
-    fd, tmp = tempfile.mkstemp(prefix=".pyspark-", suffix=".zip.tmp", dir=archive.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{archive.stem}-", suffix=".zip.tmp", dir=archive.parent)
     try:
         with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w") as target:
             for info in entries:

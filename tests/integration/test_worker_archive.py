@@ -143,7 +143,7 @@ def test_a_spark_home_without_the_archive_is_named(tmp_path, capsys, monkeypatch
 
     archive = tmp_path / "python" / "lib" / "pyspark.zip"
     assert capsys.readouterr().err == (f"ledger: error: {archive} does not exist: is SPARK_HOME ({tmp_path}) the "
-                                       f"Spark installation? Give --archive its pyspark.zip\n")
+                                       f"Spark installation? Give --archive its pyspark.zip and py4j-*-src.zip\n")
 
 
 def test_the_command_compiles_the_spark_homes_pyspark_and_py4j_archives(tmp_path, capsys, monkeypatch):
@@ -172,3 +172,16 @@ def test_the_command_compiles_each_archive_it_is_given(tmp_path, capsys):
 
     assert capsys.readouterr().out.splitlines() == [f"{first}: compiled 3 of its 3 modules for this Python",
                                                     f"{second}: compiled 1 of its 1 modules for this Python"]
+
+
+def test_a_spark_home_without_py4js_archive_compiles_pyspark_zip_and_says_so(tmp_path, capsys, monkeypatch):
+    lib = tmp_path / "python" / "lib"
+    lib.mkdir(parents=True)
+    pyspark_zip = make_archive(lib / "pyspark.zip")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+
+    assert cli.main(["spark", "compile"]) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        f"{lib} holds no py4j-*-src.zip: Spark's Python workers import Py4J from elsewhere; compiling pyspark.zip only",
+        f"{pyspark_zip}: compiled 3 of its 3 modules for this Python"]

@@ -18,7 +18,8 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
                      rf"group-by first", out), out
     assert re.search(rf"vs ceiling .* write {NUMBER} \(>= 0.7\).*; count {NUMBER} \(>= 0.8\).*; group-by {NUMBER}",
                      out), out
-    split = rf"{NUMBER}s: JVM {NUMBER} \+ Python workers {NUMBER} \+ nodes {NUMBER} = {NUMBER} CPU s, {NUMBER} of \d+ cores"
+    split = (rf"{NUMBER}s: JVM {NUMBER} \+ Python workers {NUMBER} \+ nodes {NUMBER} \+ ZooKeeper {NUMBER} = {NUMBER} "
+             rf"CPU s, {NUMBER} of \d+ cores")
     for case in ("write", "count", "group-by"):
         assert re.search(rf"cpu {case} +ledger {split}; ceiling {split}; parquet {split}", out), out
     assert re.search(rf"small ledgers: a count of 10 ledgers of 5 rows .*: packed into 2 partitions {NUMBER}s, one "

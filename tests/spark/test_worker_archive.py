@@ -13,7 +13,7 @@ def _origins() -> str:
     import py4j
     import pyspark
 
-    return f"{pyspark.__file__} {py4j.__file__}"
+    return f"{pyspark.__file__}\n{py4j.__file__}"
 
 
 class _WhereFrom(DataSource):
@@ -42,7 +42,7 @@ def test_python_workers_import_pyspark_from_bytecode(spark):
     spark.dataSource.register(_WhereFrom)
     [row] = spark.read.format("pyspark_origin").load().collect()
     for worker, origins in row.asDict().items():
-        pyspark_origin, py4j_origin = origins.split()
+        pyspark_origin, py4j_origin = origins.split("\n")
         assert pyspark_origin.endswith("python/lib/pyspark.zip/pyspark/__init__.pyc"), (
             f"the {worker} worker compiled PySpark from {pyspark_origin}: run `ledger spark compile` "
             f"(scripts/bootstrap.sh does)")
