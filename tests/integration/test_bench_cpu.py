@@ -55,7 +55,7 @@ DAEMON = BURN + textwrap.dedent("""
         stray = subprocess.Popen([sys.executable, "-c", STRAY_CODE, "0.15"], start_new_session=True,
                                  stdout=subprocess.PIPE, text=True)
         stray.stdout.readline()   # it has burnt
-        print("started", flush=True)
+        print("started", stray.pid, flush=True)
         import time
         deadline = time.monotonic() + 60
         while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
@@ -80,20 +80,16 @@ def _line(process: subprocess.Popen, timeout: float) -> str:
 
 @pytest.fixture
 def processes():
-    started: list[subprocess.Popen] = []
+    """The processes a test starts, each in a session of its own, killed with whatever they started at its end."""
+    started: list = []
     yield started
-    for process in started:   # each in a session of its own: its group holds everything it started
+    for process in started:
         try:
             os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        process.wait(timeout=30)
-    for stray in psutil.process_iter():   # the one that left the tree: its session is its own
-        try:
-            if stray.cmdline()[-2:] == [IDLE_AFTER, "0.15"]:
-                stray.kill()
-        except psutil.Error:
-            pass
+        if isinstance(process, subprocess.Popen):
+            process.wait(timeout=30)
 
 
 def test_the_split_counts_the_jvm_its_workers_ended_live_and_gone_from_the_tree_the_nodes_and_zookeeper(
@@ -107,7 +103,9 @@ def test_the_split_counts_the_jvm_its_workers_ended_live_and_gone_from_the_tree_
     processes.append(jvm)
     cpu = SparkCpu(jvm.pid, [node.pid], zookeeper.pid)   # every process is new: all their CPU is counted
 
-    assert _line(jvm, 60) == "started\n"
+    started, stray = _line(jvm, 60).split()
+    assert started == "started"
+    processes.append(psutil.Process(int(stray)))
     cpu.read()   # the process the starter started is seen below the JVM
     marker.touch()
     assert _line(jvm, 60) == "burnt\n"
