@@ -17,49 +17,44 @@ from connector.bench.cpu import CpuSplit, SparkCpu
 from tests.harness.poll import poll_until
 
 BURN = textwrap.dedent("""
-    import time
+    import os, time
     def burn(seconds):
         end = time.process_time() + seconds
         while time.process_time() < end:
             pass
+    def burnt_in_child(seconds):
+        child = os.fork()
+        if child == 0:
+            burn(seconds)
+            os._exit(0)
+        os.waitpid(child, 0)
 """)
 # Burns, says so, then waits for its stdin to end.
 IDLE_AFTER = BURN + "import sys\nburn(float(sys.argv[1]))\nprint('burnt', flush=True)\nsys.stdin.read()\n"
 
 # The JVM's stand-in: forks a worker that burns 0.3 s and reaps it (the JVM's own children times), then starts the
-# daemon and waits for their shared stdin to end.
+# daemon (handing on the gate's descriptor, argv[2]) and waits for their shared stdin to end.
 JVM = BURN + textwrap.dedent("""
-    import os, subprocess, sys
-    worker = os.fork()
-    if worker == 0:
-        burn(0.3)
-        os._exit(0)
-    os.waitpid(worker, 0)
-    daemon = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+    import subprocess, sys
+    burnt_in_child(0.3)
+    daemon = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], pass_fds=(int(sys.argv[2]),))
     sys.stdin.read()
     daemon.wait()
 """)
 # The daemon: forks a worker that burns 0.3 s and ends (reaped: the daemon's children times); forks one that starts
-# a process in a session of its own that burns 0.15 s, says so once that process has burnt it, and ends once the
-# marker file (argv[1]) exists, so that process leaves the tree (the keeper's way); forks one that burns 0.2 s and
-# stays (a live descendant), which says so; at the end of stdin it ends the one that stays.
+# a process in a session of its own that burns 0.15 s, says so once that process has burnt it, and ends when the
+# gate (the read end of a pipe, descriptor argv[1]) closes, so that process leaves the tree (the keeper's way);
+# forks one that burns 0.2 s and stays (a live descendant), which says so; at the end of stdin it ends that one.
 DAEMON = BURN + textwrap.dedent("""
-    import os, subprocess, sys
-    ended = os.fork()
-    if ended == 0:
-        burn(0.3)
-        os._exit(0)
-    os.waitpid(ended, 0)
+    import subprocess, sys
+    burnt_in_child(0.3)
     starter = os.fork()
     if starter == 0:
         stray = subprocess.Popen([sys.executable, "-c", STRAY_CODE, "0.15"], start_new_session=True,
                                  stdout=subprocess.PIPE, text=True)
         stray.stdout.readline()   # it has burnt
         print("started", stray.pid, flush=True)
-        import time
-        deadline = time.monotonic() + 60
-        while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        os.read(int(sys.argv[1]), 1)   # returns at the end of the pipe: the test closed its end
         os._exit(0)
     os.waitpid(starter, 0)
     staying = os.fork()
@@ -92,14 +87,17 @@ def processes():
             process.wait(timeout=30)
 
 
-def test_the_split_counts_the_jvm_its_workers_ended_live_and_gone_from_the_tree_the_nodes_and_zookeeper(
-        processes, tmp_path):
+def test_the_split_counts_the_jvm_its_workers_ended_live_and_gone_from_the_tree_the_nodes_and_zookeeper(processes):
     node, zookeeper = (subprocess.Popen([sys.executable, "-c", IDLE_AFTER, str(burn)], stdin=subprocess.PIPE,
                                         stdout=subprocess.DEVNULL, start_new_session=True) for burn in (0.25, 0.1))
     processes += [node, zookeeper]
-    marker = tmp_path / "starter may end"
-    jvm = subprocess.Popen([sys.executable, "-c", JVM, DAEMON.replace("STRAY_CODE", repr(IDLE_AFTER)), str(marker)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    gate, opener = os.pipe()   # the starter ends when the test closes `opener`
+    try:
+        jvm = subprocess.Popen([sys.executable, "-c", JVM, DAEMON.replace("STRAY_CODE", repr(IDLE_AFTER)), str(gate)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               pass_fds=(gate,))
+    finally:
+        os.close(gate)
     processes.append(jvm)
     cpu = SparkCpu(jvm.pid, [node.pid], zookeeper.pid)   # every process is new: all their CPU is counted
 
@@ -107,7 +105,7 @@ def test_the_split_counts_the_jvm_its_workers_ended_live_and_gone_from_the_tree_
     assert started == "started"
     processes.append(psutil.Process(int(stray)))
     cpu.read()   # the process the starter started is seen below the JVM
-    marker.touch()
+    os.close(opener)
     assert _line(jvm, 60) == "burnt\n"
     poll_until(lambda: cpu.read().nodes >= 0.23 and cpu.read().zookeeper >= 0.09, timeout=30,
                what="the node's and ZooKeeper's stand-ins burnt their CPU")
