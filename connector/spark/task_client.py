@@ -15,8 +15,8 @@ discards) is recovered and closed within the step. What stays is what a client k
 session, the nodes' addresses and channels.
 
 Write tasks keep a client of their own per task (write_task_client): a write task's client owns its ledger's
-writer registration, which must end with the task. Every client a worker opens here, shared or not, is where its
-first one freezes what the worker holds (worker_gc.py).
+writer registration, which must end with the task. Each of the three is where a task or step starts: the
+worker's first two also freeze what the worker holds (worker_gc.py).
 
 A shared client is replaced, never reused, when:
 - the step's client settings differ (another cluster, TLS files or token: a rotated token file reads anew; the
@@ -45,25 +45,22 @@ REUSE_SECONDS = 600.0
 
 def read_client(options: LedgerOptions) -> contextlib.AbstractContextManager[LedgerClient]:
     """The worker's shared read client for these options (opened if there is none that fits)."""
+    freeze_long_lived()
     return _READ_TASKS.use(options.metadata, options.task_client_options())
 
 
 def driver_client(options: LedgerOptions) -> contextlib.AbstractContextManager[LedgerClient]:
     """The shared client of the driver-side steps: the driver's settings (a short ZooKeeper connect timeout: a
     wrong URI fails the query at once). Replaced on failure, as a read task's is."""
+    freeze_long_lived()
     return _DRIVER_STEPS.use(options.metadata, options.client_options())
 
 
 def write_task_client(options: LedgerOptions) -> LedgerClient:
     """A write task's client of its own (never shared: it owns the task's ledger, and its registration ends
     with the task)."""
-    return _open(options.metadata, options.task_client_options())
-
-
-def _open(metadata: str, settings: dict) -> LedgerClient:
-    """Every client a worker opens: the first one also freezes what the worker holds (worker_gc.py)."""
     freeze_long_lived()
-    return LedgerClient(metadata, **settings)
+    return LedgerClient(options.metadata, **options.task_client_options())
 
 
 class _Shared:
@@ -119,7 +116,7 @@ class _Sharing:
         _close(idle)
         if shared is not None:
             return shared
-        opened = _Shared(key, _open(metadata, settings))
+        opened = _Shared(key, LedgerClient(metadata, **settings))
         opened.users = 1
         with self._lock:
             idle = self._retire_unfit(key)

@@ -29,8 +29,11 @@ cycle = weakref.ref(a)
 del a, b                                   # garbage that only a collection frees
 first = worker_gc.freeze_long_lived()
 frozen = gc.get_freeze_count()
+made_since = [[n] for n in range(5000)]    # what the first task leaves, e.g. the client it opened
 second = worker_gc.freeze_long_lived()
-print(first, second, cycle() is None, frozen, gc.get_freeze_count(), len(gc.get_objects()))
+frozen_second = gc.get_freeze_count()
+third = worker_gc.freeze_long_lived()
+print(first, second, third, cycle() is None, frozen, frozen_second, gc.get_freeze_count(), len(gc.get_objects()))
 """
 
 
@@ -41,19 +44,20 @@ def _probe(as_daemon: bool, **env: str) -> list[str]:
     return run.stdout.split()
 
 
-def test_in_a_daemon_worker_the_first_call_collects_then_freezes_what_is_tracked():
-    first, second, collected, frozen, frozen_after, tracked = _probe(as_daemon=True)
-    assert (first, second) == ("True", "False")     # once per worker
+def test_in_a_daemon_worker_the_first_call_collects_then_freezes_and_the_second_freezes_what_came_since():
+    first, second, third, collected, frozen, frozen_second, frozen_after, tracked = _probe(as_daemon=True)
+    assert (first, second, third) == ("True", "True", "False")     # twice per worker
     assert collected == "True"                      # garbage is collected first, never frozen
-    assert int(frozen) > 1000 and frozen_after == frozen
+    assert int(frozen) > 1000
+    assert int(frozen_second) >= int(frozen) + 5000 and frozen_after == frozen_second
     assert int(tracked) < 100                       # what a collection still walks: only what came after
 
 
 def test_anywhere_else_the_collector_is_left_alone():
-    first, second, collected, frozen, _, _ = _probe(as_daemon=False)
-    assert (first, second, collected, frozen) == ("False", "False", "False", "0")
+    first, second, third, collected, frozen, _, _, _ = _probe(as_daemon=False)
+    assert (first, second, third, collected, frozen) == ("False", "False", "False", "False", "0")
 
 
 def test_the_switch_turns_it_off_in_a_daemon_worker_too():
-    first, second, collected, frozen, _, _ = _probe(as_daemon=True, LEDGER_WORKER_GC_FREEZE="off")
-    assert (first, second, collected, frozen) == ("False", "False", "False", "0")
+    first, second, third, collected, frozen, _, _, _ = _probe(as_daemon=True, LEDGER_WORKER_GC_FREEZE="off")
+    assert (first, second, third, collected, frozen) == ("False", "False", "False", "False", "0")
