@@ -3,9 +3,12 @@
 Starts a real ZooKeeper and one node process in a temporary directory, then keeps many entries in
 flight on one Add stream (several entries per AddRequest) for 1 KiB and 1 MiB entries. In the same
 run and directory it measures an append+fsync loop on a plain file with the same entry size and the
-same group size (entries per fsync that the node achieved), and prints the ratios, and the CPU the node
-process (all its threads) and this driver used per acknowledged entry over the measured seconds: the node's
-figure at one full core bounds its rate on any machine like this one, whatever else shares the cores.
+same group size (entries per fsync that the node achieved), and the node ceiling (connector/bench/node_ceiling.py:
+a Python gRPC server that only writes what it receives, fdatasyncs and answers) with the same messages, and
+prints the ratios, and the CPU the node process (all its threads) and this driver used per acknowledged entry over
+the measured seconds: the node's figure at one full core bounds its rate on any machine like this one, whatever
+else shares the cores. A target the ceiling misses as well is bound on this machine: no node on Python's gRPC
+reaches it here.
 The node runs as its own process (connector/node_launcher.py): the connector never imports it, so the page
 cache allowance the raw loop imitates is one this module owns and passes to the node as a flag.
 """
@@ -20,6 +23,7 @@ import time
 import grpc
 
 from connector.bench.cpu import CpuClock
+from connector.bench.node_ceiling import CeilingServer, SyncedFile, measure
 from connector.node_launcher import node_command, start_node
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import initialise_root
@@ -34,8 +38,6 @@ _MAX_MESSAGE = 256 * MiB
 TARGET_SMALL_ENTRIES_PER_S = 250_000
 TARGET_LARGE_RATIO = 0.80
 _PAGE_CACHE_BYTES = 0            # the node's default --journal-page-cache-bytes, passed to it explicitly
-_DROP_STEP = 4 * MiB             # the journal's step for dropping pages (storage_node/journal.py)
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 NODE_START_SECONDS = 60.0
 
 
@@ -59,20 +61,24 @@ def run(args) -> int:
         with EmbeddedZooKeeper(work / "zookeeper") as zk:
             initialise_root(zk.uri("/bench"))
             node = _NodeUnderTest(work / "node", zk.uri("/bench"))
+            ceiling = None
             try:
+                ceiling = CeilingServer(work / "ceiling")
                 cases = [
                     ("1KiB", KiB, args.small_batch, args.small_window),
                     ("1MiB", MiB, args.large_batch, args.large_window),
                 ]
                 for ledger_id, (label, size, batch, window) in enumerate(cases, start=1):
-                    _compare(node, work, label, ledger_id, size, batch, window, args)
+                    _compare(node, ceiling, work, label, ledger_id, size, batch, window, args)
             finally:
                 node.stop()
+                if ceiling is not None:
+                    ceiling.stop()
     return 0
 
 
-def _compare(node: "_NodeUnderTest", work: pathlib.Path, label: str, ledger_id: int, size: int, batch: int,
-             window: int, args) -> None:
+def _compare(node: "_NodeUnderTest", ceiling: CeilingServer, work: pathlib.Path, label: str, ledger_id: int,
+             size: int, batch: int, window: int, args) -> None:
     clock = CpuClock([node.pid])
     before = node.info()
     acked, elapsed, cpu = asyncio.run(_drive(node.address, ledger_id, size, batch, window, args.warmup,
@@ -80,9 +86,10 @@ def _compare(node: "_NodeUnderTest", work: pathlib.Path, label: str, ledger_id: 
     after = node.info()
     fsyncs = max(1, after.journal_fsyncs - before.journal_fsyncs)
     group = max(1, round((after.journal_records - before.journal_records) / fsyncs))
-    # The disk is shared with whatever else runs: measure the raw loop right after the node and once
-    # more after a second node run, and compare sums, so drift hits both sides alike.
+    # The disk is shared with whatever else runs: measure the raw loop and the ceiling right after the node and
+    # once more after a second node run, and compare sums, so drift hits all three alike.
     raw_entries, raw_elapsed = _raw_fsync_loop(work / "raw-fsync.dat", size, group, args.seconds)
+    ceiling_runs = [measure([ceiling], 1, size, batch, window, args.warmup, args.seconds)]
     more, more_elapsed, more_cpu = asyncio.run(
         _drive(node.address, ledger_id + 100, size, batch, window, args.warmup, args.seconds, clock)
     )
@@ -90,22 +97,38 @@ def _compare(node: "_NodeUnderTest", work: pathlib.Path, label: str, ledger_id: 
     node_cpu, driver_cpu = (a + b for a, b in zip(cpu, more_cpu))
     raw_more, raw_more_elapsed = _raw_fsync_loop(work / "raw-fsync.dat", size, group, args.seconds)
     raw_entries, raw_elapsed = raw_entries + raw_more, raw_elapsed + raw_more_elapsed
+    ceiling_runs.append(measure([ceiling], 1, size, batch, window, args.warmup, args.seconds))
     node_rate, raw_rate = acked / elapsed, raw_entries / raw_elapsed
     node_mb, raw_mb = node_rate * size / 1e6, raw_rate * size / 1e6
+    ceiling_rate = sum(run.entries_per_s for run in ceiling_runs) / len(ceiling_runs)
+    ceiling_cores = sum(run.server_cores for run in ceiling_runs) / len(ceiling_runs)
     print(f"node {label}: {node_rate:,.0f} entries/s {node_mb:,.1f} MB/s "
           f"(raw fsync file, groups of {group}: {raw_rate:,.0f}/s {raw_mb:,.1f} MB/s) "
           f"ratio {node_rate / raw_rate:.2f}; {group} adds per fsync", flush=True)
+    print(f"  ceiling (a Python gRPC server that only writes, fdatasyncs and answers; node_ceiling.py): "
+          f"{ceiling_rate:,.0f} entries/s {ceiling_rate * size / 1e6:,.1f} MB/s, ratio {ceiling_rate / raw_rate:.2f} "
+          f"to the raw file, at {ceiling_cores:.2f} cores; the node reaches {node_rate / max(ceiling_rate, 1e-9):.2f} of it",
+          flush=True)
     per_entry = node_cpu / max(acked, 1)
     print(f"  cpu per acknowledged entry: node {per_entry * 1e6:,.2f} us ({node_cpu / elapsed:.2f} cores), "
           f"driver {driver_cpu / max(acked, 1) * 1e6:,.2f} us ({driver_cpu / elapsed:.2f} cores) of "
           f"{os.cpu_count()}; the node at one full core: {1 / max(per_entry, 1e-9):,.0f} entries/s", flush=True)
     if size < MiB:
-        verdict = "met" if node_rate >= TARGET_SMALL_ENTRIES_PER_S else "MISSED"
+        verdict = _verdict(node_rate, ceiling_rate, TARGET_SMALL_ENTRIES_PER_S, f"{ceiling_rate:,.0f}/s")
         print(f"  target {label} >= {TARGET_SMALL_ENTRIES_PER_S:,} acknowledged entries/s: {verdict}", flush=True)
     else:
-        verdict = "met" if node_mb >= TARGET_LARGE_RATIO * raw_mb else "MISSED"
+        verdict = _verdict(node_rate / raw_rate, ceiling_rate / raw_rate, TARGET_LARGE_RATIO,
+                           f"{ceiling_rate / raw_rate:.2f}")
         print(f"  target {label} >= {TARGET_LARGE_RATIO:.0%} of raw fsynced-file MB/s: MB/s ratio "
               f"{node_mb / raw_mb:.2f}, {verdict}", flush=True)
+
+
+def _verdict(value: float, ceiling: float, target: float, ceiling_text: str) -> str:
+    if value >= target:
+        return "met"
+    if ceiling < target:
+        return f"MISSED, bound on this machine: the ceiling reaches {ceiling_text}"
+    return "MISSED"
 
 
 async def _drive(address: str, ledger_id: int, size: int, batch: int, window: int, warmup: float,
@@ -172,25 +195,18 @@ def _encode_add_request(ledger_id: int, entry_ids: range, key: bytes, payload: b
 
 def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -> tuple[int, float]:
     """The machine's limit: append `group` entries of `size` bytes with one write, then fdatasync, dropping
-    synced pages from the page cache as the journal does (--journal-page-cache-bytes: whole pages, in steps of
-    _DROP_STEP); repeat."""
+    synced pages from the page cache as the journal does; repeat."""
     buffer = os.urandom(size) * group
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    entries = written = dropped = 0
+    synced = SyncedFile(path, _PAGE_CACHE_BYTES)
+    entries = 0
     try:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            written += os.write(fd, buffer)
-            os.fdatasync(fd)
-            cold = (written - _PAGE_CACHE_BYTES) // _PAGE * _PAGE
-            if cold - dropped >= _DROP_STEP:
-                os.posix_fadvise(fd, dropped, cold - dropped, os.POSIX_FADV_DONTNEED)
-                dropped = cold
+            synced.write_group([buffer])
             entries += group
         elapsed = time.perf_counter() - start
     finally:
-        os.close(fd)
-        path.unlink()
+        synced.remove()
     return entries, elapsed
 
 
