@@ -16,6 +16,7 @@ E=WQ=n, AQ).
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -79,29 +80,32 @@ async def _serve(directory: pathlib.Path) -> None:
         journal = SyncedFile(directory / f"stream-{next(streams)}.dat")
         pending: list[bytes] = []
         arrived = asyncio.Event()
-        ended = False
 
         async def read() -> None:
-            nonlocal ended
             async for message in request_iterator:
                 pending.append(message)
                 arrived.set()
-            ended = True
-            arrived.set()
 
         reader = asyncio.ensure_future(read())
+        reader.add_done_callback(lambda _: arrived.set())    # its end, or its failure, wakes the loop below
+        writing = None
         try:
-            while pending or not ended:
+            while pending or not reader.done():
                 if not pending:
                     arrived.clear()
                     await arrived.wait()
                     continue
                 group = pending[:]
                 pending.clear()
-                await loop.run_in_executor(None, journal.write_group, group)
+                writing = loop.run_in_executor(None, journal.write_group, group)
+                await writing
                 await context.write(len(group).to_bytes(4, "little"))
+            reader.result()      # a stream that failed ends the call with that failure
         finally:
             reader.cancel()
+            if writing is not None:     # cancelled mid-write: the file stays open until its thread is done with it
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(writing)
             journal.remove()
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", _MAX_MESSAGE)])
@@ -111,20 +115,20 @@ async def _serve(directory: pathlib.Path) -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(port, flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())    # nothing else goes to the pipe nobody reads after this
     await loop.run_in_executor(None, sys.stdin.read)     # until the driver closes our stdin (or exits)
     await server.stop(None)
 
 
 class CeilingServer:
-    """A server process in `directory`; stop() ends it."""
+    """A server process in `directory`; stop() ends it. Its first line on stdout is its port, once it listens."""
 
     def __init__(self, directory: pathlib.Path):
         directory.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen([sys.executable, "-m", "connector.bench.node_ceiling", str(directory)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.pid = self.process.pid
-        # its first line is its port, once it listens; nothing if it dies first or hangs
-        ready, _, _ = select.select([self.process.stdout], [], [], START_SECONDS)
+        ready, _, _ = select.select([self.process.stdout], [], [], START_SECONDS)   # nothing: it died, or hangs
         line = self.process.stdout.readline() if ready else ""
         if not line.strip().isdigit():
             self.stop()
@@ -133,13 +137,13 @@ class CeilingServer:
         self.address = f"127.0.0.1:{int(line)}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(START_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self.process.stdin.close()
+        self.process.stdout.close()
+        try:
+            self.process.wait(START_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +157,8 @@ def measure(servers: list[CeilingServer], ack_quorum: int, size: int, batch: int
             seconds: float) -> CeilingRun:
     """Entries of `size` bytes, `batch` to a message, to every one of `servers`, about `window` entries in flight,
     each acknowledged once ack_quorum servers have made it durable."""
+    if not 1 <= ack_quorum <= len(servers):
+        raise ValueError(f"ack quorum {ack_quorum} must be between 1 and the number of servers, {len(servers)}")
     clock = CpuClock([server.pid for server in servers])
     messages, elapsed, (servers_cpu, driver_cpu) = asyncio.run(_drive(
         [server.address for server in servers], size * batch, max(1, window // batch), ack_quorum, warmup, seconds,
@@ -160,19 +166,42 @@ def measure(servers: list[CeilingServer], ack_quorum: int, size: int, batch: int
     return CeilingRun(messages * batch / elapsed, servers_cpu / elapsed, driver_cpu / elapsed)
 
 
+def verdict(value: float, target: float, ceiling: float | None = None, ceiling_text: str = "") -> str:
+    """A benchmark's verdict on a target (reached when value >= target): met, missed, or missed where the ceiling
+    measured in the same run (its value on the same scale) misses it too: bound on this machine, in this run."""
+    if value >= target:
+        return "met"
+    if ceiling is not None and ceiling < target:
+        return f"MISSED, bound on this machine: the ceiling {ceiling_text}"
+    return "MISSED"
+
+
 async def _drive(addresses: list[str], size: int, window: int, ack_quorum: int, warmup: float, seconds: float,
                  clock: CpuClock) -> tuple[int, float, tuple[float, float]]:
     """Send `size`-byte messages to every server, `window` in flight; (messages acknowledged by ack_quorum
-    servers in the measured seconds, those seconds, the clock's CPU seconds over them)."""
+    servers in the measured seconds, those seconds, the clock's CPU seconds over them). Each server has a sender
+    of its own, as the writer has for each node (connector/client/transport.py): a slow one holds up no other."""
     payload = os.urandom(size)
     loop = asyncio.get_running_loop()
     channels = [grpc.aio.insecure_channel(a, options=[("grpc.max_send_message_length", _MAX_MESSAGE)])
                 for a in addresses]
     calls = [c.stream_stream(METHOD)() for c in channels]
-    sent = 0
+    queues = [0] * len(calls)          # messages queued for each server's sender
+    wakeups = [asyncio.Event() for _ in calls]
     durable = [0] * len(calls)         # messages each server has made durable (it answers in order)
     acked = 0                          # messages ack_quorum servers have made durable
+    sending = True
     credit = asyncio.Event()
+
+    async def send(index: int, call) -> None:
+        while sending or queues[index]:
+            if not queues[index]:
+                wakeups[index].clear()
+                await wakeups[index].wait()
+                continue
+            queues[index] -= 1
+            await call.write(payload)
+        await call.done_writing()
 
     async def receive(index: int, call) -> None:
         nonlocal acked
@@ -182,15 +211,17 @@ async def _drive(addresses: list[str], size: int, window: int, ack_quorum: int, 
                 acked = sorted(durable, reverse=True)[ack_quorum - 1]
                 credit.set()
         finally:
-            credit.set()               # a sender waiting for credit sees a stream that ended
+            credit.set()               # the loop below sees a stream that ended
 
-    receivers = [asyncio.ensure_future(receive(i, c)) for i, c in enumerate(calls)]
+    tasks = [asyncio.ensure_future(coroutine(i, c)) for i, c in enumerate(calls) for coroutine in (send, receive)]
+    sent = 0
     try:
         end = loop.time() + warmup + seconds
         started = counted_from = cpu_from = None
         while loop.time() < end:
-            if any(receiver.done() for receiver in receivers):
-                await asyncio.gather(*receivers)     # raises what ended it
+            ended = [task for task in tasks if task.done()]
+            if ended:
+                ended[0].result()      # raises what ended it
                 raise SystemExit(f"bench: a node ceiling server ended its stream after {sent} messages")
             if started is None and loop.time() >= end - seconds:
                 started, counted_from, cpu_from = time.perf_counter(), acked, clock.read()
@@ -199,31 +230,42 @@ async def _drive(addresses: list[str], size: int, window: int, ack_quorum: int, 
                 with contextlib.suppress(asyncio.TimeoutError):     # no answer at all: stop at the end
                     await asyncio.wait_for(credit.wait(), max(0.0, end - loop.time()))
                 continue
-            for call in calls:
-                await call.write(payload)
+            for index in range(len(calls)):
+                queues[index] += 1
+                wakeups[index].set()
             sent += 1
         elapsed = time.perf_counter() - (started or time.perf_counter())
         counted = acked - (acked if counted_from is None else counted_from)
         cpu_to = clock.read()
         cpu = tuple(to - fro for to, fro in zip(cpu_to, cpu_from or cpu_to))
-        for call in calls:
-            await call.done_writing()
+        sending = False
+        for wakeup in wakeups:
+            wakeup.set()
         try:
-            await asyncio.wait_for(asyncio.gather(*receivers), DRAIN_SECONDS)
+            await asyncio.wait_for(asyncio.gather(*tasks), DRAIN_SECONDS)
         except asyncio.TimeoutError:
-            raise SystemExit(f"bench: a node ceiling server did not answer within {DRAIN_SECONDS:.0f} s of the "
-                             "last message") from None
+            raise SystemExit(f"bench: a node ceiling server did not take or answer the last messages within "
+                             f"{DRAIN_SECONDS:.0f} s") from None
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
         details = f"{exc.code().name} {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
         raise SystemExit(f"bench: a node ceiling server failed: {details} (its errors are above)") from None
     finally:
-        for receiver in receivers:
-            receiver.cancel()
+        for task in tasks:
+            task.cancel()
         for channel in channels:
             await channel.close()
     return counted, max(elapsed, 1e-9), cpu
 
 
-if __name__ == "__main__":
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m connector.bench.node_ceiling",
+                                     description="the node ceiling's server (connector/bench/node_ceiling.py); "
+                                                 "prints its port, serves until its stdin ends")
+    parser.add_argument("directory", type=pathlib.Path, help="where it writes each stream's file")
+    args = parser.parse_args()
     keep_large_buffers_on_heap()     # as the storage node does at start-up
-    asyncio.run(_serve(pathlib.Path(sys.argv[1])))
+    asyncio.run(_serve(args.directory))
+
+
+if __name__ == "__main__":
+    main()

@@ -5,15 +5,14 @@ PySpark's daemon runs gc.collect() in a reused worker after every task and every
 connector tracks about 100,000 (PySpark, Arrow, gRPC, kazoo, protobuf and the connector's own modules): each
 collection took 20-35 ms of CPU, about a seventh of a read task's CPU in a count of 2,000,000 rows, and a
 planning step's collection doubled that step's CPU. Nearly all of those objects live as long as the worker, so
-they are moved out of the collector's sight (gc.freeze) as the worker's first two tasks or steps of the connector
-start (freeze_long_lived):
-- the first freezes what the worker holds then, after a collection so that no garbage is kept: its imports and
-  PySpark's state;
-- the second freezes what the first one left: the client it opened (kazoo, gRPC channels, the event loop), the
-  modules it imported and the caches it filled, about 50,000 objects more. PySpark's collection after the first
-  task has swept its garbage already, so this one needs no collection of its own.
+they are moved out of the collector's sight (gc.freeze, each time after a collection so that no garbage is kept)
+as the worker's first two tasks or steps of the connector start (freeze_long_lived):
+- the first freezes what the worker holds then: its imports and PySpark's state;
+- the second freezes what came since: the client the first one opened (kazoo, gRPC channels, the event loop), the
+  modules it imported and the caches it filled, about 50,000 objects more. Its collection walks those once.
 The daemon's collections then walk only what the worker made since (about 480 objects in a count's read
-workers, against 53,000 after the first freeze alone).
+workers, against 53,000 after the first freeze alone). One planning step may start the connector twice (the
+reader, then its partitions): there the second freeze comes within the first step.
 
 What is frozen is never collected again, so whatever of it later becomes cyclic garbage stays: at most what the
 worker held at those two moments (its modules, PySpark's state, its client, and the task or step starting then),
@@ -37,16 +36,15 @@ _lock = threading.Lock()
 
 
 def freeze_long_lived() -> bool:
-    """Called as each task or step of the connector starts. In a PySpark daemon worker, the first call collects
-    and then freezes what is tracked, the second freezes what is tracked; whether this call froze."""
+    """Called as each task or step of the connector starts. In a PySpark daemon worker, the first two calls each
+    collect and then freeze what is tracked; whether this call froze."""
     global _freezes
     if _freezes >= FREEZES or not in_daemon_worker() or switched_off(FREEZE_ENV):
         return False
     with _lock:
         if _freezes >= FREEZES:
             return False
-        if _freezes == 0:
-            gc.collect()
+        gc.collect()
         gc.freeze()
         _freezes += 1
     return True

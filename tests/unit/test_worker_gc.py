@@ -30,10 +30,15 @@ del a, b                                   # garbage that only a collection free
 first = worker_gc.freeze_long_lived()
 frozen = gc.get_freeze_count()
 made_since = [[n] for n in range(5000)]    # what the first task leaves, e.g. the client it opened
+c, d = Node(), Node()
+c.other, d.other = d, c
+second_cycle = weakref.ref(c)
+del c, d                                   # the first task's garbage, which the second freeze must not keep
 second = worker_gc.freeze_long_lived()
 frozen_second = gc.get_freeze_count()
 third = worker_gc.freeze_long_lived()
-print(first, second, third, cycle() is None, frozen, frozen_second, gc.get_freeze_count(), len(gc.get_objects()))
+print(first, second, third, cycle() is None and second_cycle() is None, frozen, frozen_second, gc.get_freeze_count(),
+      len(gc.get_objects()))
 """
 
 
@@ -47,7 +52,7 @@ def _probe(as_daemon: bool, **env: str) -> list[str]:
 def test_in_a_daemon_worker_the_first_call_collects_then_freezes_and_the_second_freezes_what_came_since():
     first, second, third, collected, frozen, frozen_second, frozen_after, tracked = _probe(as_daemon=True)
     assert (first, second, third) == ("True", "True", "False")     # twice per worker
-    assert collected == "True"                      # garbage is collected first, never frozen
+    assert collected == "True"                      # garbage is collected first, never frozen (both times)
     assert int(frozen) > 1000
     assert int(frozen_second) >= int(frozen) + 5000 and frozen_after == frozen_second
     assert int(tracked) < 100                       # what a collection still walks: only what came after
