@@ -3,8 +3,9 @@
 Starts a real ZooKeeper and three `python -m storage_node` processes (fsync on) in a temporary directory.
 One LedgerClient appends with many adds in flight (append_async, a bounded window), first to a one-node
 ledger, then to a replicated one, for 1 KiB and 1 MiB entries, and prints the ratios measured in this run.
-Then it times the recovery of OPEN ledgers of 1,000 and 100,000 entries: recovery starts at the LAC, so
-its time must not grow with the ledger's length.
+Then it times the recovery of OPEN ledgers of 1,000 and 100,000 entries (the median of --recovery-repeats ledgers
+of each length: one recovery takes milliseconds, within a machine's hiccups): recovery starts at the LAC, so its
+time must not grow with the ledger's length.
 
 Beside each figure it prints the CPU the nodes and the client used (in cores), per acknowledged MB and per
 acknowledged entry (all three nodes' CPU together, and the client's):
@@ -26,6 +27,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import statistics
 import tempfile
 import time
 
@@ -53,6 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--small-batch", type=int, default=128,
                         help="1 KiB entries per append_many call in the small-events case")
     parser.add_argument("--recovery-lengths", default="1000,100000", help="entries of the OPEN ledgers recovered")
+    parser.add_argument("--recovery-repeats", type=int, default=3,
+                        help="OPEN ledgers recovered per length (the median is printed)")
 
 
 def run(args) -> int:
@@ -77,11 +81,13 @@ def run(args) -> int:
                         _compare(client, clock, label, size, window, args, ceilings if size >= MiB else None)
                     _small_events(client, clock, args)
                     lengths = [int(n) for n in args.recovery_lengths.split(",")]
-                    times = [_recovery_time(client, uri, n) for n in lengths]
+                    repeats = max(1, args.recovery_repeats)
+                    times = [statistics.median(_recovery_time(client, uri, n) for _ in range(repeats))
+                             for n in lengths]
                     print("recovery of an OPEN ledger: " + ", ".join(
                         f"{n:,} entries {t * 1000:,.0f} ms" for n, t in zip(lengths, times))
-                        + f"; ratio longest/shortest {times[-1] / times[0]:.2f} (must not grow with length)",
-                        flush=True)
+                        + f"; ratio longest/shortest {times[-1] / times[0]:.2f} (must not grow with length); "
+                        f"medians of {repeats}", flush=True)
             finally:
                 for process in (*nodes, *ceilings):
                     process.stop()

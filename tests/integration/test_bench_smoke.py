@@ -29,7 +29,8 @@ from tests.harness.bench import NUMBER, bench
       rf"client 1KiB in batches of 128 \(append_many\): replicated E=3 WQ=3 AQ=2 {NUMBER} appends/s \(target >= "
       rf"75,000: (met|MISSED)\); per acknowledged entry: nodes {NUMBER} us \+ client {NUMBER} us; bound at \d+ "
       rf"cores: {NUMBER} appends/s \(the nodes' CPU alone: {NUMBER}\)",
-      rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms"]),
+      rf"recovery of an OPEN ledger: 10 entries {NUMBER} ms, 200 entries {NUMBER} ms; ratio longest/shortest "
+      rf"{NUMBER} \(must not grow with length\); medians of 3"]),
     (("history", "--quick"),
      [rf"sink commit: .* {NUMBER} ms on an empty stream .* {NUMBER} ms on a stream of 2,000 ledgers .* ratio {NUMBER}",
       rf"batch write commit: .* ratio {NUMBER}",
