@@ -40,6 +40,7 @@ from storage_node.replay import recover
 from storage_node.segments import (
     JOURNAL_DIR,
     FileNumbers,
+    Position,
     SegmentReaders,
     data_file_path,
     fsync_directory,
@@ -188,6 +189,11 @@ class Storage:
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
+        # What the last snapshot written covers: the durable journal position and the count of index moves made
+        # outside the journal (compaction's) when it was encoded. Every other change to what a snapshot holds is
+        # a journal record, so a snapshot of the same two would be the same bytes.
+        self._moves = 0
+        self._snapshot_covers: tuple[Position, int] | None = None
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
 
@@ -209,15 +215,21 @@ class Storage:
         )
         self.ready = True
 
-    async def checkpoint(self) -> None:
-        """Snapshot the index at the durable position. Refused (JournalWriteError) once the journal broke:
-        the disk is not trusted any more, and compaction must then not delete the files it copied."""
+    async def checkpoint(self, only_if_changed: bool = False) -> bool:
+        """Snapshot the index at the durable position; whether it wrote one (only_if_changed: not when the last
+        one written covers the same state, as on an idle node). Refused (JournalWriteError) once the journal
+        broke: the disk is not trusted any more, and compaction must then not delete the files it copied."""
         async with self._checkpoint_lock:
             if self.broken:
                 raise JournalWriteError(f"no checkpoint: {self.broken}")
+            covers = (self.journal.durable, self._moves)
+            if only_if_changed and covers == self._snapshot_covers:
+                return False
             # Encoded on the loop thread, so it matches the durable position exactly.
-            blob = encode_snapshot(self.journal.durable, self.ledgers)
+            blob = encode_snapshot(covers[0], self.ledgers)
             await asyncio.get_running_loop().run_in_executor(None, save_snapshot, self.data_dir, blob)
+            self._snapshot_covers = covers
+            return True
 
     async def close(self) -> None:
         if self.journal is None:
@@ -644,6 +656,7 @@ class Storage:
                 for move, location in zip(moves, locations):
                     if move.state.index.get(move.entry_id) == (move.location, move.length):
                         move.state.index.put(move.entry_id, location, move.length)
+                self._moves += 1
             await self.checkpoint()
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
             still_live = live_bytes_by_file(self.ledgers.values())

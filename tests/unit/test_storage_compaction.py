@@ -161,3 +161,50 @@ def test_without_its_snapshot_a_compacted_journal_refuses_to_replay(tmp_path):
     (tmp_path / SNAPSHOT_NAME).unlink()
     with pytest.raises(JournalCorruptError, match="snapshot .* is missing"):
         recover(tmp_path, tmp_path / "journal")
+
+
+def test_a_periodic_checkpoint_rewrites_the_snapshot_only_when_what_it_holds_changed(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        snapshot = tmp_path / SNAPSHOT_NAME
+        await _write(storage, range(1, 3), entries=5, size=100)
+        assert await storage.checkpoint(only_if_changed=True)
+        written = snapshot.stat().st_ino                         # each snapshot is a new file renamed into place
+        assert not await storage.checkpoint(only_if_changed=True)   # an idle node: the same state, not rewritten
+        assert snapshot.stat().st_ino == written
+        await _write(storage, range(1, 2), entries=6, size=100)     # entry 5 of ledger 1 (0-4 are there)
+        assert await storage.checkpoint(only_if_changed=True)
+        assert await storage.delete_ledgers([2]) == 1
+        assert await storage.checkpoint(only_if_changed=True)
+        assert not await storage.checkpoint(only_if_changed=True)
+        assert await storage.checkpoint()                           # unconditional (shutdown, compaction)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_moves_whose_compaction_checkpoint_failed_are_in_the_next_periodic_one(tmp_path, monkeypatch):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 7), entries=60, size=8000)
+        storage = await _restart(storage, tmp_path)
+        assert await storage.delete_ledgers([2, 4, 6]) == 3
+        assert await storage.checkpoint(only_if_changed=True)      # covers the journal up to the deletes
+
+        def full_disk(*_):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr("storage_node.storage.save_snapshot", full_disk)
+        with pytest.raises(OSError):
+            await storage.compact(0.8)                              # moved entries, then failed to checkpoint
+        monkeypatch.undo()
+        # The journal did not move since the last snapshot, but the index did: not skipped.
+        assert await storage.checkpoint(only_if_changed=True)
+        assert (await storage.compact(0.8)).deleted
+        storage = await _restart(storage, tmp_path)
+        _assert_reads(storage, [1, 3, 5], 60, 8000)
+        await storage.close()
+
+    asyncio.run(scenario())
