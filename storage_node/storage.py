@@ -189,10 +189,11 @@ class Storage:
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
-        # What the last snapshot written covers: the durable journal position and the count of index moves made
-        # outside the journal (compaction's) when it was encoded. Every other change to what a snapshot holds is
-        # a journal record, so a snapshot of the same two would be the same bytes.
-        self._moves = 0
+        # What the last snapshot written covers: the durable journal position and the count of changes made to
+        # what a snapshot holds without a journal record (compaction's index moves, a read-only node's LACs) when
+        # it was encoded. Every other change is applied from a durable journal record, so a snapshot of the same
+        # two would hold the same acknowledged state.
+        self._unjournaled_changes = 0
         self._snapshot_covers: tuple[Position, int] | None = None
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
@@ -222,7 +223,7 @@ class Storage:
         async with self._checkpoint_lock:
             if self.broken:
                 raise JournalWriteError(f"no checkpoint: {self.broken}")
-            covers = (self.journal.durable, self._moves)
+            covers = (self.journal.durable, self._unjournaled_changes)
             if only_if_changed and covers == self._snapshot_covers:
                 return False
             # Encoded on the loop thread, so it matches the durable position exactly.
@@ -483,10 +484,12 @@ class Storage:
     def _lac_while_read_only(self, state: LedgerState | None, lac: int) -> Verdict:
         """A read-only node takes the LAC of a ledger it holds, in memory: it describes entries that are
         stored already, and tailing readers and recovery start from it (rule 17). Not journaled (the disk
-        may be full): after a restart the node knows the LAC its entries carried, a lower bound, as a LAC is."""
+        may be full): the next checkpoint keeps it if it can; after a crash before that, the node knows the LAC
+        its entries carried, a lower bound, as a LAC is."""
         if state is None:
             return Refusal(pb.READ_ONLY, self._read_only_message())
         if state.record_lac(lac):
+            self._unjournaled_changes += 1      # kept by the next periodic checkpoint
             self._wake_lac_waiters([state.ledger_id])
         return None
 
@@ -656,7 +659,7 @@ class Storage:
                 for move, location in zip(moves, locations):
                     if move.state.index.get(move.entry_id) == (move.location, move.length):
                         move.state.index.put(move.entry_id, location, move.length)
-                self._moves += 1
+                self._unjournaled_changes += 1
             await self.checkpoint()
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
             still_live = live_bytes_by_file(self.ledgers.values())

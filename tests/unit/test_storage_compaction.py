@@ -208,3 +208,21 @@ def test_moves_whose_compaction_checkpoint_failed_are_in_the_next_periodic_one(t
         await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_lac_a_read_only_node_took_in_memory_is_in_the_next_periodic_checkpoint(tmp_path):
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        await _write(storage, range(1, 2), entries=5, size=100)      # the entries carry LACs up to 3
+        assert await storage.checkpoint(only_if_changed=True)
+        storage.set_read_only("operator", "drained")
+        assert await storage.write_lac(1, KEY, 4) is None            # not journaled: the node is read-only
+        assert storage.ledgers[1].last_add_confirmed == 4
+        assert await storage.checkpoint(only_if_changed=True)       # the journal did not move, the LAC did
+        again = Storage(_config(tmp_path))                          # as after a crash: no checkpoint at close
+        await again.open()
+        assert again.ledgers[1].last_add_confirmed == 4
+        await again.close()
+
+    asyncio.run(scenario())
