@@ -248,7 +248,7 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
                 registration.publish(reg)
             if loop.time() >= next_checkpoint and not storage.broken:
                 try:
-                    await storage.checkpoint(only_if_changed=True)    # an idle node does not rewrite the same
+                    await storage.checkpoint(only_if_changed=True)    # none while nothing changed (an idle node)
                 except JournalWriteError:
                     pass                                     # broke meanwhile: the next round publishes it
                 except OSError as exc:   # a full disk, say: the journal still holds everything since the last one
