@@ -25,7 +25,8 @@ fi
     || echo "bootstrap: going on; this project's modules are compiled by each process that imports them" >&2
 # Spark's Python workers import PySpark and Py4J from pyspark.zip and py4j-*-src.zip, compiling them at every start
 # unless they have bytecode (connector/spark/worker_archive.py); quick when they have.
-.venv/bin/ledger spark compile > /dev/null || echo "bootstrap: going on; each Spark Python worker compiles PySpark and Py4J" >&2
+.venv/bin/ledger spark compile > /dev/null \
+    || echo "bootstrap: going on; each Spark Python worker compiles PySpark and Py4J" >&2
 export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
