@@ -24,13 +24,14 @@ from connector.client.security import TlsConfig, call_metadata
 from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
 from metadata import registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, ZooKeeperPortTakenError
 from metadata.model import NodeRegistration
 from metadata.store import MetadataStore, initialise_root
 from protos import ledger_pb2, ledger_pb2_grpc
 
 STATE_FILE = "cluster.json"
-PORT_RACE_ATTEMPTS = 3   # starts of a node again on another port, after another process took the one it was given
+PORT_RACE_ATTEMPTS = 3   # starts of a node (or a new cluster's ZooKeeper) again on another port, after another
+                         # process took the one it was given
 ROOT = "/ledgers"
 TLS_DIR = "tls"
 
@@ -160,7 +161,8 @@ class LocalCluster:
         """Start whatever is not running, the metadata root initialised; returns the metadata URI once every
         node is registered."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self.state is None:
+        new = self.state is None
+        if new:
             self.state = ClusterState(zk_port=free_port())
         if self.tls and self.state.tls is None:
             running = [s.node_id for s in self.state.nodes if pid_alive(s.pid)]
@@ -172,20 +174,32 @@ class LocalCluster:
         while len(self.state.nodes) < wanted:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", self._unrecorded_port()))
         self._save()
-        self.start_zookeeper(timeout)
+        self.start_zookeeper(timeout, may_move=new)
         initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
         for spec in self.state.nodes:
             self.start_node(spec.node_id)
         self.wait_serving(timeout)
         return self.metadata_uri
 
-    def start_zookeeper(self, timeout: float = 90.0) -> None:
-        """Start the embedded ZooKeeper on its recorded port and data unless it is serving."""
-        if not self._zookeeper_serving():
+    def start_zookeeper(self, timeout: float = 90.0, may_move: bool = False) -> None:
+        """Start the embedded ZooKeeper on its recorded port and data unless it is serving. may_move: a new
+        cluster, whose port nobody has been told yet, moves to another free port if another process took it."""
+        if self._zookeeper_serving():
+            return
+        for attempt in range(PORT_RACE_ATTEMPTS + 1):
             zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port)
-            zk.start(detach=True, timeout=timeout)
-            self.state.zk_pid = zk.process.pid
-            self._save()
+            try:
+                zk.start(detach=True, timeout=timeout)
+                break
+            except ZooKeeperPortTakenError:
+                if not may_move or attempt == PORT_RACE_ATTEMPTS:
+                    raise
+                old, self.state.zk_port = self.state.zk_port, self._unrecorded_port()
+                self.notes.append(f"zookeeper: port {old} is taken by another process; moved to port "
+                                  f"{self.state.zk_port}")
+                self._save()
+        self.state.zk_pid = zk.process.pid
+        self._save()
 
     def start_node(self, node_id: str) -> int:
         """Start one recorded node unless its process is alive (it registers on its own); its pid."""

@@ -15,11 +15,15 @@ import socket
 import subprocess
 import time
 
-from metadata.errors import EmbeddedZooKeeperError
+from metadata.errors import EmbeddedZooKeeperError, ZooKeeperPortTakenError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 HEAP_ENV = "ZK_SERVER_HEAP"
 DEFAULT_HEAP_MB = 256
+# A port free_port() chose is free when chosen, not when the JVM binds it a second or more later: another process
+# (any client's outgoing connection takes one from the same ephemeral range) may take it in between. Seen in CI.
+PORT_ATTEMPTS = 5
+BIND_FAILURE = b"java.net.BindException"
 
 
 def pyspark_jars_dir() -> pathlib.Path:
@@ -46,6 +50,12 @@ def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float
         return b"".join(chunks)
 
 
+def read_from(path: pathlib.Path, offset: int) -> bytes:
+    with open(path, "rb") as file:
+        file.seek(offset)
+        return file.read()
+
+
 class EmbeddedZooKeeper:
     """One standalone ZooKeeper server with its own data directory on 127.0.0.1."""
 
@@ -53,6 +63,7 @@ class EmbeddedZooKeeper:
         self.data_dir = pathlib.Path(data_dir).resolve()
         self.host = host
         self.port = port or free_port(host)
+        self.port_chosen = not port  # True: start() may move to another free port if this one is taken
         self.process: subprocess.Popen | None = None
 
     @property
@@ -104,18 +115,36 @@ class EmbeddedZooKeeper:
         ]
 
     def start(self, *, detach: bool = False, timeout: float = 60.0) -> "EmbeddedZooKeeper":
-        """Start the server and wait until it answers; detach=True outlives this process."""
-        log = open(self.data_dir / "zookeeper.log", "ab") if self.data_dir.exists() else None
-        if log is None:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.data_dir / "zookeeper.log", "ab")
-        with log:
+        """Start the server and wait until it answers; detach=True outlives this process. A port this object
+        chose that another process takes first is replaced by another free one; a port given is not."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start_once(detach, timeout)
+            except ZooKeeperPortTakenError:
+                if not self.port_chosen or attempt == PORT_ATTEMPTS:
+                    raise
+                self.port = free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, detach: bool, timeout: float) -> "EmbeddedZooKeeper":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.data_dir / "zookeeper.log"
+        with open(log_path, "ab") as log:
+            log_start = log.tell()
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=detach,
             )
         (self.data_dir / "zookeeper.pid").write_text(str(self.process.pid))
-        self.wait_until_serving(timeout)
+        try:
+            self.wait_until_serving(timeout)
+        except EmbeddedZooKeeperError:
+            if self.process.poll() is not None and BIND_FAILURE in read_from(log_path, log_start):
+                raise ZooKeeperPortTakenError(
+                    f"ZooKeeper could not listen on {self.address}: another process holds that port; "
+                    f"stop it or choose another port (see {log_path})"
+                ) from None
+            raise
         return self
 
     def wait_until_serving(self, timeout: float = 60.0) -> None:

@@ -52,3 +52,7 @@ class InvalidMetadataUriError(LedgerError):
 
 class EmbeddedZooKeeperError(LedgerError):
     """The embedded ZooKeeper could not be started."""
+
+
+class ZooKeeperPortTakenError(EmbeddedZooKeeperError):
+    """The embedded ZooKeeper's client port is bound by another process."""

@@ -1,4 +1,5 @@
-"""A node whose port another process takes while it starts is moved to another port and started again.
+"""A node (or a new cluster's ZooKeeper) whose port another process takes while it starts is moved to another port
+and started again.
 
 A port is free when the cluster picks it (and checks it again just before the start), not when the node binds it
 about a second later, after its imports: in a CI run with four test workers starting clusters, another process
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from connector.cluster import LocalCluster
+from metadata.errors import ZooKeeperPortTakenError
 
 
 class _PortThief(LocalCluster):
@@ -39,6 +43,53 @@ def test_a_node_whose_port_is_taken_while_it_starts_moves_and_the_cluster_starts
         assert [(n["node_id"], n["running"], n["registered"]) for n in status["nodes"]] == [
             ("node-1", True, True), ("node-2", True, True)]
         assert LocalCluster(tmp_path / "cluster").node("node-1").port == node.port   # recorded for the next start
+    finally:
+        cluster.stop()
+        if cluster.thief is not None:
+            cluster.thief.close()
+
+
+class _ZooKeeperPortThief(LocalCluster):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.thief: socket.socket | None = None
+        self.stolen: int | None = None
+
+    def start_zookeeper(self, *args, **kwargs):
+        if self.thief is None:
+            self.thief = socket.socket()
+            self.thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a stopped ZooKeeper's TIME_WAIT
+            self.thief.bind(("127.0.0.1", self.state.zk_port))
+            self.thief.listen()
+            self.stolen = self.state.zk_port
+        return super().start_zookeeper(*args, **kwargs)
+
+
+def test_a_new_cluster_whose_zookeeper_port_is_taken_moves_zookeeper_and_starts(tmp_path):
+    cluster = _ZooKeeperPortThief(tmp_path / "cluster", nodes=1)
+    try:
+        cluster.start(timeout=60)
+        assert cluster.stolen is not None and cluster.state.zk_port != cluster.stolen
+        assert cluster.notes == [
+            f"zookeeper: port {cluster.stolen} is taken by another process; moved to port {cluster.state.zk_port}"]
+        assert cluster.metadata_uri == f"zk://127.0.0.1:{cluster.state.zk_port}/ledgers"
+        assert [(n["running"], n["registered"]) for n in cluster.status()["nodes"]] == [(True, True)]
+        assert LocalCluster(tmp_path / "cluster").state.zk_port == cluster.state.zk_port   # recorded
+    finally:
+        cluster.stop()
+        if cluster.thief is not None:
+            cluster.thief.close()
+
+
+def test_a_started_cluster_keeps_its_zookeeper_port_and_says_it_is_taken(tmp_path):
+    """Clients were given the metadata URI with this port: moving it would strand them."""
+    LocalCluster(tmp_path / "cluster", nodes=1).start(timeout=60)
+    LocalCluster(tmp_path / "cluster").stop()
+    cluster = _ZooKeeperPortThief(tmp_path / "cluster")
+    try:
+        with pytest.raises(ZooKeeperPortTakenError, match=f"127.0.0.1:{cluster.state.zk_port}: another process"):
+            cluster.start(timeout=60)
+        assert cluster.state.zk_port == cluster.stolen
     finally:
         cluster.stop()
         if cluster.thief is not None:
