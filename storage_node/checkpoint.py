@@ -82,7 +82,7 @@ def _decode_body(body: memoryview) -> tuple[Position, dict[int, LedgerState]]:
             entry_id, location, length = _OVERFLOW.unpack_from(body, pos)
             pos += _OVERFLOW.size
             index.overflow[entry_id] = (location, length)
-        index.count = sum(1 for loc in index.locations if loc >= 0) + len(index.overflow)
+        index.recount()
         ledgers[ledger_id] = LedgerState(ledger_id, key, bool(fenced), lac, last_entry, index)
     if pos != len(body):
         raise ValueError(f"{len(body) - pos} trailing bytes")

@@ -31,9 +31,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-from storage_node.entry_index import file_of, pack, unpack
+from storage_node.entry_index import pack, unpack
 from storage_node.errors import StoredEntryError
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import compacted_path, data_file_path, fsync_directory, read_record
@@ -77,39 +77,28 @@ def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: floa
 
 
 def live_bytes_by_file(ledgers: Iterable[LedgerState]) -> dict[int, int]:
-    """Bytes of index-referenced records per file number."""
+    """Bytes of index-referenced records per file number: a pass over the ledgers, not their entries (each
+    index keeps its own tally, entry_index.py)."""
     live: dict[int, int] = {}
     for state in ledgers:
-        index = state.index
-        for location, length in zip(index.locations, index.lengths):
-            if location >= 0:
-                number = file_of(location)
-                live[number] = live.get(number, 0) + length
-        for location, length in index.overflow.values():
-            number = file_of(location)
-            live[number] = live.get(number, 0) + length
+        for number, size in state.index.bytes_by_file.items():
+            live[number] = live.get(number, 0) + size
     return live
 
 
-@dataclasses.dataclass(frozen=True)
-class Move:
+class Move(NamedTuple):
+    location: int               # first: moves sort by where they are
+    length: int
     state: LedgerState
     entry_id: int
-    location: int
-    length: int
 
 
 def moves_out_of(ledgers: Iterable[LedgerState], sources: set[int]) -> list[Move]:
-    """Every indexed record stored in one of the source files, in file order (a sequential copy)."""
-    moves = []
-    for state in ledgers:
-        index = state.index
-        for slot, (location, length) in enumerate(zip(index.locations, index.lengths)):
-            if location >= 0 and file_of(location) in sources:
-                moves.append(Move(state, index.base + slot, location, length))
-        for entry_id, (location, length) in index.overflow.items():
-            if file_of(location) in sources:
-                moves.append(Move(state, entry_id, location, length))
+    """Every indexed record stored in one of the source files, in file order (a sequential copy). Only the
+    ledgers with records there are searched."""
+    moves = [Move(location, length, state, entry_id)
+             for state in ledgers
+             for entry_id, location, length in state.index.records_in(sources)]
     moves.sort(key=lambda move: move.location)
     return moves
 

@@ -5,11 +5,19 @@ Compact: a per-ledger array of packed locations indexed by entry id from the fir
 (a recovery add below it, or a huge jump) go to a small dict so no request can make the array huge: the
 window grows by at most as many holes as the ledger has stored entries (plus a small allowance), so a
 client that adds ids at wide strides costs memory in proportion to what it stored, not to the ids' spread.
+
+Each index also keeps, per file, the bytes of the records it points to there (bytes_by_file) and the range of
+dense slots they lie in (slots_by_file), changed with every put: compaction asks which files are mostly dead at
+every round, and which entries to move out of the files it rewrites, and neither answer may cost a pass over
+every entry the node holds (10 million entries took 1.2 s of the event loop per pass). The moves are searched
+(in NumPy) only in the ledgers with records in those files, and there only in those files' slot ranges.
 """
 from __future__ import annotations
 
 from array import array
-from typing import Iterator
+from typing import Iterable, Iterator
+
+import numpy as np
 
 _OFFSET_BITS = 40                    # segments up to 1 TiB
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
@@ -32,7 +40,7 @@ def file_of(location: int) -> int:
 
 
 class LedgerIndex:
-    __slots__ = ("base", "locations", "lengths", "overflow", "count")
+    __slots__ = ("base", "locations", "lengths", "overflow", "count", "bytes_by_file", "slots_by_file")
 
     def __init__(self, base: int = -1):
         self.base = base                         # entry id of locations[0]; -1 until the first put
@@ -40,6 +48,10 @@ class LedgerIndex:
         self.lengths = array("i")
         self.overflow: dict[int, tuple[int, int]] = {}
         self.count = 0                           # stored entries
+        self.bytes_by_file: dict[int, int] = {}  # file number -> bytes of the records indexed here (none: absent)
+        # file number -> (lowest, highest) dense slot that has pointed into it: holds all of its dense records
+        # (it does not shrink as they leave; it goes with the file's last byte)
+        self.slots_by_file: dict[int, tuple[int, int]] = {}
 
     def put(self, entry_id: int, location: int, length: int) -> None:
         if self.base < 0:
@@ -47,10 +59,14 @@ class LedgerIndex:
         slot = entry_id - self.base
         size = len(self.locations)
         if 0 <= slot < size:
-            if self.locations[slot] == ABSENT:
+            old = self.locations[slot]
+            if old == ABSENT:
                 self.count += 1
+            else:
+                self._tally(old, -self.lengths[slot])
             self.locations[slot] = location
             self.lengths[slot] = length
+            self._span(location, slot, slot)
         elif size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count)):
             holes = slot - size
             if holes:
@@ -59,20 +75,27 @@ class LedgerIndex:
             self.locations.append(location)
             self.lengths.append(length)
             self.count += 1
+            self._span(location, slot, slot)
         else:
-            if entry_id not in self.overflow:
+            old_record = self.overflow.get(entry_id)
+            if old_record is None:
                 self.count += 1
+            else:
+                self._tally(old_record[0], -old_record[1])
             self.overflow[entry_id] = (location, length)
+        self._tally(location, length)
 
     def put_run(self, first_entry_id: int, locations, lengths) -> None:
         """put() of entries first_entry_id, first_entry_id + 1, ... at locations (an array("q")) with lengths;
-        in one step when they extend the dense window, as a run of new entries usually does."""
+        in one step when they extend the dense window, as a run of new entries usually does. The locations
+        ascend (records one after another, as a journal group holds them)."""
         if self.base < 0:
             self.base = first_entry_id
         slot = first_entry_id - self.base
         size = len(self.locations)
         # put()'s rule for the first entry; every later one then lands at the end of the window.
-        if size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count)):
+        if (locations and file_of(locations[0]) == file_of(locations[-1])
+                and size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count))):
             holes = slot - size
             if holes:
                 self.locations.extend(array("q", [ABSENT]) * holes)
@@ -80,9 +103,71 @@ class LedgerIndex:
             self.locations.extend(locations)
             self.lengths.extend(lengths)
             self.count += len(lengths)
+            self._tally(locations[0], sum(lengths))
+            self._span(locations[0], slot, slot + len(lengths) - 1)
             return
         for offset, (location, length) in enumerate(zip(locations, lengths)):
             self.put(first_entry_id + offset, location, length)
+
+    def _tally(self, location: int, length: int) -> None:
+        """Count length bytes (less when negative) in the file of location."""
+        number = location >> _OFFSET_BITS
+        total = self.bytes_by_file.get(number, 0) + length
+        if total:
+            self.bytes_by_file[number] = total
+        else:
+            del self.bytes_by_file[number]
+            self.slots_by_file.pop(number, None)
+
+    def _span(self, location: int, low: int, high: int) -> None:
+        """Dense slots low..high point into the file of location."""
+        number = location >> _OFFSET_BITS
+        span = self.slots_by_file.get(number)
+        if span is None:
+            self.slots_by_file[number] = (low, high)
+        elif low < span[0] or high > span[1]:
+            self.slots_by_file[number] = (min(low, span[0]), max(high, span[1]))
+
+    def recount(self) -> None:
+        """count and bytes_by_file from the arrays and overflow (an index as a snapshot holds it)."""
+        self.count = len(self.overflow)
+        self.bytes_by_file, self.slots_by_file = {}, {}
+        if self.locations:
+            locations = np.frombuffer(self.locations, dtype=np.int64)
+            slots = np.flatnonzero(locations != ABSENT)
+            files = locations[slots] >> _OFFSET_BITS
+            sizes = np.frombuffer(self.lengths, dtype=np.int32)[slots].astype(np.int64)
+            del locations
+            order = np.argsort(files, kind="stable")     # by file, and by slot within a file
+            files, sizes, slots = files[order], sizes[order], slots[order]
+            numbers, starts = np.unique(files, return_index=True)
+            if len(numbers):
+                ends = np.append(starts[1:], len(slots)) - 1
+                self.bytes_by_file = dict(zip(numbers.tolist(), np.add.reduceat(sizes, starts).tolist()))
+                self.slots_by_file = dict(zip(numbers.tolist(), zip(slots[starts].tolist(), slots[ends].tolist())))
+            self.count += len(slots)
+        for location, length in self.overflow.values():
+            self._tally(location, length)
+
+    def records_in(self, numbers: Iterable[int]) -> list[tuple[int, int, int]]:
+        """(entry id, location, length) of every record indexed here that lies in one of the files `numbers`,
+        dense window first, in slot order."""
+        wanted = [n for n in numbers if n in self.bytes_by_file]
+        if not wanted:
+            return []
+        found: list[tuple[int, int, int]] = []
+        spans = [self.slots_by_file[n] for n in wanted if n in self.slots_by_file]
+        if spans:
+            low, high = min(span[0] for span in spans), max(span[1] for span in spans)
+            # Views of the arrays: none may outlive this step (an array cannot grow while one exists).
+            locations = np.frombuffer(self.locations, dtype=np.int64)[low:high + 1]
+            slots = np.flatnonzero((locations != ABSENT) & np.isin(locations >> _OFFSET_BITS, wanted))
+            lengths = np.frombuffer(self.lengths, dtype=np.int32)[low:high + 1][slots].tolist()
+            found.extend(zip((slots + (self.base + low)).tolist(), locations[slots].tolist(), lengths))
+            del locations
+        found.extend((entry_id, location, length) for entry_id, (location, length) in self.overflow.items()
+                     if location >> _OFFSET_BITS in wanted)
+        return found
 
     def get(self, entry_id: int) -> tuple[int, int] | None:
         """(packed location, record length) or None if the entry was never stored here."""

@@ -17,6 +17,8 @@ here, without Spark, as Spark would call it; task ledgers are written by the cod
   the executor's binary search), and as it was planned before the index (every entry from the first one).
 - compaction: a batch read (every partition read as an executor reads it, one after another) of a stream
   of --small-ledgers sink-sized ledgers vs. the same rows after compaction (compact_stream, issue 14 item 4).
+- node: a storage node's garbage-collection planning and checkpoint encoding on a node of --node-entries entries
+  vs. one of a tenth of them (connector/bench/node_history.py); planning <= 1.3x.
 
 Every figure is a median of --rounds runs after WARM_UP unmeasured ones. Exit status 1 if a target is missed.
 """
@@ -80,13 +82,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rounds", type=int, default=30, help="measured commits (and micro-batches) per setting")
     parser.add_argument("--size", type=_size, default=1024 * MiB, help="bytes of the seek ledger (e.g. 1GiB, 64MiB)")
     parser.add_argument("--small-ledgers", type=int, default=5_000, help="sink-sized ledgers of the compaction read")
+    parser.add_argument("--node-entries", type=int, default=10_000_000,
+                        help="entries of the larger node history (the smaller holds a tenth)")
     parser.add_argument("--quick", action="store_true",
-                        help="small settings for a smoke run: 2,000 + 2,000 ledgers, 16 MiB, 100 small ledgers")
+                        help="small settings for a smoke run: 2,000 + 2,000 ledgers, 16 MiB, 100 small ledgers, "
+                             "a node of 1,000,000 entries")
 
 
 def run(args) -> int:
     if args.quick:
         args.ledgers, args.others, args.rounds, args.size, args.small_ledgers = 2_000, 2_000, 3, 16 * MiB, 100
+        args.node_entries = 1_000_000
+    from connector.bench import node_history   # imports this module's helpers: imported once this one is
+    ok = node_history.compare(args.node_entries, args.rounds, TARGET)
     # Both clusters' ZooKeeper gets the heap the history needs (the embedded default holds ~70,000 ledgers).
     os.environ.setdefault(HEAP_ENV, str(DEFAULT_HEAP_MB + (args.ledgers + args.others) * HEAP_KIB_PER_LEDGER // KiB))
     with tempfile.TemporaryDirectory(prefix="ledger-bench-history-") as tmp, \
@@ -98,7 +106,7 @@ def run(args) -> int:
         print(f"history: a stream of {args.ledgers:,} ledgers (head {_head_bytes(history):,} bytes, commit records "
               f"at their bounds) in a cluster with {args.others:,} other ledgers, built in {built:.0f}s", flush=True)
         try:
-            ok = _compare_commits(empty, history, args)
+            ok &= _compare_commits(empty, history, args)
             ok &= _compare_seek(empty.uri, args.size, args.rounds)
             _compare_compaction(empty.uri, args.small_ledgers)
         finally:

@@ -37,7 +37,10 @@ from tests.harness.bench import NUMBER, bench
       rf"seek: a streaming micro-batch of one row, .* at the first row .* at its last row; ratio {NUMBER}",
       rf"without its row index \(binary search\): {NUMBER} ms; planned from the first entry .*: {NUMBER} ms",
       rf"compaction: a batch read of 100 sink-sized ledgers .*: {NUMBER}s, {NUMBER} rows/s",
-      rf"compact: not available|compaction: the same rows after compact .*: {NUMBER}s, {NUMBER} rows/s"]),
+      rf"compact: not available|compaction: the same rows after compact .*: {NUMBER}s, {NUMBER} rows/s",
+      rf"node: a garbage-collection round's compaction planning .* {NUMBER} ms on a node of 100,096 entries, "
+      rf"{NUMBER} ms on one of 1,000,064; ratio {NUMBER} \(target <= 1.3: (met|MISSED)\)",
+      rf"node: a checkpoint's encoding on the event loop: {NUMBER} ms .* ratio {NUMBER}"]),
 ])
 def test_bench_prints_its_figures(args, lines):
     out = bench(*args)

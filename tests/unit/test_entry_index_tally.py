@@ -1,0 +1,121 @@
+"""Each LedgerIndex keeps the bytes it points to per file (bytes_by_file) as it changes, so that compaction's
+live bytes and the moves out of the files it rewrites take no pass over every entry a node holds. Checked against
+the pass over every slot that compaction made before (its oracle here), through every kind of change: new runs,
+entries one by one, overwrites of stored slots (a recovery add, a compaction move), holes and the overflow dict,
+and an index loaded from a snapshot."""
+from __future__ import annotations
+
+from array import array
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage_node.checkpoint import decode_snapshot, encode_snapshot
+from storage_node.compaction import live_bytes_by_file, moves_out_of
+from storage_node.entry_index import ABSENT, LedgerIndex, file_of, pack
+from storage_node.ledger_state import LedgerState
+from storage_node.segments import Position
+
+
+def every_record(index: LedgerIndex) -> list[tuple[int, int, int]]:
+    """(entry id, location, length) of every stored entry, slot by slot: the oracle."""
+    dense = [(index.base + slot, location, length)
+             for slot, (location, length) in enumerate(zip(index.locations, index.lengths)) if location != ABSENT]
+    return dense + [(entry_id, location, length) for entry_id, (location, length) in index.overflow.items()]
+
+
+def tally_of(records) -> dict[int, int]:
+    live: dict[int, int] = {}
+    for _, location, length in records:
+        live[file_of(location)] = live.get(file_of(location), 0) + length
+    return live
+
+
+# One change: a run of `count` entries from entry `first` in file `number` (or put one by one), the far ones (every
+# third) beyond the dense window.
+changes = st.lists(st.tuples(st.integers(0, 400), st.integers(1, 30), st.integers(1, 6), st.booleans()),
+                   max_size=25)
+
+
+def apply(index: LedgerIndex, changes, far: int) -> None:
+    offset = 0
+    for n, (first, count, number, as_run) in enumerate(changes):
+        first = first + far if n % 3 == 2 else first
+        # Now and then a run whose second half lies in the next file (ascending still).
+        locations = [pack(number + (n % 4 == 3 and 2 * i >= count), offset + 100 * i) for i in range(count)]
+        lengths = [10 + (n + i) % 50 for i in range(count)]
+        offset += 100 * count
+        if as_run:
+            index.put_run(first, array("q", locations), lengths)
+        else:
+            for i in range(count):
+                index.put(first + i, locations[i], lengths[i])
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes, st.sampled_from([0, 5_000, 1 << 40]))
+def test_the_tally_matches_a_pass_over_every_slot(change_list, far):
+    index = LedgerIndex()
+    apply(index, change_list, far)
+    records = every_record(index)
+    assert index.bytes_by_file == tally_of(records)
+    assert index.count == len(records)
+    assert_spans_hold_every_dense_record(index)
+    loaded = LedgerIndex(index.base)
+    loaded.locations, loaded.lengths, loaded.overflow = array("q", index.locations), array("i", index.lengths), \
+        dict(index.overflow)
+    loaded.recount()
+    assert (loaded.bytes_by_file, loaded.count) == (index.bytes_by_file, index.count)
+    assert_spans_hold_every_dense_record(loaded)
+    # A loaded index's spans are exact: the lowest and highest slot of each file's records.
+    for number, (low, high) in loaded.slots_by_file.items():
+        in_file = [slot for slot, location in enumerate(loaded.locations)
+                   if location != ABSENT and file_of(location) == number]
+        assert (low, high) == (in_file[0], in_file[-1])
+
+
+def assert_spans_hold_every_dense_record(index: LedgerIndex) -> None:
+    for slot, location in enumerate(index.locations):
+        if location != ABSENT:
+            low, high = index.slots_by_file[file_of(location)]
+            assert low <= slot <= high
+    assert set(index.slots_by_file) <= set(index.bytes_by_file)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(changes, min_size=1, max_size=4), st.sets(st.integers(1, 7)), st.sampled_from([0, 1 << 40]))
+def test_live_bytes_and_moves_match_the_pass_over_every_slot(ledger_changes, sources, far):
+    ledgers = []
+    for ledger_id, change_list in enumerate(ledger_changes):
+        ledgers.append(LedgerState(ledger_id, b"k" * 32))
+        apply(ledgers[-1].index, change_list, far)
+    expected_live: dict[int, int] = {}
+    expected_moves = []
+    for state in ledgers:
+        records = every_record(state.index)
+        for number, size in tally_of(records).items():
+            expected_live[number] = expected_live.get(number, 0) + size
+        expected_moves += [(state.ledger_id, *record) for record in records if file_of(record[1]) in sources]
+    assert live_bytes_by_file(ledgers) == expected_live
+    moves = moves_out_of(ledgers, sources)
+    assert sorted((m.state.ledger_id, m.entry_id, m.location, m.length) for m in moves) == sorted(expected_moves)
+    assert [m.location for m in moves] == sorted(m.location for m in moves)
+
+
+def test_a_snapshot_loads_with_the_tally_of_what_it_holds():
+    state = LedgerState(3, b"k" * 32)
+    state.index.put_run(0, array("q", [pack(1, 0), pack(1, 60)]), [60, 40])
+    state.index.put(5, pack(2, 0), 30)                  # a hole at 2..4
+    state.index.put(1 << 40, pack(4, 0), 20)            # the overflow dict
+    state.index.put(1, pack(3, 0), 40)                  # moved (compaction): file 1 keeps 60 bytes
+    _, ledgers = decode_snapshot(encode_snapshot(Position(1, 0), {3: state}))
+    assert ledgers[3].index.bytes_by_file == {1: 60, 2: 30, 3: 40, 4: 20} == state.index.bytes_by_file
+    assert ledgers[3].index.count == 4
+
+
+def test_a_file_whose_last_record_moved_leaves_the_tally():
+    index = LedgerIndex()
+    index.put(0, pack(1, 0), 50)
+    index.put(0, pack(2, 0), 50)
+    assert index.bytes_by_file == {2: 50}
+    assert list(index.records_in({1})) == []
