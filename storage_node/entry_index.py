@@ -40,7 +40,8 @@ def file_of(location: int) -> int:
 
 
 class LedgerIndex:
-    __slots__ = ("base", "locations", "lengths", "overflow", "count", "bytes_by_file", "slots_by_file")
+    __slots__ = ("base", "locations", "lengths", "overflow", "count", "bytes_by_file", "slots_by_file",
+                 "checkpointed", "changed_slots", "overflow_changed")
 
     def __init__(self, base: int = -1):
         self.base = base                         # entry id of locations[0]; -1 until the first put
@@ -52,6 +53,11 @@ class LedgerIndex:
         # file number -> (lowest, highest) dense slot that has pointed into it: holds all of its dense records
         # (it does not shrink as they leave; it goes with the file's last byte)
         self.slots_by_file: dict[int, tuple[int, int]] = {}
+        # What changed since the last checkpoint that holds this index (checkpoint.py, deltas): the dense slots
+        # from `checkpointed` on are new, the slots in changed_slots (all below it) were overwritten.
+        self.checkpointed = 0
+        self.changed_slots: set[int] = set()
+        self.overflow_changed = False
 
     def put(self, entry_id: int, location: int, length: int) -> None:
         if self.base < 0:
@@ -64,6 +70,8 @@ class LedgerIndex:
                 self.count += 1
             else:
                 self._tally(old, -self.lengths[slot])
+            if slot < self.checkpointed:
+                self.changed_slots.add(slot)
             self.locations[slot] = location
             self.lengths[slot] = length
             self._span(location, slot, slot)
@@ -83,6 +91,7 @@ class LedgerIndex:
             else:
                 self._tally(old_record[0], -old_record[1])
             self.overflow[entry_id] = (location, length)
+            self.overflow_changed = True
         self._tally(location, length)
 
     def put_run(self, first_entry_id: int, locations, lengths) -> None:
@@ -127,6 +136,17 @@ class LedgerIndex:
             self.slots_by_file[number] = (low, high)
         elif low < span[0] or high > span[1]:
             self.slots_by_file[number] = (min(low, span[0]), max(high, span[1]))
+
+    def changes(self) -> tuple[int, list[int], dict[int, tuple[int, int]] | None]:
+        """What changed since the last checkpoint: the first new dense slot, the slots below it that changed
+        (ascending), and the overflow dict if it changed (else None)."""
+        return self.checkpointed, sorted(self.changed_slots), self.overflow if self.overflow_changed else None
+
+    def mark_checkpointed(self) -> None:
+        """A checkpoint holds the index as it is now."""
+        self.checkpointed = len(self.locations)
+        self.changed_slots.clear()
+        self.overflow_changed = False
 
     def recount(self) -> None:
         """count and bytes_by_file from the arrays and overflow (an index as a snapshot holds it)."""

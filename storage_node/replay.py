@@ -17,7 +17,7 @@ import dataclasses
 import pathlib
 import time
 
-from storage_node.checkpoint import SnapshotDamaged, load_snapshot
+from storage_node.checkpoint import Chain, SnapshotDamaged, load_checkpoints
 from storage_node.entry_index import pack
 from storage_node.errors import JournalCorruptError
 from storage_node.ledger_state import LedgerState
@@ -37,13 +37,14 @@ class Recovered:
     ledgers: dict[int, LedgerState]
     next_segment: int                     # the first file number not used by a segment or compacted file
     notes: list[str]                      # what start-up had to do, for the log
+    chain: Chain | None = None            # the checkpoints it loaded (None: none)
 
 
 def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
     notes: list[str] = []
     segments = list_segments(journal_dir)
     compacted = list_compacted(journal_dir)
-    start, ledgers = _load_checkpoint(data_dir, segments, bool(compacted), notes)
+    start, ledgers, chain = _load_checkpoint(data_dir, segments, bool(compacted), notes)
     for segment in segments:
         if segment < start.segment:
             continue
@@ -69,33 +70,33 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         state.key_durable = True
         state.fence_durable = state.fenced
         state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
-    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes)
+    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes, chain)
 
 
 def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,
-                     notes: list[str]) -> tuple[Position, dict[int, LedgerState]]:
+                     notes: list[str]) -> tuple[Position, dict[int, LedgerState], Chain | None]:
     first = Position(segments[0] if segments else 1, 0)
     # Numbers are shared with compacted files, so any gap also means compaction has run.
     whole_journal = not compacted and segments == list(range(1, len(segments) + 1))
     try:
-        loaded = load_snapshot(data_dir)
+        loaded = load_checkpoints(data_dir)
     except SnapshotDamaged as exc:
         if not whole_journal:
             raise JournalCorruptError(_without_snapshot(data_dir, f"is damaged ({exc})")) from exc
         notes.append(f"ignored the damaged checkpoint snapshot ({exc}); replaying the whole journal")
-        return first, {}
+        return first, {}, None
     if loaded is None:
         if not whole_journal:
             raise JournalCorruptError(_without_snapshot(data_dir, "is missing"))
-        return first, {}
-    position, ledgers = loaded
+        return first, {}, None
+    position, ledgers, chain = loaded
     if position.segment not in segments and position.offset > 0:
         raise JournalCorruptError(
             f"the checkpoint covers journal segment {position.segment} of {data_dir / 'journal'} but that "
             f"segment is missing: the journal was damaged or partly deleted; the node refuses to start. "
             f"Restore the data directory, or decommission this node"
         )
-    return position, ledgers
+    return position, ledgers, chain
 
 
 def _without_snapshot(data_dir: pathlib.Path, what: str) -> str:

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, NamedTuple
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
-from storage_node.checkpoint import encode_snapshot, save_snapshot
+from storage_node.checkpoint import Chain, encode_delta, encode_snapshot, save_delta, save_snapshot
 from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
@@ -52,6 +52,7 @@ from storage_node.segments import (
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 1024
 MAX_WAIT_MS = 120_000
+MAX_DELTAS = 4096                # checkpoint deltas after a base at most (checkpoint.py): 68 hours of them
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
 _log = logging.getLogger(__name__)
@@ -195,6 +196,14 @@ class Storage:
         # two would hold the same acknowledged state.
         self._unjournaled_changes = 0
         self._snapshot_covers: tuple[Position, int] | None = None
+        # What the next checkpoint delta holds (checkpoint.py): the ledgers changed and dropped since the last
+        # checkpoint. Every change to what a checkpoint holds marks its ledger through _changed_state (or
+        # delete_ledgers). The first checkpoint after start-up is whole (replay's changes are not marked), as is
+        # the next one after a checkpoint that failed (its changes are marked in no set any more).
+        self._changed: set[int] = set()
+        self._dropped: set[int] = set()
+        self._chain: Chain | None = None
+        self._whole_next = True
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
 
@@ -208,6 +217,7 @@ class Storage:
         for note in recovered.notes:
             _log.warning("%s", note)
         self.ledgers = recovered.ledgers
+        self._chain = recovered.chain
         self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
@@ -217,9 +227,11 @@ class Storage:
         self.ready = True
 
     async def checkpoint(self, only_if_changed: bool = False) -> bool:
-        """Snapshot the index at the durable position; whether it wrote one (only_if_changed: not when the last
-        one written covers the same state, as on an idle node). Refused (JournalWriteError) once the journal
-        broke: the disk is not trusted any more, and compaction must then not delete the files it copied."""
+        """Checkpoint the index at the durable position; whether it wrote one (only_if_changed: not when the last
+        one written covers the same state, as on an idle node). A delta of what changed since the last one, or
+        a whole snapshot when the deltas since the last whole one add up to its size (checkpoint.py). Refused
+        (JournalWriteError) once the journal broke: the disk is not trusted any more, and compaction must then
+        not delete the files it copied."""
         async with self._checkpoint_lock:
             if self.broken:
                 raise JournalWriteError(f"no checkpoint: {self.broken}")
@@ -227,8 +239,27 @@ class Storage:
             if only_if_changed and covers == self._snapshot_covers:
                 return False
             # Encoded on the loop thread, so it matches the durable position exactly.
-            blob = encode_snapshot(covers[0], self.ledgers)
-            await asyncio.get_running_loop().run_in_executor(None, save_snapshot, self.data_dir, blob)
+            chain = self._chain
+            if (self._whole_next or chain is None or chain.deltas >= MAX_DELTAS
+                    or chain.delta_bytes >= chain.base_bytes):
+                generation = chain.generation + 1 if chain is not None else 1
+                blob = encode_snapshot(covers[0], self.ledgers, generation)
+                checkpointed, save = list(self.ledgers.values()), save_snapshot
+                after = Chain(generation, 0, len(blob), 0)
+            else:
+                checkpointed = [state for ledger_id in self._changed
+                                if (state := self.ledgers.get(ledger_id)) is not None]
+                blob = encode_delta(covers[0], chain.generation, chain.deltas + 1, checkpointed, self._dropped)
+                save = save_delta
+                after = dataclasses.replace(chain, deltas=chain.deltas + 1, delta_bytes=chain.delta_bytes + len(blob))
+            for state in checkpointed:
+                state.index.mark_checkpointed()
+            self._changed.clear()
+            self._dropped.clear()
+            self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
+            await asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, blob)
+            self._whole_next = False
+            self._chain = after
             self._snapshot_covers = covers
             return True
 
@@ -406,7 +437,12 @@ class Storage:
 
     def _create(self, ledger_id: int, key: bytes) -> LedgerState:
         state = self.ledgers[ledger_id] = LedgerState(ledger_id, bytes(key))
+        self._changed.add(ledger_id)
         return state
+
+    def _changed_state(self, state: LedgerState) -> None:
+        """What a checkpoint holds of this ledger changed: the next delta holds it."""
+        self._changed.add(state.ledger_id)
 
     def _journal_key(self, group: Group, state: LedgerState) -> None:
         record = self._key_record(group, state)
@@ -460,6 +496,7 @@ class Storage:
                 locations = array("q", itertools.accumulate(lengths, initial=origin + item.rel))
                 locations.pop()
                 state.index.put_run(item.first_entry_id, locations, lengths)
+                self._changed_state(state)
                 entries += len(lengths)
                 stored += sum(lengths)
                 if state.record_entry(item.last_entry_id, item.lac):
@@ -469,6 +506,7 @@ class Storage:
             elif kind is PendingFence:
                 item.state.fence_durable, item.state.fence_group = True, None
             elif item.state.record_lac(item.lac):
+                self._changed_state(item.state)
                 advanced.append(item.state.ledger_id)
         self.metrics.group_synced(entries, stored - entries * ENTRY_PAYLOAD_OFFSET, fsync_seconds,
                                   time.perf_counter() - group.started)
@@ -490,6 +528,7 @@ class Storage:
             return Refusal(pb.READ_ONLY, self._read_only_message())
         if state.record_lac(lac):
             self._unjournaled_changes += 1      # kept by the next periodic checkpoint
+            self._changed_state(state)
             self._wake_lac_waiters([state.ledger_id])
         return None
 
@@ -525,6 +564,7 @@ class Storage:
         except JournalWriteError as exc:
             return Refusal(pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}")
         state.fenced = True          # from now on adds are refused, though the fence is not durable yet
+        self._changed_state(state)
         state.fence_group = group
         return await self._durable(group, what)
 
@@ -627,6 +667,8 @@ class Storage:
                 # From here on an add or fence of this id (a late writer) starts a fresh state whose
                 # KEY record follows the DELETE record in the journal.
                 if self.ledgers.pop(ledger_id, None) is not None:
+                    self._changed.discard(ledger_id)
+                    self._dropped.add(ledger_id)
                     self.journal.append(group, encode_delete(ledger_id))
                     dropped += 1
             if not dropped:
@@ -659,6 +701,7 @@ class Storage:
                 for move, location in zip(moves, locations):
                     if move.state.index.get(move.entry_id) == (move.location, move.length):
                         move.state.index.put(move.entry_id, location, move.length)
+                        self._changed_state(move.state)
                 self._unjournaled_changes += 1
             await self.checkpoint()
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.

@@ -1,16 +1,18 @@
 """`ledger bench history`, its node section: what a storage node's own history costs its event loop.
 
 Two in-memory indexes, built as a node's journal groups build them (runs of RUN entries of LEDGERS ledgers taken
-in turn, 1 KiB entries, journal segments of the node's default size): one of --node-entries entries, one of a
-tenth of them. Both have the same compaction work: in their first segment two runs in three belong to ledgers
-that were deleted, so a round rewrites that segment and moves the same live records out of it. Measured, each a
-median of --rounds after history.WARM_UP:
+in turn, 1 KiB entries, journal segments of the node's default size, or smaller so that the smaller history spans
+four): one of --node-entries entries, one of a tenth of them. Both have the same compaction work: in their first
+segment two runs in three belong to ledgers that were deleted, so a round rewrites that segment and moves the same
+live records out of it. Measured, each a median of --rounds after history.WARM_UP:
 
 - a garbage-collection round's compaction planning, on the event loop: live bytes per file, the plan, and the
   records to move out of the files it rewrites (storage.compact does these before it copies anything); target:
   <= TARGET times the smaller history's;
-- a checkpoint's encoding, also on the event loop (storage.checkpoint): printed with its ratio. It encodes the
-  whole index, so it grows with what the node holds (README, known limits).
+- a checkpoint after the same changes (a run of new entries in each of DELTA_LEDGERS ledgers): a delta, encoded
+  on the event loop (storage.checkpoint); target <= TARGET times the smaller history's. Beside it the whole
+  snapshot that Storage writes once the deltas since the last one add up to its size, and what that costs
+  amortised over those deltas.
 """
 from __future__ import annotations
 
@@ -18,70 +20,105 @@ import itertools
 from array import array
 
 from connector.bench.history import _alternating, _ms
-from storage_node.checkpoint import encode_snapshot
+from storage_node.checkpoint import encode_delta, encode_snapshot
 from storage_node.compaction import live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack
 from storage_node.ledger_state import LedgerState
 from storage_node.records import ENTRY_PAYLOAD_OFFSET
 from storage_node.segments import Position
+from storage_node.storage import MAX_DELTAS
 
 LEDGERS = 1_000
 RUN = 128                                   # entries of one ledger per journal group
 RECORD_BYTES = ENTRY_PAYLOAD_OFFSET + 1024  # a 1 KiB entry's journal record
 THRESHOLD = 0.5                             # storage node's default --compaction-threshold
 DEAD_RUNS = 2                               # of every three runs in the first segment
+DELTA_LEDGERS = 100                         # ledgers with a new run between two checkpoints
+_LENGTHS = array("i", [RECORD_BYTES]) * RUN
+MiB = 1 << 20
 
 
 class NodeHistory:
     """The ledger states of a node that holds `entries` entries, and its sealed files' sizes."""
 
-    def __init__(self, entries: int, segment_bytes: int = NodeConfig.journal_segment_bytes):
-        self.ledgers: dict[int, LedgerState] = {}
+    def __init__(self, entries: int, segment_bytes: int):
+        self.ledgers = {ledger_id: LedgerState(ledger_id, b"k" * 32) for ledger_id in range(LEDGERS)}
         self.sizes: dict[int, int] = {}
-        segment, offset, written, turn = 1, 0, 0, 0
-        next_entry = [0] * LEDGERS
-        lengths = array("i", [RECORD_BYTES]) * RUN
-        while written < entries:
-            if offset + RUN * RECORD_BYTES > segment_bytes:
-                self.sizes[segment] = offset
-                segment, offset = segment + 1, 0
-            ledger_id = turn % LEDGERS
+        self.segment_bytes = segment_bytes
+        self.segment, self.offset, self.entries, turn = 1, 0, 0, 0
+        self.next_entry = [0] * LEDGERS
+        while self.entries < entries:
             turn += 1
-            if segment == 1 and turn % 3 < DEAD_RUNS:
-                offset += RUN * RECORD_BYTES        # a deleted ledger's run: its bytes stay in the file
+            if self.segment == 1 and turn % 3 < DEAD_RUNS:
+                self.offset += RUN * RECORD_BYTES        # a deleted ledger's run: its bytes stay in the file
                 continue
-            state = self.ledgers.get(ledger_id)
-            if state is None:
-                state = self.ledgers[ledger_id] = LedgerState(ledger_id, b"k" * 32)
-            locations = array("q", itertools.accumulate(lengths, initial=pack(segment, offset)))
-            locations.pop()
-            state.index.put_run(next_entry[ledger_id], locations, lengths)
-            next_entry[ledger_id] += RUN
-            offset += RUN * RECORD_BYTES
-            written += RUN
-        self.entries = written
+            self.append_run(turn % LEDGERS)
+        for state in self.ledgers.values():
+            state.index.mark_checkpointed()
+
+    def append_run(self, ledger_id: int) -> LedgerState:
+        """A journal group's run of RUN entries of the ledger, as Storage._apply indexes it."""
+        if self.offset + RUN * RECORD_BYTES > self.segment_bytes:
+            self.sizes[self.segment] = self.offset
+            self.segment, self.offset = self.segment + 1, 0
+        state = self.ledgers[ledger_id]
+        locations = array("q", itertools.accumulate(_LENGTHS, initial=pack(self.segment, self.offset)))
+        locations.pop()
+        state.index.put_run(self.next_entry[ledger_id], locations, _LENGTHS)
+        self.next_entry[ledger_id] += RUN
+        self.offset += RUN * RECORD_BYTES
+        self.entries += RUN
+        return state
 
     def plan_round(self) -> int:
         """What storage.compact works out on the event loop before it copies; the number of records to move."""
         plan = plan_compaction(self.sizes, live_bytes_by_file(self.ledgers.values()), THRESHOLD)
         return len(moves_out_of(list(self.ledgers.values()), set(plan.rewrite)))
 
-    def checkpoint_bytes(self) -> int:
-        return len(encode_snapshot(Position(max(self.sizes, default=1) + 1, 0), self.ledgers))
+    def whole_checkpoint(self) -> int:
+        """The bytes of a whole snapshot, encoded as Storage.checkpoint does on the event loop."""
+        return len(encode_snapshot(self._position(), self.ledgers))
+
+    def delta_checkpoint(self) -> int:
+        """One run of new entries in each of DELTA_LEDGERS ledgers, then the delta that holds them; its bytes."""
+        changed = [self.append_run(ledger_id) for ledger_id in range(0, LEDGERS, LEDGERS // DELTA_LEDGERS)]
+        blob = encode_delta(self._position(), 1, 1, changed, ())
+        for state in changed:
+            state.index.mark_checkpointed()
+        return len(blob)
+
+    def _position(self) -> Position:
+        return Position(self.segment, self.offset)
 
 
 def compare(entries: int, rounds: int, target: float) -> bool:
-    small, large = NodeHistory(max(entries // 10, RUN)), NodeHistory(entries)
+    # Segments of the node's default size, or smaller so that the smaller history spans four of them.
+    segment_bytes = min(NodeConfig.journal_segment_bytes, max(entries // 10, RUN) * RECORD_BYTES // 4)
+    small, large = NodeHistory(max(entries // 10, RUN), segment_bytes), NodeHistory(entries, segment_bytes)
+    held = small.entries, large.entries
     moves_small, moves_large = small.plan_round(), large.plan_round()
     plan_small, plan_large = _alternating(small.plan_round, large.plan_round, rounds)
-    met = plan_large <= target * plan_small
-    print(f"node: a garbage-collection round's compaction planning on the event loop (live bytes per file, plan, "
-          f"records to move), {moves_small:,} and {moves_large:,} records to move: {_ms(plan_small)} on a node of "
-          f"{small.entries:,} entries, {_ms(plan_large)} on one of {large.entries:,}; ratio "
-          f"{plan_large / plan_small:.2f} (target <= {target}: {'met' if met else 'MISSED'})", flush=True)
-    encode_small, encode_large = _alternating(small.checkpoint_bytes, large.checkpoint_bytes, rounds)
-    print(f"node: a checkpoint's encoding on the event loop: {_ms(encode_small)} ({small.checkpoint_bytes():,} bytes) "
-          f"and {_ms(encode_large)} ({large.checkpoint_bytes():,} bytes); ratio {encode_large / encode_small:.2f} "
-          f"(grows with the entries held: each checkpoint writes the whole index)", flush=True)
+    met = _line(f"node: a garbage-collection round's compaction planning on the event loop (live bytes per file, "
+                f"plan, records to move), {moves_small:,} and {moves_large:,} records to move (segments of "
+                f"{segment_bytes / MiB:,.0f} MiB)", held, plan_small, plan_large, target)
+    delta_small, delta_large = _alternating(small.delta_checkpoint, large.delta_checkpoint, rounds)
+    met &= _line(f"node: a checkpoint after {DELTA_LEDGERS * RUN:,} new entries in {DELTA_LEDGERS} ledgers, a delta "
+                 f"of {small.delta_checkpoint():,} and {large.delta_checkpoint():,} bytes, encoded on the event loop",
+                 held, delta_small, delta_large, target)
+    whole_small, whole_large = _alternating(small.whole_checkpoint, large.whole_checkpoint, rounds)
+    whole_bytes, delta_bytes = large.whole_checkpoint(), large.delta_checkpoint()
+    print(f"node: a whole snapshot (written when the deltas since the last one add up to its size): "
+          f"{_ms(whole_small)} ({small.whole_checkpoint():,} bytes) and {_ms(whole_large)} ({whole_bytes:,} bytes); "
+          f"on the larger node one in every {min(MAX_DELTAS, whole_bytes // delta_bytes + 1):,} checkpoints of "
+          f"this delta's size, {_ms(whole_large / min(MAX_DELTAS, whole_bytes // delta_bytes + 1))} each amortised",
+          flush=True)
+    return met
+
+
+def _line(what: str, held: tuple[int, int], small_seconds: float, large_seconds: float, target: float) -> bool:
+    ratio = large_seconds / small_seconds
+    met = ratio <= target
+    print(f"{what}: {_ms(small_seconds)} on a node of {held[0]:,} entries, {_ms(large_seconds)} on one of "
+          f"{held[1]:,}; ratio {ratio:.2f} (target <= {target}: {'met' if met else 'MISSED'})", flush=True)
     return met

@@ -38,9 +38,13 @@ from tests.harness.bench import NUMBER, bench
       rf"without its row index \(binary search\): {NUMBER} ms; planned from the first entry .*: {NUMBER} ms",
       rf"compaction: a batch read of 100 sink-sized ledgers .*: {NUMBER}s, {NUMBER} rows/s",
       rf"compact: not available|compaction: the same rows after compact .*: {NUMBER}s, {NUMBER} rows/s",
-      rf"node: a garbage-collection round's compaction planning .* {NUMBER} ms on a node of 100,096 entries, "
-      rf"{NUMBER} ms on one of 1,000,064; ratio {NUMBER} \(target <= 1.3: (met|MISSED)\)",
-      rf"node: a checkpoint's encoding on the event loop: {NUMBER} ms .* ratio {NUMBER}"]),
+      rf"node: a garbage-collection round's compaction planning .*, ([1-9][\d,]*) and \1 records to move "
+      rf"\(segments of 25 MiB\): {NUMBER} ms on a node of 100,096 entries, {NUMBER} ms on one of 1,000,064; ratio "
+      rf"{NUMBER} \(target <= 1.3: (met|MISSED)\)",
+      rf"node: a checkpoint after 12,800 new entries in 100 ledgers, a delta of ([\d,]+) and \1 bytes, encoded on "
+      rf"the event loop: {NUMBER} ms on a node of 100,096 entries, {NUMBER} ms on one of 1,000,064; ratio {NUMBER}",
+      rf"node: a whole snapshot .*: {NUMBER} ms \({NUMBER} bytes\) and {NUMBER} ms \({NUMBER} bytes\); on the "
+      rf"larger node one in every {NUMBER} checkpoints of this delta's size, {NUMBER} ms each amortised"]),
 ])
 def test_bench_prints_its_figures(args, lines):
     out = bench(*args)

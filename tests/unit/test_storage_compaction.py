@@ -196,7 +196,8 @@ def test_moves_whose_compaction_checkpoint_failed_are_in_the_next_periodic_one(t
         def full_disk(*_):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr("storage_node.storage.save_snapshot", full_disk)
+        monkeypatch.setattr("storage_node.storage.save_snapshot", full_disk)   # a whole one, or a delta
+        monkeypatch.setattr("storage_node.storage.save_delta", full_disk)
         with pytest.raises(OSError):
             await storage.compact(0.8)                              # moved entries, then failed to checkpoint
         monkeypatch.undo()

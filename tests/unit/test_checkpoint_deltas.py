@@ -1,0 +1,258 @@
+"""Checkpoint deltas (storage_node/checkpoint.py): a checkpoint holds what changed since the last one, and the base
+with its deltas holds exactly the state a whole snapshot would. Checked on a real Storage in a temporary
+directory through random operations of every kind that changes what a checkpoint holds (adds, recovery adds into
+holes and far ids, fences, LACs, a read-only node's LACs, deletes and a late writer's re-creation, compaction's
+moves), loading the checkpoints after each one and restarting now and then; and the chain's files: a new base
+removes older deltas, a missing or damaged delta is refused, not skipped."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from protos import ledger_pb2 as pb
+from storage_node.checkpoint import (
+    DELTA_PREFIX,
+    SNAPSHOT_NAME,
+    SnapshotDamaged,
+    delta_name,
+    encode_snapshot,
+    load_checkpoints,
+)
+from storage_node.config import NodeConfig
+from storage_node.errors import JournalCorruptError
+from storage_node.ledger_state import LedgerState
+from storage_node.replay import recover
+from storage_node.segments import Position
+from storage_node.storage import Storage
+from tests.harness.node_client import KEY, make_entry, payload_for
+
+MiB = 1 << 20
+LEDGERS = (1, 2, 3, 4)
+
+
+def _config(path) -> NodeConfig:
+    return NodeConfig(data_dir=path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit",
+                      journal_segment_bytes=MiB)
+
+
+def held(ledgers: dict[int, LedgerState]) -> dict:
+    """What a checkpoint holds of each ledger, comparable."""
+    return {
+        ledger_id: (state.master_key, state.fenced, state.last_add_confirmed, state.last_entry_id, state.index.base,
+                    list(state.index.locations), list(state.index.lengths), dict(state.index.overflow),
+                    state.index.count, dict(state.index.bytes_by_file))
+        for ledger_id, state in ledgers.items()
+    }
+
+
+class Node:
+    """A Storage and the operations the random runs take on it."""
+
+    def __init__(self, path, rng: random.Random):
+        self.path = path
+        self.rng = rng
+        self.storage: Storage | None = None
+        self.next_entry = {ledger_id: 0 for ledger_id in LEDGERS}
+        self.holes: dict[int, list[int]] = {ledger_id: [] for ledger_id in LEDGERS}
+        self.kinds: set[str] = set()
+
+    async def open(self) -> None:
+        self.storage = Storage(_config(self.path))
+        await self.storage.open()
+
+    async def add(self, ledger_id: int) -> None:
+        entries, entry_id = [], self.next_entry[ledger_id]
+        for _ in range(self.rng.randint(1, 12)):
+            if self.rng.random() < 0.1:
+                self.holes[ledger_id].append(entry_id)      # left out: a recovery add fills it later
+            else:
+                entries.append(make_entry(ledger_id, entry_id, payload_for(ledger_id, entry_id, 9000)))
+            entry_id += 1
+        self.next_entry[ledger_id] = entry_id
+        await self._stored(entries)
+
+    async def fill_hole(self, ledger_id: int) -> None:
+        if self.holes[ledger_id]:
+            entry_id = self.holes[ledger_id].pop(0)
+            await self._stored([make_entry(ledger_id, entry_id, payload_for(ledger_id, entry_id, 500),
+                                           recovery=True)])
+            self.kinds.add("hole")
+
+    async def far(self, ledger_id: int) -> None:
+        entry_id = self.next_entry[ledger_id] + (1 << 30) + self.rng.randint(0, 1000)
+        await self._stored([make_entry(ledger_id, entry_id, payload_for(ledger_id, entry_id, 300), recovery=True)])
+        self.kinds.add("overflow")
+
+    async def _stored(self, entries) -> None:
+        if not entries:
+            return
+        results, group = self.storage.add_batch(entries)
+        if group is not None:
+            assert await group.done is None
+        self.kinds.add("add" if all(r[2] == pb.OK for r in results) else "refused")
+
+    async def fence(self, ledger_id: int) -> None:
+        assert await self.storage.fence(ledger_id, KEY) is None
+        self.kinds.add("fence")
+
+    async def lac(self, ledger_id: int) -> None:
+        if ledger_id in self.storage.ledgers and not self.storage.ledgers[ledger_id].fenced:
+            assert await self.storage.write_lac(ledger_id, KEY, self.next_entry[ledger_id] - 1) is None
+            self.kinds.add("lac")
+
+    async def key_only(self, ledger_id: int) -> None:
+        """A LAC of -1 for a ledger the node never saw: it holds the ledger, with its key and nothing else."""
+        fresh = 100 + ledger_id * 1000 + self.rng.randint(0, 999)
+        if fresh not in self.storage.ledgers:
+            assert await self.storage.write_lac(fresh, KEY, -1) is None
+            self.kinds.add("key only")
+
+    async def read_only_lac(self, ledger_id: int) -> None:
+        if ledger_id in self.storage.ledgers and not self.storage.ledgers[ledger_id].fenced:
+            self.storage.set_read_only("test", "a test")
+            try:
+                assert await self.storage.write_lac(ledger_id, KEY, self.next_entry[ledger_id] + 5) is None
+            finally:
+                self.storage.set_read_only("test", "")
+            self.kinds.add("read-only lac")
+
+    async def delete(self, ledger_id: int) -> None:
+        if await self.storage.delete_ledgers([ledger_id]):
+            self.next_entry[ledger_id], self.holes[ledger_id] = 0, []   # a late writer starts it again
+            self.kinds.add("delete")
+
+    async def compact(self) -> None:
+        if (await self.storage.compact(0.95)).rewritten:
+            self.kinds.add("compaction")
+
+    async def checkpoint(self) -> None:
+        wrote = await self.storage.checkpoint(only_if_changed=self.rng.random() < 0.5)
+        if wrote:
+            loaded = load_checkpoints(self.path)
+            assert loaded is not None
+            position, ledgers, chain = loaded
+            assert position == self.storage.journal.durable
+            assert held(ledgers) == held(self.storage.ledgers)
+            self.kinds.add("delta" if chain.deltas else "base")
+
+    async def restart(self) -> None:
+        before = held(self.storage.ledgers)
+        await self.storage.close()
+        await self.open()
+        assert held(self.storage.ledgers) == before
+        self.kinds.add("restart")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_base_with_its_deltas_holds_what_a_whole_snapshot_would(tmp_path, seed):
+    rng = random.Random(seed)
+    node = Node(tmp_path, rng)
+
+    async def run():
+        await node.open()
+        operations = [node.add] * 8 + [node.fill_hole, node.far, node.fence, node.lac, node.key_only,
+                                       node.read_only_lac, node.delete]
+        for step in range(150):
+            await rng.choice(operations)(rng.choice(LEDGERS))
+            if step % 5 == 4:
+                await node.checkpoint()
+            if step % 40 == 39:
+                await node.compact()
+                await node.checkpoint()
+            if step % 70 == 69:
+                await node.restart()
+        await node.restart()
+        await node.storage.close()
+
+    asyncio.run(run())
+    assert node.kinds == {"add", "refused", "hole", "overflow", "fence", "lac", "key only", "read-only lac",
+                          "delete", "compaction", "delta", "base", "restart"}
+
+
+def test_over_many_checkpoints_each_writes_what_changed_and_bases_come_back_as_deltas_add_up(tmp_path):
+    async def run():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        sizes = []
+        for round_ in range(40):
+            for ledger_id in LEDGERS:
+                entries = [make_entry(ledger_id, e, payload_for(ledger_id, e, 200))
+                           for e in range(round_ * 50, round_ * 50 + 50)]
+                _, group = storage.add_batch(entries)
+                assert await group.done is None
+            assert await storage.checkpoint()
+            sizes.append(_checkpoint_files(tmp_path))
+        await storage.close()
+        return sizes
+
+    sizes = asyncio.run(run())
+    deltas = [files for files in sizes if any(name.startswith(DELTA_PREFIX) for name in files)]
+    assert deltas, sizes
+    # A delta holds the 200 entries of its round (12 bytes of index each), not the thousands held by then.
+    for files in deltas:
+        newest = max((name for name in files if name.startswith(DELTA_PREFIX)),
+                     key=lambda name: int(name.rsplit("-", 1)[1]))
+        assert files[newest] < 200 * 12 + 4 * 200
+    # A new base removes the older generation's deltas; deltas never add up to much more than their base.
+    for files in sizes:
+        generations = {name.split("-")[2] for name in files if name.startswith(DELTA_PREFIX)}
+        assert len(generations) <= 1
+        assert sum(size for name, size in files.items() if name.startswith(DELTA_PREFIX)) \
+            <= 2 * files[SNAPSHOT_NAME]
+
+
+def _checkpoint_files(path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in path.iterdir()
+            if p.name == SNAPSHOT_NAME or p.name.startswith(DELTA_PREFIX)}
+
+
+async def _base_and_two_deltas(path) -> None:
+    storage = Storage(_config(path))
+    await storage.open()
+    for batch in (range(200), range(200, 201), range(201, 202)):     # a base, then two small deltas
+        _, group = storage.add_batch([make_entry(1, entry_id, payload_for(1, entry_id)) for entry_id in batch])
+        assert await group.done is None
+        assert await storage.checkpoint()
+    assert load_checkpoints(path)[2].deltas == 2
+    await storage.journal.close()    # no checkpoint at close: the base and its two deltas stay as they are
+
+
+def test_a_delta_missing_between_others_is_refused_not_skipped(tmp_path):
+    asyncio.run(_base_and_two_deltas(tmp_path))
+    generation = load_checkpoints(tmp_path)[2].generation
+    (tmp_path / delta_name(generation, 1)).unlink()
+    with pytest.raises(SnapshotDamaged, match="one is missing"):
+        load_checkpoints(tmp_path)
+
+
+def test_a_damaged_delta_is_replayed_around_while_the_journal_is_whole_and_refused_once_it_is_not(tmp_path):
+    asyncio.run(_base_and_two_deltas(tmp_path))
+    generation = load_checkpoints(tmp_path)[2].generation
+    delta = tmp_path / delta_name(generation, 2)
+    blob = delta.read_bytes()
+    delta.write_bytes(blob[:-1] + bytes([blob[-1] ^ 0xFF]))
+    with pytest.raises(SnapshotDamaged, match="checksum"):
+        load_checkpoints(tmp_path)
+    recovered = recover(tmp_path, tmp_path / "journal")          # the whole journal is there: replayed
+    assert list(recovered.ledgers[1].index.entries_between(0, 1000)) == list(range(202))
+    assert any("damaged checkpoint" in note for note in recovered.notes)
+    (tmp_path / "journal" / "compacted-99.log").write_bytes(b"")  # as if compaction had run
+    with pytest.raises(JournalCorruptError, match="damaged"):
+        recover(tmp_path, tmp_path / "journal")
+
+
+def test_a_snapshot_of_the_format_before_deltas_loads_as_generation_0(tmp_path):
+    state = LedgerState(5, KEY, last_entry_id=0)
+    state.index.put(0, 1 << 40, 100)
+    blob = bytearray(encode_snapshot(Position(1, 100), {5: state}, generation=7))
+    # The format before: magic LSNAP001 and no (generation, number) ahead of the position.
+    import crc32c
+    import struct
+    body = bytes(blob[20 + 16:])
+    (tmp_path / SNAPSHOT_NAME).write_bytes(struct.pack("<8sIQ", b"LSNAP001", crc32c.crc32c(body), len(body)) + body)
+    (tmp_path / delta_name(0, 1)).write_bytes(b"left over")      # a delta of no base: must not be read
+    (tmp_path / delta_name(0, 1)).unlink()
+    position, ledgers, chain = load_checkpoints(tmp_path)
+    assert (position, chain.generation, chain.deltas) == (Position(1, 100), 0, 0)
+    assert held(ledgers) == held({5: state})
