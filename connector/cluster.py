@@ -24,14 +24,13 @@ from connector.client.security import TlsConfig, call_metadata
 from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
 from metadata import registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
-from metadata.errors import LedgerError, ZooKeeperPortTakenError
+from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
 from metadata.store import MetadataStore, initialise_root
 from protos import ledger_pb2, ledger_pb2_grpc
 
 STATE_FILE = "cluster.json"
-PORT_RACE_ATTEMPTS = 3   # starts of a node (or a new cluster's ZooKeeper) again on another port, after another
-                         # process took the one it was given
+PORT_RACE_ATTEMPTS = 3   # starts of a node again on another port, after another process took the one it was given
 ROOT = "/ledgers"
 TLS_DIR = "tls"
 
@@ -186,18 +185,13 @@ class LocalCluster:
         cluster, whose port nobody has been told yet, moves to another free port if another process took it."""
         if self._zookeeper_serving():
             return
-        for attempt in range(PORT_RACE_ATTEMPTS + 1):
-            zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port)
-            try:
-                zk.start(detach=True, timeout=timeout)
-                break
-            except ZooKeeperPortTakenError:
-                if not may_move or attempt == PORT_RACE_ATTEMPTS:
-                    raise
-                old, self.state.zk_port = self.state.zk_port, self._unrecorded_port()
-                self.notes.append(f"zookeeper: port {old} is taken by another process; moved to port "
-                                  f"{self.state.zk_port}")
-                self._save()
+        zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port,
+                               pick_port=self._unrecorded_port if may_move else None)
+        zk.start(detach=True, timeout=timeout)
+        if zk.port != self.state.zk_port:
+            self.notes.append(f"zookeeper: port {self.state.zk_port} is taken by another process; moved to port "
+                              f"{zk.port}")
+            self.state.zk_port = zk.port
         self.state.zk_pid = zk.process.pid
         self._save()
 

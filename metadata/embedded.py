@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from typing import Callable
 
 from metadata.errors import EmbeddedZooKeeperError, ZooKeeperPortTakenError
 
@@ -59,11 +60,15 @@ def read_from(path: pathlib.Path, offset: int) -> bytes:
 class EmbeddedZooKeeper:
     """One standalone ZooKeeper server with its own data directory on 127.0.0.1."""
 
-    def __init__(self, data_dir: str | os.PathLike, port: int = 0, host: str = "127.0.0.1"):
+    def __init__(self, data_dir: str | os.PathLike, port: int = 0, host: str = "127.0.0.1",
+                 pick_port: Callable[[], int] | None = None):
+        """port 0: a free one, chosen here. pick_port: how to choose another if another process takes the port
+        before ZooKeeper binds it on its first start (default: a free one when the port was chosen here; none,
+        and the start fails naming the port, when it was given)."""
         self.data_dir = pathlib.Path(data_dir).resolve()
         self.host = host
         self.port = port or free_port(host)
-        self.port_chosen = not port  # True: start() may move to another free port if this one is taken
+        self.pick_port = pick_port or (None if port else lambda: free_port(host))
         self.process: subprocess.Popen | None = None
 
     @property
@@ -89,7 +94,7 @@ class EmbeddedZooKeeper:
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
                     "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons",
+                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons,conf",
                     "autopurge.purgeInterval=1",
                     "",
                 ]
@@ -115,15 +120,19 @@ class EmbeddedZooKeeper:
         ]
 
     def start(self, *, detach: bool = False, timeout: float = 60.0) -> "EmbeddedZooKeeper":
-        """Start the server and wait until it answers; detach=True outlives this process. A port this object
-        chose that another process takes first is replaced by another free one; a port given is not."""
+        """Start the server and wait until it answers; detach=True outlives this process. On the first start a
+        port another process took is replaced by pick_port's (if any); a started server keeps its port, which
+        its clients were given, on every later start."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
             try:
-                return self._start_once(detach, timeout)
+                self._start_once(detach, timeout)
             except ZooKeeperPortTakenError:
-                if not self.port_chosen or attempt == PORT_ATTEMPTS:
+                if self.pick_port is None or attempt == PORT_ATTEMPTS:
                     raise
-                self.port = free_port(self.host)
+                self.port = self.pick_port()
+                continue
+            self.pick_port = None
+            return self
         raise AssertionError("unreachable")
 
     def _start_once(self, detach: bool, timeout: float) -> "EmbeddedZooKeeper":
@@ -148,14 +157,18 @@ class EmbeddedZooKeeper:
         return self
 
     def wait_until_serving(self, timeout: float = 60.0) -> None:
+        """Until this server serves requests. It is asked for its data directory (`conf`), not only whether it
+        runs (`ruok`): another ZooKeeper that holds the port (one of another test or cluster) would answer
+        `imok` as well, while this one fails to bind it."""
         deadline = time.monotonic() + timeout
+        ours = f"dataDir={self.data_dir / 'data' / 'version-2'}\n".encode()
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise EmbeddedZooKeeperError(
                     f"ZooKeeper exited with code {self.process.returncode}; see {self.data_dir / 'zookeeper.log'}"
                 )
             try:
-                if four_letter_word(self.host, self.port) == b"imok":
+                if ours in four_letter_word(self.host, self.port, b"conf"):
                     return
             except OSError:
                 pass

@@ -56,8 +56,9 @@ class SnapshotDamaged(ValueError):
     """The snapshot cannot be trusted; replay the whole journal instead."""
 
 
-def encode_snapshot(position: Position, ledgers: dict[int, LedgerState], generation: int = 1) -> bytes:
-    """A whole snapshot, the base of `generation`."""
+def encode_snapshot(position: Position, ledgers: dict[int, LedgerState], generation: int) -> bytes:
+    """A whole snapshot, the base of `generation`: one no file in the data directory has had (newest_generation),
+    so that no delta left there belongs to it."""
     chunks = [_CHAIN.pack(generation, 0), _POSITION.pack(position.segment, position.offset, len(ledgers))]
     for state in ledgers.values():
         index = state.index
@@ -212,7 +213,7 @@ def _apply_delta(body: memoryview, generation: int, number: int, ledgers: dict[i
                 raise ValueError(f"ledger {ledger_id} changed from slot {first} but no checkpoint before holds it")
             state = ledgers[ledger_id] = LedgerState(ledger_id, key, index=LedgerIndex(base))
         index = state.index
-        if first > len(index.locations) or (index.base != base and first != 0):
+        if first != len(index.locations) or (index.base != base and first != 0):
             raise ValueError(f"ledger {ledger_id} changed from slot {first} of base {base}, but the checkpoints "
                              f"before hold {len(index.locations)} slots of base {index.base}")
         state.master_key, state.fenced, state.last_add_confirmed, state.last_entry_id = key, bool(fenced), lac, \
@@ -246,10 +247,11 @@ def _array(typecode: str, data: memoryview) -> array:
 
 def save_snapshot(data_dir: pathlib.Path, blob: bytes) -> None:
     """Atomically replace the snapshot (blocking: run it in a worker thread); then remove the deltas of older
-    generations (a base's own generation has none yet)."""
+    generations (a base's own generation has none yet), and any delta a crash left half-written."""
     _save(data_dir, SNAPSHOT_NAME, blob)
     generation = _CHAIN.unpack_from(blob, _HEADER.size)[0]
     stale = [path for path, (g, _) in _delta_files(data_dir) if g != generation]
+    stale += data_dir.glob(DELTA_PREFIX + "*.tmp")
     for path in stale:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -286,6 +288,20 @@ def _save(data_dir: pathlib.Path, name: str, blob: bytes) -> None:
     fsync_directory(data_dir)
 
 
+def newest_generation(data_dir: pathlib.Path) -> int:
+    """The highest generation any checkpoint file in data_dir names, damaged ones included (0: none): a new base
+    takes a higher one, so no delta left from before can be taken for one of its own."""
+    newest = max((g for _, (g, _) in _delta_files(data_dir)), default=0)
+    try:
+        with open(data_dir / SNAPSHOT_NAME, "rb") as file:
+            head = file.read(_HEADER.size + _CHAIN.size)
+    except FileNotFoundError:
+        return newest
+    if len(head) == _HEADER.size + _CHAIN.size and head.startswith(_MAGIC):
+        newest = max(newest, _CHAIN.unpack_from(head, _HEADER.size)[0])
+    return newest
+
+
 def _delta_files(data_dir: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int]]]:
     """The delta files in data_dir with their (generation, number), in no order."""
     found = []
@@ -294,13 +310,6 @@ def _delta_files(data_dir: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, 
         if generation.isdigit() and number.isdigit():
             found.append((path, (int(generation), int(number))))
     return found
-
-
-def load_snapshot(data_dir: pathlib.Path) -> tuple[Position, dict[int, LedgerState]] | None:
-    """The state the checkpoints hold, None if there is no snapshot; raises SnapshotDamaged if it cannot be
-    trusted."""
-    loaded = load_checkpoints(data_dir)
-    return None if loaded is None else loaded[:2]
 
 
 def load_checkpoints(data_dir: pathlib.Path) -> tuple[Position, dict[int, LedgerState], Chain] | None:
@@ -312,12 +321,17 @@ def load_checkpoints(data_dir: pathlib.Path) -> tuple[Position, dict[int, Ledger
         return None
     generation, position, ledgers = _decode_base(blob)
     numbers = sorted(n for _, (g, n) in _delta_files(data_dir) if g == generation)
-    if numbers != list(range(1, len(numbers) + 1)):
-        raise SnapshotDamaged(f"the deltas of generation {generation} are numbered {numbers}: one is missing")
+    for expected, number in enumerate(numbers, start=1):
+        if number != expected:
+            raise SnapshotDamaged(f"delta {expected} of generation {generation} is missing (the next one is "
+                                  f"{number})")
     delta_bytes, changed = 0, set()
     for number in numbers:
         delta = (data_dir / delta_name(generation, number)).read_bytes()
-        position = apply_delta(delta, generation, number, ledgers, changed)
+        before, position = position, apply_delta(delta, generation, number, ledgers, changed)
+        if position < before:
+            raise SnapshotDamaged(f"delta {number} of generation {generation} covers the journal up to {position}, "
+                                  f"before the checkpoint it follows ({before})")
         delta_bytes += len(delta)
     for ledger_id in changed:
         if ledger_id in ledgers:

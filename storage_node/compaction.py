@@ -87,7 +87,7 @@ def live_bytes_by_file(ledgers: Iterable[LedgerState]) -> dict[int, int]:
 
 
 class Move(NamedTuple):
-    location: int               # first: moves sort by where they are
+    location: int
     length: int
     state: LedgerState
     entry_id: int

@@ -96,14 +96,17 @@ class LedgerIndex:
 
     def put_run(self, first_entry_id: int, locations, lengths) -> None:
         """put() of entries first_entry_id, first_entry_id + 1, ... at locations (an array("q")) with lengths;
-        in one step when they extend the dense window, as a run of new entries usually does. The locations
-        ascend (records one after another, as a journal group holds them)."""
+        in one step when they extend the dense window and lie one after another in one file, as the records of
+        a run of new entries in a journal group do."""
         if self.base < 0:
             self.base = first_entry_id
         slot = first_entry_id - self.base
         size = len(self.locations)
-        # put()'s rule for the first entry; every later one then lands at the end of the window.
+        total = sum(lengths)
+        # put()'s rule for the first entry; every later one then lands at the end of the window. The records lie
+        # one after another in one file when the last starts where the others end, in the first one's file.
         if (locations and file_of(locations[0]) == file_of(locations[-1])
+                and locations[-1] - locations[0] == total - lengths[-1]
                 and size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count))):
             holes = slot - size
             if holes:
@@ -112,7 +115,7 @@ class LedgerIndex:
             self.locations.extend(locations)
             self.lengths.extend(lengths)
             self.count += len(lengths)
-            self._tally(locations[0], sum(lengths))
+            self._tally(locations[0], total)
             self._span(locations[0], slot, slot + len(lengths) - 1)
             return
         for offset, (location, length) in enumerate(zip(locations, lengths)):

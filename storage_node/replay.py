@@ -17,7 +17,7 @@ import dataclasses
 import pathlib
 import time
 
-from storage_node.checkpoint import Chain, SnapshotDamaged, load_checkpoints
+from storage_node.checkpoint import Chain, SnapshotDamaged, load_checkpoints, newest_generation
 from storage_node.entry_index import pack
 from storage_node.errors import JournalCorruptError
 from storage_node.ledger_state import LedgerState
@@ -38,6 +38,7 @@ class Recovered:
     next_segment: int                     # the first file number not used by a segment or compacted file
     notes: list[str]                      # what start-up had to do, for the log
     chain: Chain | None = None            # the checkpoints it loaded (None: none)
+    newest_generation: int = 0            # the highest checkpoint generation in the data directory, loaded or not
 
 
 def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
@@ -70,7 +71,8 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         state.key_durable = True
         state.fence_durable = state.fenced
         state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
-    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes, chain)
+    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes, chain,
+                     newest_generation(data_dir))
 
 
 def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,

@@ -52,7 +52,7 @@ from storage_node.segments import (
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 1024
 MAX_WAIT_MS = 120_000
-MAX_DELTAS = 4096                # checkpoint deltas after a base at most (checkpoint.py): 68 hours of them
+MAX_DELTAS = 4096                # checkpoint deltas after a base at most (checkpoint.py): 68 hours at 60 s
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
 _log = logging.getLogger(__name__)
@@ -203,6 +203,7 @@ class Storage:
         self._changed: set[int] = set()
         self._dropped: set[int] = set()
         self._chain: Chain | None = None
+        self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
@@ -218,6 +219,7 @@ class Storage:
             _log.warning("%s", note)
         self.ledgers = recovered.ledgers
         self._chain = recovered.chain
+        self._newest_generation = recovered.newest_generation
         self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
@@ -242,7 +244,7 @@ class Storage:
             chain = self._chain
             if (self._whole_next or chain is None or chain.deltas >= MAX_DELTAS
                     or chain.delta_bytes >= chain.base_bytes):
-                generation = chain.generation + 1 if chain is not None else 1
+                generation = self._newest_generation + 1
                 blob = encode_snapshot(covers[0], self.ledgers, generation)
                 checkpointed, save = list(self.ledgers.values()), save_snapshot
                 after = Chain(generation, 0, len(blob), 0)
@@ -257,6 +259,7 @@ class Storage:
             self._changed.clear()
             self._dropped.clear()
             self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
+            self._newest_generation = max(self._newest_generation, after.generation)   # on disk, even if it fails
             await asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, blob)
             self._whole_next = False
             self._chain = after

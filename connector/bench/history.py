@@ -18,7 +18,7 @@ here, without Spark, as Spark would call it; task ledgers are written by the cod
 - compaction: a batch read (every partition read as an executor reads it, one after another) of a stream
   of --small-ledgers sink-sized ledgers vs. the same rows after compaction (compact_stream, issue 14 item 4).
 - node: a storage node's garbage-collection planning and checkpoint encoding on a node of --node-entries entries
-  vs. one of a tenth of them (connector/bench/node_history.py); planning <= 1.3x.
+  vs. one of a tenth of them (storage_node/history_bench.py, run as a process of its own); both <= 1.3x.
 
 Every figure is a median of --rounds runs after WARM_UP unmeasured ones. Exit status 1 if a target is missed.
 """
@@ -30,6 +30,8 @@ import json
 import os
 import pathlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -93,8 +95,7 @@ def run(args) -> int:
     if args.quick:
         args.ledgers, args.others, args.rounds, args.size, args.small_ledgers = 2_000, 2_000, 3, 16 * MiB, 100
         args.node_entries = 1_000_000
-    from connector.bench import node_history   # imports this module's helpers: imported once this one is
-    ok = node_history.compare(args.node_entries, args.rounds, TARGET)
+    ok = _compare_node_history(args.node_entries, args.rounds)
     # Both clusters' ZooKeeper gets the heap the history needs (the embedded default holds ~70,000 ledgers).
     os.environ.setdefault(HEAP_ENV, str(DEFAULT_HEAP_MB + (args.ledgers + args.others) * HEAP_KIB_PER_LEDGER // KiB))
     with tempfile.TemporaryDirectory(prefix="ledger-bench-history-") as tmp, \
@@ -113,6 +114,14 @@ def run(args) -> int:
             task_client.close_shared()   # the reads' and commits' shared clients, while their ZooKeeper still runs
             driver.end_registrations()   # and the driver registrations the commits made
     return 0 if ok else 1
+
+
+def _compare_node_history(entries: int, rounds: int) -> bool:
+    """The storage node's own history (storage_node/history_bench.py); its lines printed once it ends."""
+    done = subprocess.run([sys.executable, "-m", "storage_node.history_bench", "--entries", str(entries),
+                           "--rounds", str(rounds)], stdout=subprocess.PIPE, text=True, check=False)
+    print(done.stdout, end="", flush=True)
+    return done.returncode == 0
 
 
 # -- fixtures ------------------------------------------------------------------------------------------

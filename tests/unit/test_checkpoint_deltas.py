@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import random
 
+import crc32c
 import pytest
+
 from protos import ledger_pb2 as pb
+from storage_node import checkpoint
 from storage_node.checkpoint import (
     DELTA_PREFIX,
     SNAPSHOT_NAME,
@@ -222,7 +225,7 @@ def test_a_delta_missing_between_others_is_refused_not_skipped(tmp_path):
     asyncio.run(_base_and_two_deltas(tmp_path))
     generation = load_checkpoints(tmp_path)[2].generation
     (tmp_path / delta_name(generation, 1)).unlink()
-    with pytest.raises(SnapshotDamaged, match="one is missing"):
+    with pytest.raises(SnapshotDamaged, match="delta 1 of generation .* is missing"):
         load_checkpoints(tmp_path)
 
 
@@ -242,17 +245,41 @@ def test_a_damaged_delta_is_replayed_around_while_the_journal_is_whole_and_refus
         recover(tmp_path, tmp_path / "journal")
 
 
+@pytest.mark.parametrize("damaged", ["delta", "base"])
+def test_after_damaged_checkpoints_are_replayed_around_the_next_base_takes_a_generation_of_its_own(tmp_path, damaged):
+    """The deltas left by the damaged chain must never be taken for the new base's own: found by review, where the
+    new base reused generation 1 and the next start applied the old deltas to it (or refused to start)."""
+    asyncio.run(_base_and_two_deltas(tmp_path))
+    old = load_checkpoints(tmp_path)[2]
+    target = tmp_path / (delta_name(old.generation, 2) if damaged == "delta" else SNAPSHOT_NAME)
+    blob = target.read_bytes()
+    target.write_bytes(blob[:-1] + bytes([blob[-1] ^ 0xFF]))
+
+    async def restart_and_checkpoint():
+        storage = Storage(_config(tmp_path))
+        await storage.open()                         # the whole journal replayed around the damage
+        assert await storage.checkpoint()
+        _, group = storage.add_batch([make_entry(2, 0, payload_for(2, 0))])
+        assert await group.done is None
+        assert await storage.checkpoint()            # and a delta of the new base
+        expected = held(storage.ledgers), storage.journal.durable
+        await storage.journal.close()
+        return expected
+
+    expected_ledgers, expected_position = asyncio.run(restart_and_checkpoint())
+    position, ledgers, chain = load_checkpoints(tmp_path)
+    assert chain.generation > old.generation and chain.deltas == 1
+    assert (held(ledgers), position) == (expected_ledgers, expected_position)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(delta_name(old.generation, 0)[:-1])]
+
+
 def test_a_snapshot_of_the_format_before_deltas_loads_as_generation_0(tmp_path):
     state = LedgerState(5, KEY, last_entry_id=0)
     state.index.put(0, 1 << 40, 100)
-    blob = bytearray(encode_snapshot(Position(1, 100), {5: state}, generation=7))
+    blob = encode_snapshot(Position(1, 100), {5: state}, generation=7)
     # The format before: magic LSNAP001 and no (generation, number) ahead of the position.
-    import crc32c
-    import struct
-    body = bytes(blob[20 + 16:])
-    (tmp_path / SNAPSHOT_NAME).write_bytes(struct.pack("<8sIQ", b"LSNAP001", crc32c.crc32c(body), len(body)) + body)
-    (tmp_path / delta_name(0, 1)).write_bytes(b"left over")      # a delta of no base: must not be read
-    (tmp_path / delta_name(0, 1)).unlink()
+    body = blob[checkpoint._HEADER.size + checkpoint._CHAIN.size:]
+    (tmp_path / SNAPSHOT_NAME).write_bytes(checkpoint._HEADER.pack(b"LSNAP001", crc32c.crc32c(body), len(body)) + body)
     position, ledgers, chain = load_checkpoints(tmp_path)
     assert (position, chain.generation, chain.deltas) == (Position(1, 100), 0, 0)
     assert held(ledgers) == held({5: state})

@@ -41,10 +41,13 @@ def apply(index: LedgerIndex, changes, far: int) -> None:
     offset = 0
     for n, (first, count, number, as_run) in enumerate(changes):
         first = first + far if n % 3 == 2 else first
-        # Now and then a run whose second half lies in the next file (ascending still).
-        locations = [pack(number + (n % 4 == 3 and 2 * i >= count), offset + 100 * i) for i in range(count)]
         lengths = [10 + (n + i) % 50 for i in range(count)]
-        offset += 100 * count
+        # Records one after another (a journal group's run); now and then a run with gaps between its records,
+        # or whose second half lies in the next file.
+        gap = 7 if n % 5 == 4 else 0
+        starts = [offset + sum(lengths[:i]) + gap * i for i in range(count)]
+        locations = [pack(number + (n % 4 == 3 and 2 * i >= count), start) for i, start in enumerate(starts)]
+        offset = starts[-1] + lengths[-1]
         if as_run:
             index.put_run(first, array("q", locations), lengths)
         else:
@@ -108,7 +111,7 @@ def test_a_snapshot_loads_with_the_tally_of_what_it_holds():
     state.index.put(5, pack(2, 0), 30)                  # a hole at 2..4
     state.index.put(1 << 40, pack(4, 0), 20)            # the overflow dict
     state.index.put(1, pack(3, 0), 40)                  # moved (compaction): file 1 keeps 60 bytes
-    _, ledgers = decode_snapshot(encode_snapshot(Position(1, 0), {3: state}))
+    _, ledgers = decode_snapshot(encode_snapshot(Position(1, 0), {3: state}, generation=1))
     assert ledgers[3].index.bytes_by_file == {1: 60, 2: 30, 3: 40, 4: 20} == state.index.bytes_by_file
     assert ledgers[3].index.count == 4
 

@@ -185,7 +185,7 @@ def test_replay_starts_from_the_checkpoint_and_ignores_a_damaged_one(tmp_path):
     write_segment(journal, 1, first, entry_record(7, 1, b"b"))
     state = LedgerState(7, KEY, last_entry_id=0, last_add_confirmed=-1)
     state.index.put(0, pack(1, len(encode_key(7, KEY))), len(entry_record(7, 0, b"a")))
-    save_snapshot(tmp_path, encode_snapshot(Position(1, len(first)), {7: state}))
+    save_snapshot(tmp_path, encode_snapshot(Position(1, len(first)), {7: state}, generation=1))
     assert sorted(recover(tmp_path, journal).ledgers[7].index.entries_between(0, 5)) == [0, 1]
 
     snapshot = tmp_path / SNAPSHOT_NAME
@@ -200,7 +200,7 @@ def test_snapshot_round_trips_sparse_and_far_entries():
     state = LedgerState(3, KEY, fenced=True, last_add_confirmed=4, last_entry_id=1 << 40)
     for entry_id in (0, 2, 5, 1 << 40):
         state.index.put(entry_id, pack(2, entry_id % 1000), 77)
-    position, ledgers = decode_snapshot(encode_snapshot(Position(2, 99), {3: state}))
+    position, ledgers = decode_snapshot(encode_snapshot(Position(2, 99), {3: state}, generation=1))
     loaded = ledgers[3]
     assert position == Position(2, 99)
     assert (loaded.fenced, loaded.last_add_confirmed, loaded.last_entry_id) == (True, 4, 1 << 40)

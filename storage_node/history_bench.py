@@ -1,10 +1,13 @@
 """`ledger bench history`, its node section: what a storage node's own history costs its event loop.
 
+Run by connector/bench/history.py as `python -m storage_node.history_bench --entries N --rounds R` (the connector
+and the storage node never import each other); exit status 1 if a target is missed.
+
 Two in-memory indexes, built as a node's journal groups build them (runs of RUN entries of LEDGERS ledgers taken
 in turn, 1 KiB entries, journal segments of the node's default size, or smaller so that the smaller history spans
 four): one of --node-entries entries, one of a tenth of them. Both have the same compaction work: in their first
 segment two runs in three belong to ledgers that were deleted, so a round rewrites that segment and moves the same
-live records out of it. Measured, each a median of --rounds after history.WARM_UP:
+live records out of it. Measured, each a median of --rounds after WARM_UP:
 
 - a garbage-collection round's compaction planning, on the event loop: live bytes per file, the plan, and the
   records to move out of the files it rewrites (storage.compact does these before it copies anything); target:
@@ -16,10 +19,14 @@ live records out of it. Measured, each a median of --rounds after history.WARM_U
 """
 from __future__ import annotations
 
+import argparse
 import itertools
+import statistics
+import sys
+import time
 from array import array
+from typing import Callable
 
-from connector.bench.history import _alternating, _ms
 from storage_node.checkpoint import encode_delta, encode_snapshot
 from storage_node.compaction import live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
@@ -37,6 +44,8 @@ DEAD_RUNS = 2                               # of every three runs in the first s
 DELTA_LEDGERS = 100                         # ledgers with a new run between two checkpoints
 _LENGTHS = array("i", [RECORD_BYTES]) * RUN
 MiB = 1 << 20
+TARGET = 1.3
+WARM_UP = 2
 
 
 class NodeHistory:
@@ -78,7 +87,7 @@ class NodeHistory:
 
     def whole_checkpoint(self) -> int:
         """The bytes of a whole snapshot, encoded as Storage.checkpoint does on the event loop."""
-        return len(encode_snapshot(self._position(), self.ledgers))
+        return len(encode_snapshot(self._position(), self.ledgers, generation=1))
 
     def delta_checkpoint(self) -> int:
         """One run of new entries in each of DELTA_LEDGERS ledgers, then the delta that holds them; its bytes."""
@@ -122,3 +131,32 @@ def _line(what: str, held: tuple[int, int], small_seconds: float, large_seconds:
     print(f"{what}: {_ms(small_seconds)} on a node of {held[0]:,} entries, {_ms(large_seconds)} on one of "
           f"{held[1]:,}; ratio {ratio:.2f} (target <= {target}: {'met' if met else 'MISSED'})", flush=True)
     return met
+
+
+def _alternating(first: Callable[[], object], second: Callable[[], object], rounds: int) -> tuple[float, float]:
+    """Median seconds of each, called in turn WARM_UP + rounds times (the first WARM_UP not counted)."""
+    spent: tuple[list[float], list[float]] = ([], [])
+    for _ in range(WARM_UP + rounds):
+        for fn, times in zip((first, second), spent):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+    return statistics.median(spent[0][WARM_UP:]), statistics.median(spent[1][WARM_UP:])
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m storage_node.history_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--entries", type=int, default=10_000_000, help="entries of the larger node history")
+    parser.add_argument("--rounds", type=int, default=30, help="measured rounds of each figure")
+    args = parser.parse_args(argv)
+    if args.entries < 10 * RUN or args.rounds < 1:
+        parser.error(f"--entries must be at least {10 * RUN} and --rounds at least 1")
+    return 0 if compare(args.entries, args.rounds, TARGET) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
