@@ -5,9 +5,9 @@ and the storage node never import each other); exit status 1 if a target is miss
 
 Two in-memory indexes, built as a node's journal groups build them (runs of RUN entries of LEDGERS ledgers taken
 in turn, 1 KiB entries, journal segments of the node's default size, or smaller so that the smaller history spans
-four): one of --node-entries entries, one of a tenth of them. Both have the same compaction work: in their first
-segment two runs in three belong to ledgers that were deleted, so a round rewrites that segment and moves the same
-live records out of it. Measured, each a median of --rounds after WARM_UP:
+four): one of --entries entries (`ledger bench history --node-entries`), one of a tenth of them. Both have the
+same compaction work: in their first segment two runs in three belong to ledgers that were deleted, so a round
+rewrites that segment and moves the same live records out of it. Measured, each a median of --rounds after WARM_UP:
 
 - a garbage-collection round's compaction planning, on the event loop: live bytes per file, the plan, and the
   records to move out of the files it rewrites (storage.compact does these before it copies anything); target:
@@ -39,7 +39,7 @@ from storage_node.storage import MAX_DELTAS
 LEDGERS = 1_000
 RUN = 128                                   # entries of one ledger per journal group
 RECORD_BYTES = ENTRY_PAYLOAD_OFFSET + 1024  # a 1 KiB entry's journal record
-THRESHOLD = 0.5                             # storage node's default --compaction-threshold
+THRESHOLD = NodeConfig.compaction_threshold   # the storage node's default --compaction-threshold
 DEAD_RUNS = 2                               # of every three runs in the first segment
 DELTA_LEDGERS = 100                         # ledgers with a new run between two checkpoints
 _LENGTHS = array("i", [RECORD_BYTES]) * RUN
