@@ -23,7 +23,7 @@ from connector.certificates import CertificateAuthority
 from connector.client.security import TlsConfig, call_metadata
 from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
 from metadata import registry
-from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port
+from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens
 from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
 from metadata.store import MetadataStore, initialise_root
@@ -225,6 +225,9 @@ class LocalCluster:
         raise ClusterError(f"no node {node_id!r} in {self.directory}")
 
     def _zookeeper_serving(self) -> bool:
+        """Whether this cluster's ZooKeeper answers: the process it recorded, not another one that took the port."""
+        if not listens(self.state.zk_pid, "127.0.0.1", self.state.zk_port):
+            return False
         try:
             return four_letter_word("127.0.0.1", self.state.zk_port) == b"imok"
         except OSError:

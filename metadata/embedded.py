@@ -16,6 +16,8 @@ import subprocess
 import time
 from typing import Callable
 
+import psutil
+
 from metadata.errors import EmbeddedZooKeeperError, ZooKeeperPortTakenError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -40,6 +42,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def listens(pid: int, host: str, port: int) -> bool:
+    """Whether process pid has a TCP socket listening on host:port: that a ZooKeeper answering there is that
+    process, not another one (another test's or cluster's) that holds the port."""
+    if pid <= 0:
+        return False
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+    return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port
+               and s.laddr.ip in (host, f"::ffff:{host}", "0.0.0.0", "::") for s in sockets)   # Java: IPv6-mapped
 
 
 def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float = 1.0) -> bytes:
@@ -94,7 +109,7 @@ class EmbeddedZooKeeper:
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
                     "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons,conf",
+                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons",
                     "autopurge.purgeInterval=1",
                     "",
                 ]
@@ -148,7 +163,10 @@ class EmbeddedZooKeeper:
         try:
             self.wait_until_serving(timeout)
         except EmbeddedZooKeeperError:
-            if self.process.poll() is not None and BIND_FAILURE in read_from(log_path, log_start):
+            if self.process.poll() is None:      # it did not answer in time: no server is left behind
+                self.process.kill()
+                self.process.wait()
+            elif BIND_FAILURE in read_from(log_path, log_start):
                 raise ZooKeeperPortTakenError(
                     f"ZooKeeper could not listen on {self.address}: another process holds that port; "
                     f"stop it or choose another port (see {log_path})"
@@ -157,18 +175,18 @@ class EmbeddedZooKeeper:
         return self
 
     def wait_until_serving(self, timeout: float = 60.0) -> None:
-        """Until this server serves requests. It is asked for its data directory (`conf`), not only whether it
-        runs (`ruok`): another ZooKeeper that holds the port (one of another test or cluster) would answer
-        `imok` as well, while this one fails to bind it."""
+        """Until this server answers. The answer counts once this process listens on the port: another
+        ZooKeeper that holds the port (one of another test or cluster) answers `imok` as well, while this one
+        fails to bind it."""
         deadline = time.monotonic() + timeout
-        ours = f"dataDir={self.data_dir / 'data' / 'version-2'}\n".encode()
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise EmbeddedZooKeeperError(
                     f"ZooKeeper exited with code {self.process.returncode}; see {self.data_dir / 'zookeeper.log'}"
                 )
             try:
-                if ours in four_letter_word(self.host, self.port, b"conf"):
+                if four_letter_word(self.host, self.port) == b"imok" and (
+                        self.process is None or listens(self.process.pid, self.host, self.port)):
                     return
             except OSError:
                 pass

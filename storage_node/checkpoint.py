@@ -289,17 +289,10 @@ def _save(data_dir: pathlib.Path, name: str, blob: bytes) -> None:
 
 
 def newest_generation(data_dir: pathlib.Path) -> int:
-    """The highest generation any checkpoint file in data_dir names, damaged ones included (0: none): a new base
-    takes a higher one, so no delta left from before can be taken for one of its own."""
-    newest = max((g for _, (g, _) in _delta_files(data_dir)), default=0)
-    try:
-        with open(data_dir / SNAPSHOT_NAME, "rb") as file:
-            head = file.read(_HEADER.size + _CHAIN.size)
-    except FileNotFoundError:
-        return newest
-    if len(head) == _HEADER.size + _CHAIN.size and head.startswith(_MAGIC):
-        newest = max(newest, _CHAIN.unpack_from(head, _HEADER.size)[0])
-    return newest
+    """The highest generation the delta files in data_dir name, damaged or stale ones included (0: none). A new
+    base takes a generation above it and above the loaded base's, so no delta left from before is taken for
+    one of its own. (A damaged base's own generation is not trusted; its deltas, if any, name it.)"""
+    return max((g for _, (g, _) in _delta_files(data_dir)), default=0)
 
 
 def _delta_files(data_dir: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int]]]:

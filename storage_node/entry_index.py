@@ -83,6 +83,8 @@ class LedgerIndex:
             self.locations.append(location)
             self.lengths.append(length)
             self.count += 1
+            if self.overflow:
+                self.count -= self._grown(size, slot, slot + 1)
             self._span(location, slot, slot)
         else:
             old_record = self.overflow.get(entry_id)
@@ -115,11 +117,32 @@ class LedgerIndex:
             self.locations.extend(locations)
             self.lengths.extend(lengths)
             self.count += len(lengths)
+            if self.overflow:
+                self.count -= self._grown(size, slot, slot + len(lengths))
             self._tally(locations[0], total)
             self._span(locations[0], slot, slot + len(lengths) - 1)
             return
         for offset, (location, length) in enumerate(zip(locations, lengths)):
             self.put(first_entry_id + offset, location, length)
+
+    def _grown(self, old_size: int, first_new: int, end: int) -> int:
+        """The dense window grew from old_size to end slots, the new entries at first_new..end-1 and holes below:
+        an entry is never both in the window and in the overflow dict, so the overflow records of ids now in the
+        holes move into their slots, and those of the new entries' ids are replaced (their bytes leave the
+        tally). How many were replaced (counted twice)."""
+        low, high = self.base + old_size, self.base + end
+        replaced = 0
+        for entry_id in [e for e in self.overflow if low <= e < high]:
+            location, length = self.overflow.pop(entry_id)
+            self.overflow_changed = True
+            slot = entry_id - self.base
+            if slot < first_new:
+                self.locations[slot], self.lengths[slot] = location, length
+                self._span(location, slot, slot)
+            else:
+                self._tally(location, -length)
+                replaced += 1
+        return replaced
 
     def _tally(self, location: int, length: int) -> None:
         """Count length bytes (less when negative) in the file of location."""
@@ -152,7 +175,13 @@ class LedgerIndex:
         self.overflow_changed = False
 
     def recount(self) -> None:
-        """count and bytes_by_file from the arrays and overflow (an index as a snapshot holds it)."""
+        """count and bytes_by_file from the arrays and overflow (an index as a snapshot holds it). An overflow
+        record of an id inside the dense window (kept by a node before _grown) moves into its slot if that is
+        a hole, and is dropped if not: get() answered the slot's record."""
+        for entry_id in [e for e in self.overflow if 0 <= e - self.base < len(self.locations)]:
+            location, length = self.overflow.pop(entry_id)
+            if self.locations[entry_id - self.base] == ABSENT:
+                self.locations[entry_id - self.base], self.lengths[entry_id - self.base] = location, length
         self.count = len(self.overflow)
         self.bytes_by_file, self.slots_by_file = {}, {}
         if self.locations:

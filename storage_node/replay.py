@@ -72,7 +72,7 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         state.fence_durable = state.fenced
         state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
     return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes, chain,
-                     newest_generation(data_dir))
+                     max(newest_generation(data_dir), chain.generation if chain is not None else 0))
 
 
 def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,

@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from connector.cluster import LocalCluster
+from metadata.embedded import EmbeddedZooKeeper, listens
 from metadata.errors import ZooKeeperPortTakenError
 
 
@@ -94,3 +95,32 @@ def test_a_started_cluster_keeps_its_zookeeper_port_and_says_it_is_taken(tmp_pat
         cluster.stop()
         if cluster.thief is not None:
             cluster.thief.close()
+
+
+class _ZooKeeperTakenByAnother(LocalCluster):
+    """Another ZooKeeper (another test's or cluster's) takes the new cluster's port before it starts its own."""
+
+    def __init__(self, *args, other_dir, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.other_dir = other_dir
+        self.other = None
+
+    def start_zookeeper(self, *args, **kwargs):
+        if self.other is None:
+            self.other = EmbeddedZooKeeper(self.other_dir, port=self.state.zk_port).start()
+        return super().start_zookeeper(*args, **kwargs)
+
+
+def test_a_new_cluster_does_not_take_another_zookeeper_on_its_port_for_its_own(tmp_path):
+    """Found by review: the cluster asked only `ruok` on its port, and another ZooKeeper answered `imok`; the
+    cluster then initialised its root and registered its nodes there."""
+    cluster = _ZooKeeperTakenByAnother(tmp_path / "cluster", nodes=1, other_dir=tmp_path / "other")
+    try:
+        cluster.start(timeout=60)
+        assert cluster.state.zk_port != cluster.other.port
+        assert listens(cluster.state.zk_pid, "127.0.0.1", cluster.state.zk_port)
+        assert [(n["running"], n["registered"]) for n in cluster.status()["nodes"]] == [(True, True)]
+    finally:
+        cluster.stop()
+        if cluster.other is not None:
+            cluster.other.kill()

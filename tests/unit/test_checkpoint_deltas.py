@@ -256,15 +256,20 @@ def test_a_damaged_delta_is_replayed_around_while_the_journal_is_whole_and_refus
         recover(tmp_path, tmp_path / "journal")
 
 
-@pytest.mark.parametrize("damaged", ["delta", "base"])
+@pytest.mark.parametrize("damaged", ["delta", "base", "base generation"])
 def test_after_damaged_checkpoints_are_replayed_around_the_next_base_takes_a_generation_of_its_own(tmp_path, damaged):
     """The deltas left by the damaged chain must never be taken for the new base's own: found by review, where the
-    new base reused generation 1 and the next start applied the old deltas to it (or refused to start)."""
+    new base reused generation 1 and the next start applied the old deltas to it (or refused to start). Nor is a
+    damaged base's generation trusted (a damaged one of 2**63 - 1 made every later checkpoint fail)."""
     asyncio.run(_base_and_two_deltas(tmp_path))
     old = load_checkpoints(tmp_path)[2]
     target = tmp_path / (delta_name(old.generation, 2) if damaged == "delta" else SNAPSHOT_NAME)
     blob = target.read_bytes()
-    target.write_bytes(blob[:-1] + bytes([blob[-1] ^ 0xFF]))
+    if damaged == "base generation":
+        at = checkpoint._HEADER.size
+        target.write_bytes(blob[:at] + (2 ** 63 - 1).to_bytes(8, "little") + blob[at + 8:])
+    else:
+        target.write_bytes(blob[:-1] + bytes([blob[-1] ^ 0xFF]))
 
     async def restart_and_checkpoint():
         storage = Storage(_config(tmp_path))

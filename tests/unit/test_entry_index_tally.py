@@ -64,6 +64,7 @@ def test_the_tally_matches_a_pass_over_every_slot(change_list, far):
     assert index.bytes_by_file == tally_of(records)
     assert index.count == len(records)
     assert_spans_hold_every_dense_record(index)
+    assert not [e for e in index.overflow if 0 <= e - index.base < len(index.locations)]   # in one place only
     loaded = LedgerIndex(index.base)
     loaded.locations, loaded.lengths, loaded.overflow = array("q", index.locations), array("i", index.lengths), \
         dict(index.overflow)
@@ -122,3 +123,47 @@ def test_a_file_whose_last_record_moved_leaves_the_tally():
     index.put(0, pack(2, 0), 50)
     assert index.bytes_by_file == {2: 50}
     assert list(index.records_in({1})) == []
+
+
+def test_an_overflow_entry_the_window_grows_over_moves_into_it_and_is_never_held_twice():
+    """Found by review: an entry put far ahead went to the overflow dict; once the window grew past its id, a
+    compaction move put it into its dense slot and the overflow record stayed. Its old file kept a tally (never
+    deleted, its record moved again every round), the count was one too high and ranges listed the id twice."""
+    index = LedgerIndex()
+    index.put(0, pack(1, 0), 100)
+    index.put(5_000, pack(1, 100), 50)                     # far ahead: the overflow dict
+    assert list(index.overflow) == [5_000]
+    index.put_run(1, array("q", [pack(2, 0)]), [10])
+    for entry_id in range(2, 4_999, 500):                  # the window grows up to it...
+        index.put(entry_id, pack(2, 10 * entry_id), 10)
+    index.put(5_100, pack(2, 99_000), 10)                  # ...and past it: it moves into its slot
+    assert index.overflow == {} and index.get(5_000) == (pack(1, 100), 50)
+    index.put(5_000, pack(3, 0), 50)                       # a compaction move
+    assert index.bytes_by_file.get(1) == 100 and index.bytes_by_file[3] == 50
+    assert list(index.entries_between(4_990, 5_010)) == [5_000]
+    assert index.count == len(every_record(index)) == 14
+
+
+def test_a_run_over_an_overflow_entry_replaces_it():
+    index = LedgerIndex()
+    index.put(0, pack(1, 0), 100)
+    index.put(3_000, pack(1, 100), 50)                     # far ahead: the overflow dict
+    for entry_id in range(500, 2_501, 500):                # the window grows towards it
+        index.put(entry_id, pack(3, entry_id), 5)
+    run = range(2_990, 3_010)                              # records one after another: put in one step
+    index.put_run(run[0], array("q", [pack(4, 20 * n) for n in run]), [20] * len(run))
+    assert index.overflow == {} and index.get(3_000) == (pack(4, 20 * 3_000), 20)
+    assert index.bytes_by_file[1] == 100
+    assert index.count == len(every_record(index)) == 26
+    assert index.bytes_by_file == tally_of(every_record(index))
+
+
+def test_a_loaded_index_that_holds_an_entry_twice_keeps_the_record_get_answered():
+    """A snapshot written before the fix above may hold an id in both places; loading keeps one."""
+    index = LedgerIndex(0)
+    index.locations, index.lengths = array("q", [pack(1, 0), ABSENT, pack(2, 0)]), array("i", [10, 0, 30])
+    index.overflow = {1: (pack(5, 0), 20), 2: (pack(5, 20), 40), 9_000: (pack(6, 0), 7)}
+    index.recount()
+    assert index.overflow == {9_000: (pack(6, 0), 7)}
+    assert [index.get(e) for e in (0, 1, 2)] == [(pack(1, 0), 10), (pack(5, 0), 20), (pack(2, 0), 30)]
+    assert (index.count, index.bytes_by_file) == (4, {1: 10, 5: 20, 2: 30, 6: 7})
