@@ -219,7 +219,6 @@ def _apply_delta(body: memoryview, generation: int, number: int, ledgers: dict[i
         state.master_key, state.fenced, state.last_add_confirmed, state.last_entry_id = key, bool(fenced), lac, \
             last_entry
         index.base = base
-        del index.locations[first:], index.lengths[first:]
         index.locations.frombytes(body[pos:pos + 8 * held])
         pos += 8 * held
         index.lengths.frombytes(body[pos:pos + 4 * held])
