@@ -37,7 +37,6 @@ class Recovered:
     ledgers: dict[int, LedgerState]
     next_segment: int                     # the first file number not used by a segment or compacted file
     notes: list[str]                      # what start-up had to do, for the log
-    chain: Chain | None = None            # the checkpoints it loaded (None: none)
     newest_generation: int = 0            # the highest checkpoint generation in the data directory, loaded or not
 
 
@@ -71,7 +70,7 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         state.key_durable = True
         state.fence_durable = state.fenced
         state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
-    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes, chain,
+    return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes,
                      max(newest_generation(data_dir), chain.generation if chain is not None else 0))
 
 

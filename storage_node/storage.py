@@ -202,7 +202,7 @@ class Storage:
         # the next one after a checkpoint that failed (its changes are marked in no set any more).
         self._changed: set[int] = set()
         self._dropped: set[int] = set()
-        self._chain: Chain | None = None
+        self._chain: Chain | None = None   # the checkpoints this process wrote (None: none yet)
         self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
@@ -218,7 +218,6 @@ class Storage:
         for note in recovered.notes:
             _log.warning("%s", note)
         self.ledgers = recovered.ledgers
-        self._chain = recovered.chain
         self._newest_generation = recovered.newest_generation
         self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
