@@ -15,7 +15,7 @@ rewrites that segment and moves the same live records out of it. Measured, each 
 - a checkpoint after the same changes (a run of new entries in each of DELTA_LEDGERS ledgers): a delta, encoded
   on the event loop (storage.checkpoint); target <= TARGET times the smaller history's. Beside it the whole
   snapshot that Storage writes once the deltas since the last one add up to its size, and what that costs
-  amortised over those deltas.
+  amortised over those deltas: the event loop copies what it holds, a worker thread frames and writes it.
 """
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ class NodeHistory:
         return len(moves_out_of(list(self.ledgers.values()), set(plan.rewrite)))
 
     def whole_checkpoint(self) -> int:
-        """The bytes of a whole snapshot, encoded as Storage.checkpoint does on the event loop."""
-        return len(encode_snapshot(self._position(), self.ledgers, generation=1))
+        """The bytes of a whole snapshot, encoded as Storage.checkpoint does on the event loop (copied: a worker thread
+        frames and writes it)."""
+        return encode_snapshot(self._position(), self.ledgers, generation=1).size
 
     def delta_checkpoint(self) -> int:
         """One run of new entries in each of DELTA_LEDGERS ledgers, then the delta that holds them; its bytes."""
@@ -95,7 +96,7 @@ class NodeHistory:
         blob = encode_delta(self._position(), 1, 1, changed, ())
         for state in changed:
             state.index.mark_checkpointed()
-        return len(blob)
+        return blob.size
 
     def _position(self) -> Position:
         return Position(self.segment, self.offset)
@@ -117,7 +118,8 @@ def compare(entries: int, rounds: int, target: float) -> bool:
                  held, delta_small, delta_large, target)
     whole_small, whole_large = _alternating(small.whole_checkpoint, large.whole_checkpoint, rounds)
     whole_bytes, delta_bytes = large.whole_checkpoint(), large.delta_checkpoint()
-    print(f"node: a whole snapshot (written when the deltas since the last one add up to its size): "
+    print(f"node: a whole snapshot (written when the deltas since the last one add up to its size), copied on the "
+          f"event loop (a worker thread frames and writes it): "
           f"{_ms(whole_small)} ({small.whole_checkpoint():,} bytes) and {_ms(whole_large)} ({whole_bytes:,} bytes); "
           f"on the larger node one in every {min(MAX_DELTAS, whole_bytes // delta_bytes + 1):,} checkpoints of "
           f"this delta's size, {_ms(whole_large / min(MAX_DELTAS, whole_bytes // delta_bytes + 1))} each amortised",

@@ -239,27 +239,29 @@ class Storage:
             covers = (self.journal.durable, self._unjournaled_changes)
             if only_if_changed and covers == self._snapshot_covers:
                 return False
-            # Encoded on the loop thread, so it matches the durable position exactly.
+            # Encoded (copied) on the loop thread, so it matches the durable position exactly; framed and written
+            # in a worker thread.
             chain = self._chain
             if (self._whole_next or chain is None or chain.deltas >= MAX_DELTAS
                     or chain.delta_bytes >= chain.base_bytes):
                 generation = self._newest_generation + 1
-                blob = encode_snapshot(covers[0], self.ledgers, generation)
+                encoded = encode_snapshot(covers[0], self.ledgers, generation)
                 checkpointed, save = list(self.ledgers.values()), save_snapshot
-                after = Chain(generation, 0, len(blob), 0)
+                after = Chain(generation, 0, encoded.size, 0)
             else:
                 checkpointed = [state for ledger_id in self._changed
                                 if (state := self.ledgers.get(ledger_id)) is not None]
-                blob = encode_delta(covers[0], chain.generation, chain.deltas + 1, checkpointed, self._dropped)
+                encoded = encode_delta(covers[0], chain.generation, chain.deltas + 1, checkpointed, self._dropped)
                 save = save_delta
-                after = dataclasses.replace(chain, deltas=chain.deltas + 1, delta_bytes=chain.delta_bytes + len(blob))
+                after = dataclasses.replace(chain, deltas=chain.deltas + 1,
+                                            delta_bytes=chain.delta_bytes + encoded.size)
             for state in checkpointed:
                 state.index.mark_checkpointed()
             self._changed.clear()
             self._dropped.clear()
             self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
             self._newest_generation = max(self._newest_generation, after.generation)   # on disk, even if it fails
-            await asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, blob)
+            await asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, encoded)
             self._whole_next = False
             self._chain = after
             self._snapshot_covers = covers

@@ -292,10 +292,38 @@ def test_after_damaged_checkpoints_are_replayed_around_the_next_base_takes_a_gen
 def test_a_snapshot_of_the_format_before_deltas_loads_as_generation_0(tmp_path):
     state = LedgerState(5, KEY, last_entry_id=0)
     state.index.put(0, 1 << 40, 100)
-    blob = encode_snapshot(Position(1, 100), {5: state}, generation=7)
+    blob = bytes(encode_snapshot(Position(1, 100), {5: state}, generation=7))
     # The format before: magic LSNAP001 and no (generation, number) ahead of the position.
     body = blob[checkpoint._HEADER.size + checkpoint._CHAIN.size:]
     (tmp_path / SNAPSHOT_NAME).write_bytes(checkpoint._HEADER.pack(b"LSNAP001", crc32c.crc32c(body), len(body)) + body)
     position, ledgers, chain = load_checkpoints(tmp_path)
     assert (position, chain.generation, chain.deltas) == (Position(1, 100), 0, 0)
     assert held(ledgers) == held({5: state})
+
+
+def test_a_checkpoint_holds_the_state_it_was_encoded_at_not_what_changed_while_it_was_saved(tmp_path):
+    """Storage.checkpoint encodes on the event loop and saves in a worker thread while the loop goes on changing
+    the index: what is saved must be copies taken at the encoding, never views of the live arrays."""
+    state = LedgerState(5, KEY, last_entry_id=2)
+    for entry_id in range(3):
+        state.index.put(entry_id, (1 << 40) + 100 * entry_id, 100)
+    state.index.put(1 << 30, (1 << 40) + 900, 50)           # far ahead: the overflow dict
+    expected = held({5: state})
+    base = encode_snapshot(Position(1, 300), {5: state}, generation=1)
+    state.index.mark_checkpointed()
+    state.index.put(3, (1 << 40) + 300, 100)
+    delta = checkpoint.encode_delta(Position(1, 400), 1, 1, [state], [])
+    expected_with_delta = held({5: state})
+    # What the loop does meanwhile: appends, a compaction move, an overflow entry.
+    state.index.put(4, (1 << 40) + 400, 100)
+    state.index.put(0, (2 << 40) + 8, 100)
+    state.index.put((1 << 30) + 1, (1 << 40) + 950, 50)
+    state.last_entry_id = 4
+    checkpoint.save_snapshot(tmp_path, base)
+    position, ledgers, chain = load_checkpoints(tmp_path)
+    assert (position, held(ledgers), chain.deltas) == (Position(1, 300), expected, 0)
+    checkpoint.save_delta(tmp_path, delta)
+    position, ledgers, chain = load_checkpoints(tmp_path)
+    assert (position, held(ledgers), chain.deltas) == (Position(1, 400), expected_with_delta, 1)
+    assert (tmp_path / SNAPSHOT_NAME).stat().st_size == base.size
+    assert (tmp_path / SNAPSHOT_NAME).read_bytes() == bytes(base)

@@ -112,7 +112,7 @@ def test_a_snapshot_loads_with_the_tally_of_what_it_holds():
     state.index.put(5, pack(2, 0), 30)                  # a hole at 2..4
     state.index.put(1 << 40, pack(4, 0), 20)            # the overflow dict
     state.index.put(1, pack(3, 0), 40)                  # moved (compaction): file 1 keeps 60 bytes
-    _, ledgers = decode_snapshot(encode_snapshot(Position(1, 0), {3: state}, generation=1))
+    _, ledgers = decode_snapshot(bytes(encode_snapshot(Position(1, 0), {3: state}, generation=1)))
     assert ledgers[3].index.bytes_by_file == {1: 60, 2: 30, 3: 40, 4: 20} == state.index.bytes_by_file
     assert ledgers[3].index.count == 4
 

@@ -200,7 +200,7 @@ def test_snapshot_round_trips_sparse_and_far_entries():
     state = LedgerState(3, KEY, fenced=True, last_add_confirmed=4, last_entry_id=1 << 40)
     for entry_id in (0, 2, 5, 1 << 40):
         state.index.put(entry_id, pack(2, entry_id % 1000), 77)
-    position, ledgers = decode_snapshot(encode_snapshot(Position(2, 99), {3: state}, generation=1))
+    position, ledgers = decode_snapshot(bytes(encode_snapshot(Position(2, 99), {3: state}, generation=1)))
     loaded = ledgers[3]
     assert position == Position(2, 99)
     assert (loaded.fenced, loaded.last_add_confirmed, loaded.last_entry_id) == (True, 4, 1 << 40)
