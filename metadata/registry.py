@@ -122,10 +122,16 @@ def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegis
 def list_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
     nodes = {}
     for node_id in store.children(layout.NODES):
-        found = store.read(layout.node_path(node_id), serde.decode_node)
+        found = read_node(store, node_id)
         if found is not None:
-            nodes[node_id] = found.value
+            nodes[node_id] = found
     return nodes
+
+
+def read_node(store: MetadataStore, node_id: str) -> NodeRegistration | None:
+    """The node's registration now, None while it is not registered."""
+    found = store.read(layout.node_path(node_id), serde.decode_node)
+    return found.value if found is not None else None
 
 
 def read_cookie(store: MetadataStore, node_id: str) -> Versioned[Cookie] | None:

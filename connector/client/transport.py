@@ -279,7 +279,7 @@ class GrpcTransport:
     def _channel(self, node: str) -> grpc.aio.Channel:
         channel = self._channels.get(node)
         if channel is None:
-            address = self._addresses.get(node) or self._lookup(node)
+            address = self._lookup(node)
             options = [
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -294,15 +294,25 @@ class GrpcTransport:
         return channel
 
     def _lookup(self, node: str) -> str:
-        # A blocking ZooKeeper read on the loop, but only when a node is first used or has failed; never while
-        # ZooKeeper is away, when it would hold up every call of the loop until it is back.
+        """The address to dial for a new channel to node: the one it registers now. A blocking ZooKeeper read on
+        the loop, but only when a channel is made (a node's first use, or after it failed). The first lookup of a
+        node lists them all, so that their addresses are known while ZooKeeper is away (never read then: it would
+        hold up every call of the loop until it is back); a node listed before is read again, because an address
+        remembered from a listing may be one it no longer has (it restarted elsewhere meanwhile)."""
         if not self._store.connected:
-            if node in self._address_map:
-                return self._address_map[node]
-            raise NodeError(f"storage node {node}: its address is unknown while ZooKeeper is unreachable; the "
-                            "client moves to another node")
-        self._addresses = {n: self._address_map.get(n, reg.address)
-                           for n, reg in registry.list_nodes(self._store).items()}
+            address = self._addresses.get(node) or self._address_map.get(node)
+            if address is None:
+                raise NodeError(f"storage node {node}: its address is unknown while ZooKeeper is unreachable; "
+                                "the client moves to another node")
+            return address
+        if node in self._addresses:
+            registration = registry.read_node(self._store, node)
+            registered = {node: registration} if registration is not None else {}
+            self._addresses.pop(node)
+        else:
+            registered = registry.list_nodes(self._store)
+            self._addresses = {}
+        self._addresses.update((n, self._address_map.get(n, reg.address)) for n, reg in registered.items())
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]

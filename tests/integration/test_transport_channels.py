@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from connector.client import LedgerClient
 from connector.client.transport import GrpcTransport
+from metadata import registry
 from protos import ledger_pb2 as pb
 from tests.harness.poll import poll_until
 
@@ -68,4 +69,27 @@ def test_forgotten_channels_are_closed_once_no_add_stream_runs_on_them(cluster, 
             writer.append(f"without {i}".encode())
         poll_until(lambda: closed(stream_channel), timeout=30, what="the broken stream's channel to be closed")
         assert node not in writer.metadata.fragments[-1].ensemble
+        writer.close()
+
+
+def test_a_node_that_restarted_at_another_address_is_dialled_where_it_registers_now(cluster, metadata_uri, store):
+    """The transport lists every node's address when it first dials one. It used to dial a node it had not used
+    yet at the address listed then, so a node that had since restarted elsewhere (a new port, a new host) failed
+    its first call: a read that fails over, an ensemble change for a writer."""
+    nodes = {n.node_id: n for n in cluster(4)}
+    with LedgerClient(metadata_uri) as lc:
+        transport = lc._ctx.transport
+        writer = lc.create_ledger(3, 3, 2)
+        writer.append(b"listed")
+        spare = next(n for n in nodes if n not in writer.metadata.fragments[-1].ensemble)
+        listed = transport._addresses[spare]
+        node = nodes[spare]
+        node.stop()
+        node.port = 0                           # it comes back at another port
+        node.start()
+        assert node.address != listed
+        poll_until(lambda: getattr(registry.list_nodes(store).get(spare), "address", None) == node.address, 30,
+                   what=f"{spare} to register its new address")
+        answer = lc._runtime.run(transport.read_lac(spare, pb.ReadLacRequest(ledger_id=writer.ledger_id), 10.0))
+        assert answer.status == pb.NO_LEDGER
         writer.close()
