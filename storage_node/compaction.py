@@ -5,7 +5,12 @@ One round, run by storage.Storage.compact on the event loop (only the copy runs 
 
 1. plan: live bytes per file, counted from the in-memory index; candidates are journal segments below
    the durable position's segment (sealed and fully applied) and every compacted file. A file with
-   no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten.
+   no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten. Small
+   files are merged: once MERGE_SMALL_FILES of the files kept are below a quarter of a journal segment,
+   they are rewritten as well. Every round that copies anything writes a compacted file, which stays as
+   long as what it holds is live (a stream kept for good), and a restart seals its segment early: without
+   merging, a node running for months would hold tens of thousands of small files, each a descriptor once
+   read and a stat in every look at the disk.
 2. copy: the live records of the rewritten files, as they are (frame, CRC and all), go into one new
    ``compacted-N.log``; each is verified while read; the file and the directory are fsynced.
 3. switch: each copied entry's index slot is pointed at its copy if it still points at the old place
@@ -39,6 +44,7 @@ from storage_node.ledger_state import LedgerState
 from storage_node.segments import compacted_path, data_file_path, fsync_directory, read_record
 
 _COPY_CHUNK = 8 << 20       # bytes gathered before one write to the compacted file
+MERGE_SMALL_FILES = 16      # small files kept by a round's plan that make it merge them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,23 +62,29 @@ class CompactionPlan:
         return bool(self.sources)
 
 
-def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: float) -> CompactionPlan:
-    """Which candidate files (number -> size) to rewrite or drop, given live bytes per file number.
+def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: float,
+                    small_bytes: int = 0) -> CompactionPlan:
+    """Which candidate files (number -> size) to rewrite or drop, given live bytes per file number: drop the
+    files without live bytes, rewrite those whose live fraction is below threshold, and, when at least
+    MERGE_SMALL_FILES of the others are smaller than small_bytes, rewrite those too (merged into the round's
+    one compacted file). A threshold of 0 rewrites nothing.
 
     Pure: the caller passes only files that are sealed (journal segments below the durable position,
     and compacted files).
     """
-    rewrite, drop, live_total, reclaim = [], [], 0, 0
+    rewrite, drop, kept_small = [], [], []
     for number in sorted(sizes):
         size, used = sizes[number], live.get(number, 0)
         if used == 0:
             drop.append(number)
         elif size and used / size < threshold:
             rewrite.append(number)
-            live_total += used
-        else:
-            continue
-        reclaim += size
+        elif threshold and size < small_bytes:
+            kept_small.append(number)
+    if len(kept_small) >= MERGE_SMALL_FILES:
+        rewrite = sorted(rewrite + kept_small)
+    live_total = sum(live[number] for number in rewrite)
+    reclaim = sum(sizes[number] for number in rewrite + drop)
     return CompactionPlan(tuple(rewrite), tuple(drop), live_total, reclaim - live_total)
 
 

@@ -693,7 +693,8 @@ class Storage:
             loop = asyncio.get_running_loop()
             sealed_below = self.journal.durable.segment
             sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)
-            plan = plan_compaction(sizes, live_bytes_by_file(self.ledgers.values()), threshold)
+            plan = plan_compaction(sizes, live_bytes_by_file(self.ledgers.values()), threshold,
+                                   small_bytes=self.config.journal_segment_bytes // 4)
             if not plan:
                 return CompactionResult((), (), 0, 0)
             moves = moves_out_of(list(self.ledgers.values()), set(plan.rewrite))

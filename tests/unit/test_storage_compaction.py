@@ -9,7 +9,13 @@ import pytest
 
 from protos import ledger_pb2 as pb
 from storage_node.checkpoint import SNAPSHOT_NAME
-from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
+from storage_node.compaction import (
+    MERGE_SMALL_FILES,
+    copy_records,
+    live_bytes_by_file,
+    moves_out_of,
+    plan_compaction,
+)
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalCorruptError
@@ -32,6 +38,49 @@ def test_plan_drops_dead_files_rewrites_sparse_ones_and_keeps_dense_ones():
     assert not plan_compaction({3: 1000}, {3: 800}, threshold=0.5)
     assert plan_compaction({3: 1000}, {3: 800}, threshold=0.9).rewrite == (3,)
     assert plan_compaction({3: 1000}, {3: 800}, threshold=0.0).rewrite == ()
+
+
+def test_plan_merges_small_files_once_there_are_enough_of_them():
+    small = {number: 100 for number in range(1, MERGE_SMALL_FILES)}             # one short of a merge, all live
+    sizes, live = {**small, 50: 4000, 51: 1000}, {**small, 50: 4000, 51: 100}   # 50 big and live, 51 sparse
+    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=1000).rewrite == (51,)
+    sizes[60] = live[60] = 999                                                  # one more small file
+    plan = plan_compaction(sizes, live, threshold=0.5, small_bytes=1000)
+    assert plan.rewrite == (*small, 51, 60) and plan.drop == ()
+    assert plan.live_bytes == sum(small.values()) + 100 + 999 and plan.reclaim_bytes == 900
+    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=999).rewrite == (51,)   # 60 is not small
+    assert plan_compaction(sizes, live, threshold=0.0, small_bytes=1000).rewrite == ()     # no rewriting at all
+
+
+def test_rounds_that_each_copy_a_little_do_not_pile_up_compacted_files(tmp_path):
+    """A ledger kept for good beside ledgers that are deleted: every round rewrites the sealed segments and
+    copies the kept ledger's records into a compacted file of its own, which stays fully live. Before small
+    files were merged, each round left one more (ROUNDS of them here; a node running for months, tens of
+    thousands)."""
+    rounds, kept, size = MERGE_SMALL_FILES + 8, 1, 8000
+
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        written = 0
+        for round_number in range(rounds):
+            dropped = 100 + round_number
+            for _ in range(10):     # ~1.3 MiB: the journal rolls past a 1 MiB segment
+                batch = [make_entry(kept, written, payload_for(kept, written, size))]
+                batch += [make_entry(dropped, written * 16 + i, payload_for(dropped, i, size)) for i in range(15)]
+                results, group = storage.add_batch(batch)
+                assert all(r[2] == pb.OK for r in results) and await group.done is None
+                written += 1
+            assert await storage.delete_ledgers([dropped]) == 1
+            await storage.compact(0.5)
+            files = list_compacted(storage.journal_dir) + list_segments(storage.journal_dir)
+            assert len(files) <= MERGE_SMALL_FILES + 3, f"round {round_number}: {len(files)} files"
+        _assert_reads(storage, [kept], written, size)
+        storage = await _restart(storage, tmp_path)
+        _assert_reads(storage, [kept], written, size)
+        await storage.close()
+
+    asyncio.run(scenario())
 
 
 def test_live_bytes_and_moves_count_dense_and_overflow_slots_once():
