@@ -55,6 +55,9 @@ class PasswordNeededError(LedgerError):
     """An OPEN ledger must be fenced before it is deleted, and that takes its password."""
 
 
+STOPPED_QUERIES_PER_START = 16   # other streams' stopped queries whose registries a start removes at most
+
+
 def run_key(query_id: str, driver: str) -> str:
     """How a run of a streaming query is recorded aborted among the stream's job outcomes."""
     return f"{query_id}@{driver}"
@@ -153,14 +156,18 @@ def ledger_facts(store: MetadataStore, entries: Iterable[TaskEntry]) -> list[Led
 
 
 def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned]:
-    """At the start of a write job or streaming query on stream: clean the stream's abandoned registries.
+    """At the start of a write job or streaming query on stream: clean the stream's abandoned registries, and
+    remove up to STOPPED_QUERIES_PER_START registries of queries on other streams whose drivers are gone and that
+    hold no task entries. Those are what a query leaves when it stops (its runs; each batch's entries are swept as
+    it commits). Nothing else removes them while no job starts on their stream, and every driver keeper reads
+    every registry every 10 s: a cluster where queries come and go would pay for every query it ever ran.
     Never raises (the job goes on; what is left, the next start or `ledger jobs --apply` cleans)."""
     try:
-        abandoned = [found for found in find_registries(lc.store, stream) if found.state == ABANDONED]
+        found = [f for f in find_registries(lc.store) if f.state == ABANDONED]
     except LedgerError as exc:
         log.warning("stream %r: abandoned Spark jobs not looked for: %s", stream, exc)
         return []
-    cleaned = [clean(lc, found, [password], patient=False) for found in abandoned]
+    cleaned = [clean(lc, f, [password], patient=False) for f in found if stream in f.streams]
     for outcome in cleaned:
         if outcome.error:
             log.warning("stream %r: %s %s of a gone driver not cleaned: %s", stream, outcome.registry.kind,
@@ -168,7 +175,28 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned
         elif not outcome.skipped:
             log.info("stream %r: %s %s of a gone driver cleaned: %d ledgers deleted, %d committed kept", stream,
                      outcome.registry.kind, outcome.registry.owner, len(outcome.deleted), len(outcome.kept))
+    stopped = [f for f in found if f.kind == QUERY and stream not in f.streams]
+    for query in stopped[:STOPPED_QUERIES_PER_START]:
+        try:
+            if remove_stopped_query(lc.store, query):
+                log.info("query %s on %s: stopped and its driver gone, its registry removed", query.owner,
+                         ", ".join(map(repr, query.streams)))
+        except LedgerError as exc:
+            log.info("query %s: registry not removed (the next start tries again): %s", query.owner, exc)
     return cleaned
+
+
+def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
+    """Remove the registry of a query whose drivers are gone and that holds no task entries: its runs, then the
+    registry (kept if an entry was registered meanwhile). Its runs are not recorded aborted, as _clean_query does
+    before it discards a query's ledgers: there are none to discard, so there is nothing a late commit could
+    contradict, and a driver that was only away for a moment (its ZooKeeper session expired) records its run
+    again with its next batch. Whether it removed the registry."""
+    if found.entries(store) or any(registry.writer_alive(store, driver) for driver in found.drivers):
+        return False
+    for driver in found.runs:
+        forget_run(store, found.owner, driver)
+    return remove_query(store, found.owner)
 
 
 def clean(lc: LedgerClient, found: Registry, passwords: Sequence[bytes], legacy: bool = False,
