@@ -308,7 +308,7 @@ async def _first_of(*waits, timeout: float) -> None:
 
 
 def _refresh_gauges(storage: Storage) -> None:
-    """The gauges that walk every ledger, on the loop thread that owns the ledgers."""
+    """The gauges of what the node holds, on the loop thread that owns the ledgers (counts Storage keeps)."""
     metrics = storage.metrics
     metrics.ledgers.set(len(storage.ledgers))
     metrics.entries.set(storage.entry_count())

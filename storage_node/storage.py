@@ -205,6 +205,10 @@ class Storage:
         self._chain: Chain | None = None   # the checkpoints this process wrote (None: none yet)
         self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
+        # The gauges' counts of what the node holds (its metrics), kept as it changes: a walk over every ledger
+        # each second would cost what the node holds.
+        self._entries = 0               # entries: the sum of the ledgers' index counts
+        self._fenced = 0                # fenced ledgers
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
 
@@ -218,6 +222,8 @@ class Storage:
         for note in recovered.notes:
             _log.warning("%s", note)
         self.ledgers = recovered.ledgers
+        self._entries = sum(state.index.count for state in self.ledgers.values())
+        self._fenced = sum(1 for state in self.ledgers.values() if state.fenced)
         self._newest_generation = recovered.newest_generation
         self._numbers = FileNumbers(recovered.next_segment)
         self.journal = Journal(
@@ -499,7 +505,10 @@ class Storage:
                 # The run's frames lie one after another: their locations are running sums of their lengths.
                 locations = array("q", itertools.accumulate(lengths, initial=origin + item.rel))
                 locations.pop()
+                held = state.index.count
                 state.index.put_run(item.first_entry_id, locations, lengths)
+                if self.ledgers.get(state.ledger_id) is state:     # not dropped since (garbage collection)
+                    self._entries += state.index.count - held
                 self._changed_state(state)
                 entries += len(lengths)
                 stored += sum(lengths)
@@ -567,6 +576,7 @@ class Storage:
             group, state = self._journal_record(ledger_id, key, state, encode_fence(ledger_id), PendingFence)
         except JournalWriteError as exc:
             return Refusal(pb.ERROR, f"cannot fence ledger {ledger_id}: {exc}")
+        self._fenced += not state.fenced
         state.fenced = True          # from now on adds are refused, though the fence is not durable yet
         self._changed_state(state)
         state.fence_group = group
@@ -670,7 +680,10 @@ class Storage:
             for ledger_id in ledger_ids:
                 # From here on an add or fence of this id (a late writer) starts a fresh state whose
                 # KEY record follows the DELETE record in the journal.
-                if self.ledgers.pop(ledger_id, None) is not None:
+                state = self.ledgers.pop(ledger_id, None)
+                if state is not None:
+                    self._entries -= state.index.count
+                    self._fenced -= state.fenced
                     self._changed.discard(ledger_id)
                     self._dropped.add(ledger_id)
                     self.journal.append(group, encode_delete(ledger_id))
@@ -722,10 +735,10 @@ class Storage:
     # -- info -----------------------------------------------------------------------------------
 
     def entry_count(self) -> int:
-        return sum(state.index.count for state in self.ledgers.values())
+        return self._entries
 
     def fenced_count(self) -> int:
-        return sum(1 for state in self.ledgers.values() if state.fenced)
+        return self._fenced
 
     def data_bytes(self) -> int:
         """Bytes of journal segments and compacted files (what garbage collection shrinks)."""
