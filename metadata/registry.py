@@ -128,9 +128,12 @@ def list_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
     return nodes
 
 
-def read_node(store: MetadataStore, node_id: str) -> NodeRegistration | None:
-    """The node's registration now, None while it is not registered."""
-    found = store.read(layout.node_path(node_id), serde.decode_node)
+def read_node(store: MetadataStore, node_id: str, within: float | None = None) -> NodeRegistration | None:
+    """The node's registration now, None while it is not registered. within: one attempt that waits at most
+    that long (MetadataStore.read_within)."""
+    path = layout.node_path(node_id)
+    found = store.read(path, serde.decode_node) if within is None else store.read_within(path, serde.decode_node,
+                                                                                         within)
     return found.value if found is not None else None
 
 

@@ -373,6 +373,18 @@ class MetadataStore:
             return None
         return decode(data), stat
 
+    def read_within(self, path: str, decode: Callable[[bytes], object], seconds: float) -> Versioned | None:
+        """read(), in one attempt that waits at most `seconds` for its answer and not at all for a session:
+        MetadataError when the session is not connected or the answer is late. For a caller with something to
+        fall back on that must not wait for ZooKeeper (the client's event loop)."""
+        if not self.connected:
+            raise MetadataError("ZooKeeper is not connected")
+        try:
+            data, stat = self._translate(lambda: self.zk.get_async(path).get(timeout=seconds))
+        except NoNodeError:
+            return None
+        return Versioned(decode(data), stat.version)
+
     def compare_and_set(self, path: str, data: bytes, expected_version: int, what: str) -> int:
         """Write data if the znode is still at expected_version; returns the new version."""
         try:

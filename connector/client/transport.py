@@ -24,6 +24,7 @@ from connector.client.errors import NodeError
 from connector.client.limits import MAX_MESSAGE_BYTES
 from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
+from metadata.errors import MetadataError
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
 from protos import wire
@@ -31,6 +32,7 @@ from protos.ledger_pb2_grpc import StorageNodeStub
 
 MAX_BATCH_BYTES = 1024 * 1024
 LONE_FRAME_BYTES = 64 * 1024   # a frame queued alone is sent as it is from this size on (no copy to add the flag)
+ADDRESS_READ_SECONDS = 0.25    # the most a new channel's address read may hold the loop; then the listed address
 
 # ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
 _READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(
@@ -294,11 +296,12 @@ class GrpcTransport:
         return channel
 
     def _lookup(self, node: str) -> str:
-        """The address to dial for a new channel to node: the one it registers now. A blocking ZooKeeper read on
-        the loop, but only when a channel is made (a node's first use, or after it failed). The first lookup of a
-        node lists them all, so that their addresses are known while ZooKeeper is away (never read then: it would
-        hold up every call of the loop until it is back); a node listed before is read again, because an address
-        remembered from a listing may be one it no longer has (it restarted elsewhere meanwhile)."""
+        """The address to dial for a new channel to node: the one it registers now. The first lookup of a node
+        lists them all (a blocking ZooKeeper read on the loop, but only when a node is first used or has failed),
+        so that their addresses are known while ZooKeeper is away, when it is never read (it would hold up every
+        call of the loop until it is back). A node listed before is read again, because it may have restarted
+        elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS, after which the
+        listed address is dialled."""
         if not self._store.connected:
             address = self._addresses.get(node) or self._address_map.get(node)
             if address is None:
@@ -306,13 +309,17 @@ class GrpcTransport:
                                 "the client moves to another node")
             return address
         if node in self._addresses:
-            registration = registry.read_node(self._store, node)
-            registered = {node: registration} if registration is not None else {}
-            self._addresses.pop(node)
+            try:
+                registration = registry.read_node(self._store, node, within=ADDRESS_READ_SECONDS)
+            except MetadataError:
+                return self._addresses[node]
+            if registration is None:
+                self._addresses.pop(node)
+            else:
+                self._addresses[node] = self._address_map.get(node, registration.address)
         else:
-            registered = registry.list_nodes(self._store)
-            self._addresses = {}
-        self._addresses.update((n, self._address_map.get(n, reg.address)) for n, reg in registered.items())
+            self._addresses = {n: self._address_map.get(n, reg.address)
+                               for n, reg in registry.list_nodes(self._store).items()}
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]

@@ -40,6 +40,7 @@ from metadata.embedded import EmbeddedZooKeeper
 from metadata.errors import MetadataError
 from metadata.model import LedgerState, NodeRegistration, NodeState
 from metadata.store import MetadataStore, initialise_root
+from protos import ledger_pb2 as pb
 from tests.harness.node_process import NodeProcess
 from tests.harness.poll import poll_until
 
@@ -251,6 +252,28 @@ def test_a_close_fails_after_the_bound_with_an_error_naming_zookeeper(cluster, o
         assert "3s" in message and ZK_WAIT_ENV in message and "open the ledger" in message
     with LedgerClient(cluster.uri) as client:
         assert [e.payload for e in client.open_ledger(writer.ledger_id).read()] == [b"%d" % i for i in range(5)]
+
+
+def test_a_channel_to_a_listed_node_is_opened_without_waiting_for_a_cut_off_zookeeper(cluster, outage_of,
+                                                                                    monkeypatch):
+    """The client's transport reads a node's registration again when it opens a channel to a node it listed
+    before (the node may have moved). While ZooKeeper is cut off the session still looks connected for a while:
+    the read gives up after transport.ADDRESS_READ_SECONDS and the listed address is dialled, instead of holding
+    the client's loop until ZooKeeper is back and then failing the call."""
+    monkeypatch.setenv(ZK_WAIT_ENV, "5")
+    cluster.start_nodes(4)
+    outage = outage_of("partition", seconds=3)
+    with LedgerClient(cluster.client_uri) as client:
+        transport = client._ctx.transport
+        writer = client.create_ledger(3, 3, 2)
+        writer.append(b"the nodes are listed")
+        spare = next(n for n in cluster.nodes if n not in writer.metadata.last_fragment.ensemble)
+        assert spare in transport._addresses and spare not in transport._channels
+        outage.begin()
+        answer = client._runtime.run(transport.read_lac(spare, pb.ReadLacRequest(ledger_id=writer.ledger_id), 10))
+        assert answer.status == pb.NO_LEDGER
+        outage.end()
+        writer.close()
 
 
 # -- storage nodes ------------------------------------------------------------------------------------
