@@ -7,10 +7,12 @@ One round, run by storage.Storage.compact on the event loop (only the copy runs 
    the durable position's segment (sealed and fully applied) and every compacted file. A file with
    no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten. Small
    files are merged: once MERGE_SMALL_FILES of the files kept are below a quarter of a journal segment,
-   they are rewritten as well. Every round that copies anything writes a compacted file, which stays as
-   long as what it holds is live (a stream kept for good), and a restart seals its segment early: without
-   merging, a node running for months would hold tens of thousands of small files, each a descriptor once
-   read and a stat in every look at the disk.
+   the smallest of them, up to a segment's worth, are rewritten as well. Every round that copies anything
+   writes a compacted file, which stays as long as what it holds is live (a stream kept for good), and a
+   restart seals its segment early: without merging, a node running for months would hold tens of thousands
+   of small files, each a descriptor once read and a stat in every look at the disk. A file whose copy met a
+   damaged record is never copied again (it would stop every round); files without live bytes are still
+   deleted when a copy fails.
 2. copy: the live records of the rewritten files, as they are (frame, CRC and all), go into one new
    ``compacted-N.log``; each is verified while read; the file and the directory are fsynced.
 3. switch: each copied entry's index slot is pointed at its copy if it still points at the old place
@@ -39,7 +41,7 @@ import pathlib
 from typing import Iterable, NamedTuple
 
 from storage_node.entry_index import pack, unpack
-from storage_node.errors import StoredEntryError
+from storage_node.errors import UncopyableRecordError
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import compacted_path, data_file_path, fsync_directory, read_record
 
@@ -62,12 +64,13 @@ class CompactionPlan:
         return bool(self.sources)
 
 
-def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: float,
-                    small_bytes: int = 0) -> CompactionPlan:
+def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: float, small_bytes: int = 0,
+                    merge_bytes: int = 0, uncopyable: frozenset[int] = frozenset()) -> CompactionPlan:
     """Which candidate files (number -> size) to rewrite or drop, given live bytes per file number: drop the
     files without live bytes, rewrite those whose live fraction is below threshold, and, when at least
-    MERGE_SMALL_FILES of the others are smaller than small_bytes, rewrite those too (merged into the round's
-    one compacted file). A threshold of 0 rewrites nothing.
+    MERGE_SMALL_FILES of the others are smaller than small_bytes, rewrite the smallest of those too, as many as
+    fit in merge_bytes (merged into the round's one compacted file). A threshold of 0 rewrites nothing, and the
+    uncopyable files (a damaged record stopped a copy of them) are only ever dropped.
 
     Pure: the caller passes only files that are sealed (journal segments below the durable position,
     and compacted files).
@@ -77,12 +80,20 @@ def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: floa
         size, used = sizes[number], live.get(number, 0)
         if used == 0:
             drop.append(number)
+        elif number in uncopyable:
+            continue
         elif size and used / size < threshold:
             rewrite.append(number)
         elif threshold and size < small_bytes:
             kept_small.append(number)
     if len(kept_small) >= MERGE_SMALL_FILES:
-        rewrite = sorted(rewrite + kept_small)
+        merged = 0
+        for number in sorted(kept_small, key=lambda n: (sizes[n], n)):
+            merged += sizes[number]
+            if merged > merge_bytes:
+                break
+            rewrite.append(number)
+        rewrite.sort()
     live_total = sum(live[number] for number in rewrite)
     reclaim = sum(sizes[number] for number in rewrite + drop)
     return CompactionPlan(tuple(rewrite), tuple(drop), live_total, reclaim - live_total)
@@ -118,7 +129,7 @@ def moves_out_of(ledgers: Iterable[LedgerState], sources: set[int]) -> list[Move
 def copy_records(journal_dir: pathlib.Path, number: int, records: list[tuple[int, int]]) -> list[int]:
     """Copy (location, length) records into compacted file `number`, verified and fsynced; returns the
     new packed locations. Blocking: run it in a worker thread. On any failure the partial file is removed
-    and StoredEntryError raised, so nothing ever points into it."""
+    (and UncopyableRecordError raised for a damaged record), so nothing ever points into it."""
     path = compacted_path(journal_dir, number)
     out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     sources: dict[int, int] = {}
@@ -132,9 +143,9 @@ def copy_records(journal_dir: pathlib.Path, number: int, records: list[tuple[int
             try:
                 chunk.append(read_record(fd, source_offset, length))
             except ValueError as exc:
-                raise StoredEntryError(
+                raise UncopyableRecordError(
                     f"cannot compact file {segment}: the record at offset {source_offset} is damaged ({exc}); "
-                    f"the file is kept and reads of that entry answer ERROR"
+                    f"the file is kept and reads of that entry answer ERROR", segment
                 ) from exc
             locations.append(pack(number, offset))
             offset += length

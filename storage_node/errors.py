@@ -26,3 +26,12 @@ class JournalWriteError(StorageNodeError):
 
 class StoredEntryError(StorageNodeError):
     """The index says an entry is stored but it cannot be read back intact (answer ERROR, rule 8)."""
+
+
+class UncopyableRecordError(StoredEntryError):
+    """Compaction found a damaged record in file_number: that file is kept as it is (reads of the entry answer
+    ERROR) and never copied again."""
+
+    def __init__(self, message: str, file_number: int):
+        super().__init__(message)
+        self.file_number = file_number

@@ -23,7 +23,7 @@ from storage_node.checkpoint import Chain, encode_delta, encode_snapshot, save_d
 from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
-from storage_node.errors import JournalWriteError
+from storage_node.errors import JournalWriteError, UncopyableRecordError
 from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
 from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
@@ -205,6 +205,7 @@ class Storage:
         self._chain: Chain | None = None   # the checkpoints this process wrote (None: none yet)
         self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
+        self._uncopyable: set[int] = set()   # files compaction found a damaged record in: never copied again
         # The gauges' counts of what the node holds (its metrics), kept as it changes: a walk over every ledger
         # each second would cost what the node holds.
         self._entries = 0               # entries: the sum of the ledgers' index counts
@@ -706,31 +707,46 @@ class Storage:
             loop = asyncio.get_running_loop()
             sealed_below = self.journal.durable.segment
             sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)
+            segment_bytes = self.config.journal_segment_bytes
             plan = plan_compaction(sizes, live_bytes_by_file(self.ledgers.values()), threshold,
-                                   small_bytes=self.config.journal_segment_bytes // 4)
+                                   small_bytes=segment_bytes // 4, merge_bytes=segment_bytes,
+                                   uncopyable=frozenset(self._uncopyable))
             if not plan:
                 return CompactionResult((), (), 0, 0)
             moves = moves_out_of(list(self.ledgers.values()), set(plan.rewrite))
+            copied, failed = 0, None
             if moves:
                 number = self._numbers.take()
-                locations = await loop.run_in_executor(
-                    None, copy_records, self.journal_dir, number, [(m.location, m.length) for m in moves],
-                )
-                for move, location in zip(moves, locations):
-                    if move.state.index.get(move.entry_id) == (move.location, move.length):
-                        move.state.index.put(move.entry_id, location, move.length)
-                        self._changed_state(move.state)
-                self._unjournaled_changes += 1
+                try:
+                    locations = await loop.run_in_executor(
+                        None, copy_records, self.journal_dir, number, [(m.location, m.length) for m in moves],
+                    )
+                except (UncopyableRecordError, OSError) as exc:
+                    # The files without live bytes are still deleted below; one with a damaged record is never
+                    # copied again, or it would stop every later round.
+                    failed = exc
+                    if isinstance(exc, UncopyableRecordError):
+                        self._uncopyable.add(exc.file_number)
+                else:
+                    for move, location in zip(moves, locations):
+                        if move.state.index.get(move.entry_id) == (move.location, move.length):
+                            move.state.index.put(move.entry_id, location, move.length)
+                            self._changed_state(move.state)
+                    self._unjournaled_changes += 1
+                    copied = plan.live_bytes
             await self.checkpoint()
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
             still_live = live_bytes_by_file(self.ledgers.values())
             deleted = tuple(n for n in plan.sources if not still_live.get(n))
             for number in deleted:
                 self._readers.forget(number)
+            self._uncopyable.difference_update(deleted)
             freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
         self.metrics.gc_files_deleted.inc(len(deleted))
-        self.metrics.gc_bytes_reclaimed.inc(max(freed - plan.live_bytes, 0))
-        return CompactionResult(plan.rewrite, deleted, plan.live_bytes, max(freed - plan.live_bytes, 0))
+        self.metrics.gc_bytes_reclaimed.inc(max(freed - copied, 0))
+        if failed is not None:
+            raise failed
+        return CompactionResult(plan.rewrite, deleted, copied, max(freed - copied, 0))
 
     # -- info -----------------------------------------------------------------------------------
 

@@ -18,10 +18,10 @@ from storage_node.compaction import (
 )
 from storage_node.config import NodeConfig
 from storage_node.entry_index import pack, unpack
-from storage_node.errors import JournalCorruptError
+from storage_node.errors import JournalCorruptError, UncopyableRecordError
 from storage_node.ledger_state import LedgerState
 from storage_node.replay import recover
-from storage_node.segments import list_compacted, list_segments, segment_path
+from storage_node.segments import data_file_path, list_compacted, list_segments, segment_path
 from storage_node.storage import Storage
 from tests.harness.node_client import KEY, make_entry, payload_for
 
@@ -43,13 +43,22 @@ def test_plan_drops_dead_files_rewrites_sparse_ones_and_keeps_dense_ones():
 def test_plan_merges_small_files_once_there_are_enough_of_them():
     small = {number: 100 for number in range(1, MERGE_SMALL_FILES)}             # one short of a merge, all live
     sizes, live = {**small, 50: 4000, 51: 1000}, {**small, 50: 4000, 51: 100}   # 50 big and live, 51 sparse
-    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=1000).rewrite == (51,)
+    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=1000, merge_bytes=4000).rewrite == (51,)
     sizes[60] = live[60] = 999                                                  # one more small file
-    plan = plan_compaction(sizes, live, threshold=0.5, small_bytes=1000)
+    plan = plan_compaction(sizes, live, threshold=0.5, small_bytes=1000, merge_bytes=4000)
     assert plan.rewrite == (*small, 51, 60) and plan.drop == ()
     assert plan.live_bytes == sum(small.values()) + 100 + 999 and plan.reclaim_bytes == 900
-    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=999).rewrite == (51,)   # 60 is not small
-    assert plan_compaction(sizes, live, threshold=0.0, small_bytes=1000).rewrite == ()     # no rewriting at all
+    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=999, merge_bytes=4000).rewrite == (51,)
+    assert plan_compaction(sizes, live, threshold=0.0, small_bytes=1000, merge_bytes=4000).rewrite == ()
+    # At most merge_bytes a round, the smallest first: 999 does not fit beside the fifteen of 100.
+    assert plan_compaction(sizes, live, threshold=0.5, small_bytes=1000, merge_bytes=1600).rewrite == (*small, 51)
+    # A file a damaged record stopped a copy of is never rewritten, merged or sparse; it is dropped once dead.
+    sizes[61] = live[61] = 100
+    plan = plan_compaction(sizes, live, threshold=0.5, small_bytes=1000, merge_bytes=4000,
+                           uncopyable=frozenset({1, 51}))
+    assert plan.rewrite == (*range(2, MERGE_SMALL_FILES), 60, 61)
+    live[1] = 0
+    assert plan_compaction(sizes, live, threshold=0.5, uncopyable=frozenset({1})).drop == (1,)
 
 
 def test_rounds_that_each_copy_a_little_do_not_pile_up_compacted_files(tmp_path):
@@ -81,6 +90,61 @@ def test_rounds_that_each_copy_a_little_do_not_pile_up_compacted_files(tmp_path)
         await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_damaged_record_in_a_small_file_stops_one_round_not_every_later_one(tmp_path):
+    """A fully live small file was never copied before small files were merged; a damaged record in it now
+    fails the copy of a merge. That round still deletes the files without live bytes, and the damaged file is
+    left out of every later round (reads of its entry answer ERROR), so the other small files still merge."""
+    kept, size = 1, 8000
+
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        written = await _small_files(storage, kept, MERGE_SMALL_FILES - 1, size)
+        damaged_entry = 0
+        location, length = storage.ledgers[kept].index.get(damaged_entry)
+        damaged_file, offset = unpack(location)
+        with open(data_file_path(storage.journal_dir, damaged_file), "r+b") as f:
+            f.seek(offset + length - 1)
+            last = f.read(1)
+            f.seek(offset + length - 1)
+            f.write(bytes([last[0] ^ 0xFF]))
+        await _write(storage, range(90, 91), entries=140, size=size)    # a ledger of whole segments of its own
+        storage = await _restart(storage, tmp_path)                      # seals them
+        dead = [n for n in list_segments(storage.journal_dir)[:-1]
+                if not live_bytes_by_file([storage.ledgers[kept]]).get(n)]
+        assert dead and await storage.delete_ledgers([90]) == 1
+        written = await _small_files(storage, kept, 1, size, written)    # the sixteenth small file
+        with pytest.raises(UncopyableRecordError) as failed:
+            await storage.compact(0.5)
+        assert failed.value.file_number == damaged_file
+        assert not [n for n in dead if segment_path(storage.journal_dir, n).exists()]
+        written = await _small_files(storage, kept, 3, size, written)   # none raises: the others merge
+        files = list_compacted(storage.journal_dir)
+        assert damaged_file in files and len(files) < MERGE_SMALL_FILES     # they merged
+        assert storage.read_entry(kept, damaged_entry)[0] == pb.ERROR
+        for entry_id in range(1, written):
+            assert storage.read_entry(kept, entry_id)[3] == payload_for(kept, entry_id, size)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+async def _small_files(storage: Storage, kept: int, rounds: int, size: int, written: int = 0) -> int:
+    """Rounds that each leave one small compacted file of the kept ledger's records (its neighbours in the
+    segments are deleted); the kept ledger's entries written in all."""
+    for round_number in range(rounds):
+        dropped = 1000 + written
+        for _ in range(10):     # ~1.3 MiB: the journal rolls past a 1 MiB segment
+            batch = [make_entry(kept, written, payload_for(kept, written, size))]
+            batch += [make_entry(dropped, written * 16 + i, payload_for(dropped, i, size)) for i in range(15)]
+            results, group = storage.add_batch(batch)
+            assert all(r[2] == pb.OK for r in results) and await group.done is None
+            written += 1
+        assert await storage.delete_ledgers([dropped]) == 1
+        await storage.compact(0.5)
+    return written
 
 
 def test_live_bytes_and_moves_count_dense_and_overflow_slots_once():
