@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from typing import Iterable, Sequence
 
 from connector.client import LedgerClient, NoSuchLedgerError
@@ -55,7 +56,8 @@ class PasswordNeededError(LedgerError):
     """An OPEN ledger must be fenced before it is deleted, and that takes its password."""
 
 
-STOPPED_QUERIES_PER_START = 16   # other streams' stopped queries whose registries a start removes at most
+STOPPED_QUERIES_PER_START = 16   # other streams' stopped queries whose registries a start removes at most,
+STOPPED_QUERIES_LOOKED_AT = 64   # of those it looks at (a listing of the entries each), in random order
 
 
 def run_key(query_id: str, driver: str) -> str:
@@ -175,10 +177,16 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned
         elif not outcome.skipped:
             log.info("stream %r: %s %s of a gone driver cleaned: %d ledgers deleted, %d committed kept", stream,
                      outcome.registry.kind, outcome.registry.owner, len(outcome.deleted), len(outcome.kept))
+    # In random order, so that registries this cannot remove (a query's driver died with task ledgers left,
+    # which its own stream's next start discards) do not take every start's turn.
     stopped = [f for f in found if f.kind == QUERY and stream not in f.streams]
-    for query in stopped[:STOPPED_QUERIES_PER_START]:
+    removed = 0
+    for query in random.sample(stopped, min(len(stopped), STOPPED_QUERIES_LOOKED_AT)):
+        if removed == STOPPED_QUERIES_PER_START:
+            break
         try:
             if remove_stopped_query(lc.store, query):
+                removed += 1
                 log.info("query %s on %s: stopped and its driver gone, its registry removed", query.owner,
                          ", ".join(map(repr, query.streams)))
         except LedgerError as exc:

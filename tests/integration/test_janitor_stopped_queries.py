@@ -29,3 +29,17 @@ def test_a_start_removes_what_stopped_queries_left_on_other_streams_and_nothing_
         assert set(query_ids(store)) == kept
     finally:
         live.close()
+
+
+def test_registries_it_cannot_remove_do_not_take_every_starts_turn(store, metadata_uri):
+    """Registries of queries whose drivers died with task ledgers left (their own stream's next start discards
+    them) are looked at and left; they used to take up all of a start's turns when their ids sorted first."""
+    for i in range(janitor.STOPPED_QUERIES_PER_START + 4):
+        start_query(store, f"a-busy-{i:02}", "other", driver=f"gone-busy-{i}")
+        register_task_ledger(store, query_registry(f"a-busy-{i:02}", 0))
+    for i in range(3):
+        start_query(store, f"z-stopped-{i}", "other", driver=f"gone-{i}")
+    with LedgerClient(metadata_uri) as lc:
+        janitor.clean_stream(lc, "mine", b"")
+    assert not [q for q in query_ids(store) if q.startswith("z-stopped-")]
+    assert len([q for q in query_ids(store) if q.startswith("a-busy-")]) == janitor.STOPPED_QUERIES_PER_START + 4
