@@ -142,10 +142,10 @@ def copy_records(journal_dir: pathlib.Path, number: int, records: list[tuple[int
                 fd = sources[segment] = os.open(data_file_path(journal_dir, segment), os.O_RDONLY)
             try:
                 chunk.append(read_record(fd, source_offset, length))
-            except ValueError as exc:
+            except (ValueError, OSError) as exc:     # damaged, or the disk cannot read it back
                 raise UncopyableRecordError(
-                    f"cannot compact file {segment}: the record at offset {source_offset} is damaged ({exc}); "
-                    f"the file is kept and reads of that entry answer ERROR", segment
+                    f"cannot compact file {segment}: the record at offset {source_offset} cannot be read back "
+                    f"intact ({exc}); the file is kept and reads of that entry answer ERROR", segment
                 ) from exc
             locations.append(pack(number, offset))
             offset += length

@@ -734,7 +734,9 @@ class Storage:
                             self._changed_state(move.state)
                     self._unjournaled_changes += 1
                     copied = plan.live_bytes
-            await self.checkpoint()
+            # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
+            # full disk, where the files without live entries are to be deleted all the same).
+            await self.checkpoint(only_if_changed=True)
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
             still_live = live_bytes_by_file(self.ledgers.values())
             deleted = tuple(n for n in plan.sources if not still_live.get(n))

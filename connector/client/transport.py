@@ -296,12 +296,12 @@ class GrpcTransport:
         return channel
 
     def _lookup(self, node: str) -> str:
-        """The address to dial for a new channel to node: the one it registers now. The first lookup of a node
-        lists them all (a blocking ZooKeeper read on the loop, but only when a node is first used or has failed),
+        """The address to dial for a new channel to node: the one it registers now. A node not listed yet has them
+        all listed (a blocking ZooKeeper read on the loop, but only for the first node used, or a node new since),
         so that their addresses are known while ZooKeeper is away, when it is never read (it would hold up every
-        call of the loop until it is back). A node listed before is read again, because it may have restarted
-        elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS, after which the
-        listed address is dialled."""
+        call of the loop until it is back). A node listed before (a failed one too) is read again, because it may
+        have restarted elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS,
+        after which the listed address is dialled."""
         if not self._store.connected:
             address = self._addresses.get(node) or self._address_map.get(node)
             if address is None:
@@ -325,8 +325,8 @@ class GrpcTransport:
         return self._addresses[node]
 
     def _forget(self, node: str) -> None:
-        """Drop what is cached for a node that failed, so that a restarted node is looked up again."""
-        self._addresses.pop(node, None)
+        """Drop the channel to a node that failed; the next one is opened at the address it registers then (its
+        address is kept to fall back on: _lookup)."""
         channel = self._channels.pop(node, None)
         if channel is not None:
             self._retired.append(channel)

@@ -257,9 +257,9 @@ def test_a_close_fails_after_the_bound_with_an_error_naming_zookeeper(cluster, o
 def test_a_channel_to_a_listed_node_is_opened_without_waiting_for_a_cut_off_zookeeper(cluster, outage_of,
                                                                                     monkeypatch):
     """The client's transport reads a node's registration again when it opens a channel to a node it listed
-    before (the node may have moved). While ZooKeeper is cut off the session still looks connected for a while:
-    the read gives up after transport.ADDRESS_READ_SECONDS and the listed address is dialled, instead of holding
-    the client's loop until ZooKeeper is back and then failing the call."""
+    before (the node may have moved), a node that failed a call too. While ZooKeeper is cut off the session still
+    looks connected for a while: the read gives up after transport.ADDRESS_READ_SECONDS and the listed address is
+    dialled, instead of holding the client's loop until ZooKeeper is back and then failing the call."""
     monkeypatch.setenv(ZK_WAIT_ENV, "5")
     cluster.start_nodes(4)
     outage = outage_of("partition", seconds=3)
@@ -270,8 +270,14 @@ def test_a_channel_to_a_listed_node_is_opened_without_waiting_for_a_cut_off_zook
         spare = next(n for n in cluster.nodes if n not in writer.metadata.last_fragment.ensemble)
         assert spare in transport._addresses and spare not in transport._channels
         outage.begin()
-        answer = client._runtime.run(transport.read_lac(spare, pb.ReadLacRequest(ledger_id=writer.ledger_id), 10))
-        assert answer.status == pb.NO_LEDGER
+        request = pb.ReadLacRequest(ledger_id=writer.ledger_id)
+        assert client._runtime.run(transport.read_lac(spare, request, 10)).status == pb.NO_LEDGER
+
+        async def forget_then_read():   # a call found the node UNAVAILABLE: its channel is dropped
+            transport._forget(spare)
+            return await transport.read_lac(spare, request, 10)
+
+        assert client._runtime.run(forget_then_read()).status == pb.NO_LEDGER
         outage.end()
         writer.close()
 
