@@ -96,6 +96,12 @@ class Rereplicator:
 
     # -- audit ---------------------------------------------------------------------------------------------------
 
+    def nodes_now(self) -> tuple[frozenset[tuple[str, int]], frozenset[str]]:
+        """The registered nodes with their process ids, and the decommissioned ones (AuditSchedule)."""
+        registered = registry.list_nodes(self.store)
+        return (frozenset((node, reg.pid) for node, reg in registered.items()),
+                frozenset(registry.decommissioned_nodes(self.store)))
+
     def audit(self) -> list[LedgerAudit]:
         """Every ledger with a fragment on a node that is gone (not registered) or decommissioned."""
         registered, retired = registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)

@@ -11,9 +11,12 @@ import sys
 import time
 
 from connector.client import LedgerError, default_metadata_uri
+from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
 from connector.commands.command_client import open_client
+
+FULL_SCAN_SECONDS = 3600.0   # the auditor reads every ledger at least this often, nodes changed or not
 
 
 def register(subparsers) -> None:
@@ -34,6 +37,10 @@ def register(subparsers) -> None:
     audit.add_argument("--watch", type=float, metavar="SECONDS",
                        help="run as the auditor: audit and repair every SECONDS until interrupted")
     audit.add_argument("--once", action="store_true", help="with --watch: run a single auditor round and exit")
+    audit.add_argument("--full-every", type=float, default=FULL_SCAN_SECONDS, metavar="SECONDS",
+                       help="with --watch: a round reads every ledger's metadata only when the nodes changed since "
+                            "the last scan (gone, back, restarted or decommissioned), when it left under-replicated "
+                            f"ledgers, or once this long has passed (default {FULL_SCAN_SECONDS:g})")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per under-replicated ledger (and per repair), then one summary")
     decommission = command("decommission", "copy every fragment on a node to other nodes, then retire it",
@@ -49,16 +56,36 @@ def run_audit(args) -> int:
     with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         if args.watch is None:
             return _audit_round(worker, args.repair, args.json)
-        while True:  # the auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt)
-            try:
-                status = _audit_round(worker, repair=True, as_json=args.json)
-            except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
-                print(f"audit round failed: {exc}; next round in {args.watch}s", file=sys.stderr, flush=True)
-                status = 1
-            sys.stdout.flush()  # an auditor's log is read while it runs
-            if args.once:
-                return status
-            time.sleep(args.watch)
+        # The auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt).
+        return watch(worker, args.watch, AuditSchedule(args.full_every), rounds=1 if args.once else None,
+                     as_json=args.json)
+
+
+def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds: int | None = None,
+          as_json: bool = False) -> int:
+    """The auditor's rounds, every `interval` seconds (`rounds` of them, or until interrupted); each scans and
+    repairs when the schedule says so. The status of the last round."""
+    status = 0
+    while rounds is None or rounds > 0:
+        try:
+            nodes, now = worker.nodes_now(), time.monotonic()
+            reason = schedule.reason(nodes, now)
+            if reason is None:
+                print(f"audit skipped: no node gone, back, restarted or decommissioned since the last scan (every "
+                      f"ledger is read again in {schedule.next_full_scan(now):.0f}s)")
+            else:
+                status = _audit_round(worker, repair=True, as_json=as_json)
+                schedule.scanned(nodes, now, left=status != 0)
+        except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
+            print(f"audit round failed: {exc}; next round in {interval}s", file=sys.stderr, flush=True)
+            status = 1
+        sys.stdout.flush()  # an auditor's log is read while it runs
+        if rounds is not None:
+            rounds -= 1
+            if not rounds:
+                break
+        time.sleep(interval)
+    return status
 
 
 def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False) -> int:
