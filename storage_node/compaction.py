@@ -10,9 +10,9 @@ One round, run by storage.Storage.compact on the event loop (only the copy runs 
    the smallest of them, up to a segment's worth, are rewritten as well. Every round that copies anything
    writes a compacted file, which stays as long as what it holds is live (a stream kept for good), and a
    restart seals its segment early: without merging, a node running for months would hold tens of thousands
-   of small files, each a descriptor once read and a stat in every look at the disk. A file whose copy met a
-   damaged record is never copied again (it would stop every round); files without live bytes are still
-   deleted when a copy fails.
+   of small files, each a descriptor once read and a stat in every look at the disk. A file with a record a
+   copy could not read back intact is never copied again (it would stop every round); files without live
+   bytes are still deleted when a copy fails.
 2. copy: the live records of the rewritten files, as they are (frame, CRC and all), go into one new
    ``compacted-N.log``; each is verified while read; the file and the directory are fsynced.
 3. switch: each copied entry's index slot is pointed at its copy if it still points at the old place

@@ -29,8 +29,8 @@ class StoredEntryError(StorageNodeError):
 
 
 class UncopyableRecordError(StoredEntryError):
-    """Compaction found a damaged record in file_number: that file is kept as it is (reads of the entry answer
-    ERROR) and never copied again."""
+    """Compaction could not read a record of file_number back intact (damaged, or an I/O error): that file is
+    kept as it is (reads of the entry answer ERROR) and never copied again."""
 
     def __init__(self, message: str, file_number: int):
         super().__init__(message)

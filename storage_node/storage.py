@@ -205,7 +205,7 @@ class Storage:
         self._chain: Chain | None = None   # the checkpoints this process wrote (None: none yet)
         self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
-        self._uncopyable: set[int] = set()   # files compaction found a damaged record in: never copied again
+        self._uncopyable: set[int] = set()   # files with a record compaction could not read: never copied again
         # The gauges' counts of what the node holds (its metrics), kept as it changes: a walk over every ledger
         # each second would cost what the node holds.
         self._entries = 0               # entries: the sum of the ledgers' index counts
@@ -722,8 +722,8 @@ class Storage:
                         None, copy_records, self.journal_dir, number, [(m.location, m.length) for m in moves],
                     )
                 except (UncopyableRecordError, OSError) as exc:
-                    # The files without live bytes are still deleted below; one with a damaged record is never
-                    # copied again, or it would stop every later round.
+                    # The files without live bytes are still deleted below; one with a record that cannot be read
+                    # back is never copied again, or it would stop every later round.
                     failed = exc
                     if isinstance(exc, UncopyableRecordError):
                         self._uncopyable.add(exc.file_number)

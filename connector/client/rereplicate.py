@@ -102,9 +102,11 @@ class Rereplicator:
         return (frozenset((node, reg.pid) for node, reg in registered.items()),
                 frozenset(registry.decommissioned_nodes(self.store)))
 
-    def audit(self) -> list[LedgerAudit]:
-        """Every ledger with a fragment on a node that is gone (not registered) or decommissioned."""
-        registered, retired = registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)
+    def audit(self, nodes: tuple[frozenset[tuple[str, int]], frozenset[str]] | None = None) -> list[LedgerAudit]:
+        """Every ledger with a fragment on a node that is gone (not registered) or decommissioned; nodes: as
+        nodes_now() read them just before (the auditor's round), else read here."""
+        registered, retired = nodes if nodes is not None else self.nodes_now()
+        registered = {node for node, _ in registered}
         found = []
         for current in self.store.iter_ledgers():
             meta = current.value

@@ -74,7 +74,7 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
                 print(f"audit skipped: no node gone, back, restarted or decommissioned since the last scan (every "
                       f"ledger is read again in {schedule.next_full_scan(now):.0f}s)")
             else:
-                status = _audit_round(worker, repair=True, as_json=as_json)
+                status = _audit_round(worker, repair=True, as_json=as_json, nodes=nodes)
                 schedule.scanned(nodes, now, left=status != 0)
         except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
             print(f"audit round failed: {exc}; next round in {interval}s", file=sys.stderr, flush=True)
@@ -88,9 +88,9 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
     return status
 
 
-def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False) -> int:
+def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False, nodes=None) -> int:
     """One audit (and repair); 0 when nothing is left under-replicated."""
-    found = worker.audit()
+    found = worker.audit(nodes)
     for audit in found:
         print(json.dumps(audit_json(audit)) if as_json else describe_audit(audit))
     if not found or not repair:

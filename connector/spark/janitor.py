@@ -56,8 +56,8 @@ class PasswordNeededError(LedgerError):
     """An OPEN ledger must be fenced before it is deleted, and that takes its password."""
 
 
-STOPPED_QUERIES_PER_START = 16   # other streams' stopped queries whose registries a start removes at most,
-STOPPED_QUERIES_LOOKED_AT = 64   # of those it looks at (a listing of the entries each), in random order
+STOPPED_QUERIES_PER_START = 16   # registries of other streams' stopped queries a start removes at most
+STOPPED_QUERIES_LOOKED_AT = 64   # and looks at (a listing of the entries each), in random order
 
 
 def run_key(query_id: str, driver: str) -> str:
