@@ -3,6 +3,8 @@ in a temporary directory, including the files a crash would leave at each step o
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import shutil
 
 import pytest
@@ -21,7 +23,7 @@ from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalCorruptError, UncopyableRecordError
 from storage_node.ledger_state import LedgerState
 from storage_node.replay import recover
-from storage_node.segments import data_file_path, list_compacted, list_segments, segment_path
+from storage_node.segments import data_file_path, list_compacted, list_segments, read_record, segment_path
 from storage_node.storage import Storage
 from tests.harness.node_client import KEY, make_entry, payload_for
 
@@ -84,10 +86,12 @@ def test_rounds_that_each_copy_a_little_do_not_pile_up_compacted_files(tmp_path)
     asyncio.run(scenario())
 
 
-def test_a_damaged_record_in_a_small_file_stops_one_round_not_every_later_one(tmp_path):
-    """A fully live small file was never copied before small files were merged; a damaged record in it now
-    fails the copy of a merge. That round still deletes the files without live bytes, and the damaged file is
-    left out of every later round (reads of its entry answer ERROR), so the other small files still merge."""
+@pytest.mark.parametrize("fault", ["damaged", "unreadable"])
+def test_a_damaged_record_in_a_small_file_stops_one_round_not_every_later_one(tmp_path, monkeypatch, fault):
+    """A fully live small file was never copied before small files were merged; a damaged record in it (or one
+    the disk cannot read back: EIO) now fails the copy of a merge. That round still deletes the files without live
+    bytes, on a full disk too, and the file is left out of every later round (reads of its entry answer ERROR), so
+    the other small files still merge."""
     kept, size = 1, 8000
 
     async def scenario():
@@ -97,25 +101,44 @@ def test_a_damaged_record_in_a_small_file_stops_one_round_not_every_later_one(tm
         damaged_entry = 0
         location, length = storage.ledgers[kept].index.get(damaged_entry)
         damaged_file, offset = unpack(location)
-        with open(data_file_path(storage.journal_dir, damaged_file), "r+b") as f:
-            f.seek(offset + length - 1)
-            last = f.read(1)
-            f.seek(offset + length - 1)
-            f.write(bytes([last[0] ^ 0xFF]))
+        if fault == "damaged":
+            with open(data_file_path(storage.journal_dir, damaged_file), "r+b") as f:
+                f.seek(offset + length - 1)
+                last = f.read(1)
+                f.seek(offset + length - 1)
+                f.write(bytes([last[0] ^ 0xFF]))
+        else:
+            damaged_path = data_file_path(storage.journal_dir, damaged_file)
+
+            def read_back(fd, at, size):     # the disk fails this file's reads (a bad sector)
+                if os.path.samefile(f"/proc/self/fd/{fd}", damaged_path):
+                    raise OSError(errno.EIO, "Input/output error")
+                return read_record(fd, at, size)
+
+            monkeypatch.setattr("storage_node.compaction.read_record", read_back)
         await _write(storage, range(90, 91), entries=140, size=size)    # a ledger of whole segments of its own
         storage = await _restart(storage, tmp_path)                      # seals them
         dead = [n for n in list_segments(storage.journal_dir)[:-1]
                 if not live_bytes_by_file([storage.ledgers[kept]]).get(n)]
         assert dead and await storage.delete_ledgers([90]) == 1
         written = await _small_files(storage, kept, 1, size, written)    # the sixteenth small file
-        with pytest.raises(UncopyableRecordError) as failed:
-            await storage.compact(0.5)
+        await storage.checkpoint()
+
+        def full_disk(*_):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with monkeypatch.context() as disk:      # no checkpoint can be written: the dead files are still deleted
+            disk.setattr("storage_node.storage.save_snapshot", full_disk)
+            disk.setattr("storage_node.storage.save_delta", full_disk)
+            with pytest.raises(UncopyableRecordError) as failed:
+                await storage.compact(0.5)
         assert failed.value.file_number == damaged_file
         assert not [n for n in dead if segment_path(storage.journal_dir, n).exists()]
         written = await _small_files(storage, kept, 3, size, written)   # none raises: the others merge
         files = list_compacted(storage.journal_dir)
         assert damaged_file in files and len(files) < MERGE_SMALL_FILES     # they merged
-        assert storage.read_entry(kept, damaged_entry)[0] == pb.ERROR
+        if fault == "damaged":
+            assert storage.read_entry(kept, damaged_entry)[0] == pb.ERROR
         for entry_id in range(1, written):
             assert storage.read_entry(kept, entry_id)[3] == payload_for(kept, entry_id, size)
         await storage.close()
