@@ -9,8 +9,9 @@ from connector.client import LedgerFencedError, RecoveryIncompleteError
 from connector.client.runner import AddPipeline, Context, recover
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
+from protos import ledger_pb2 as pb
 from protos.digest import master_key, password_hash
-from tests.harness.fake_transport import FakeNode, FakeTransport
+from tests.harness.fake_transport import FakeNode, FakeTransport, response_of
 
 KEY = master_key(b"")
 
@@ -156,3 +157,86 @@ def test_a_recovery_read_that_ends_without_its_done_marker_leaves_entries_unknow
 
     closed = asyncio.run(scenario())
     assert closed.value.last_entry_id == 5
+
+
+class _Unreachable(FakeTransport):
+    """One client's view of the shared nodes: those in `cut` never answer it."""
+
+    def __init__(self, nodes, cut):
+        super().__init__(list(nodes))
+        self.cut = set(cut)
+
+    async def _answer(self, node):
+        if node in self.cut:
+            await asyncio.Event().wait()
+        return await super()._answer(node)
+
+
+class _Trickling(FakeTransport):
+    """A recovery's view: `source` sends its range one entry per message, each once the previous one is written back
+    to the others (big entries); it holds `held_from` on until `go` is set. The others answer once it has sent the
+    window holding its entries whole."""
+
+    def __init__(self, nodes, source, held_from, go):
+        super().__init__(list(nodes))
+        self.source, self.held_from, self.go = source, held_from, go
+        self.source_done = asyncio.Event()
+
+    async def read_range(self, node, request, timeout):
+        target = await self._answer(node)
+        if request.fence:
+            target.fenced.add(request.ledger_id)
+        if node != self.source:
+            await self.source_done.wait()
+            async for response in super().read_range(node, request, timeout):
+                yield response
+            return
+        others = [n for n in self.nodes.values() if n is not target]
+        if (request.ledger_id, request.first_entry_id) not in target.entries:
+            yield pb.ReadRangeResponse(status=pb.OK, done=True)   # a later window: nothing there
+            return
+        for entry_id in range(request.first_entry_id, request.last_entry_id + 1):
+            entry = target.entries.get((request.ledger_id, entry_id))
+            if entry is None:
+                break
+            if entry_id >= self.held_from:
+                await self.go.wait()
+            yield pb.ReadRangeResponse(status=pb.OK, entries=[response_of(entry)])
+            await until(lambda: all((request.ledger_id, entry_id) in n.entries for n in others if not n.down),
+                        f"entry {entry_id} written back")
+        self.source_done.set()
+        yield pb.ReadRangeResponse(status=pb.OK, done=True)
+
+
+def test_concurrent_recoveries_leave_no_node_a_lac_past_the_end_they_close_at(store):
+    """Helper audit 2026-11-29 finding 1 (rules 12, 17): R2 writes back entries only c holds, one at a time; R1,
+    which cannot reach c, closes the ledger at the last one R2 wrote back before it read. R2's later write-backs
+    carried the LAC of its own write-back (up to 7), so the nodes held a LAC past the end (6): a tailing reader read
+    entry 7, which the closed ledger does not hold, and a stream would hand its offsets out again."""
+    current, transport, ctx, _ = setup(store, ["a", "b", "c"], ["a", "b", "c"])
+    ledger_id = current.value.ledger_id
+    nodes = list(transport.nodes.values())
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e%d" % i for i in range(5)])
+        transport.hold_adds(lambda node, entry: node in ("a", "b"))
+        for i in range(5, 9):
+            writer.append_async(b"e%d" % i)   # 5..8 reach c only: none is acknowledged; the writer dies
+        await until(lambda: transport.nodes["c"].stored(ledger_id) == list(range(9)), "entries 5..8 on c")
+        writer.stop()
+        transport.discard()
+        r1_done = asyncio.Event()
+        r2_ctx = Context(store, _Trickling(nodes, "c", 7, r1_done), timeout=5.0, add_timeout=30.0)
+        r2 = asyncio.ensure_future(recover(r2_ctx, store.read_ledger(ledger_id), KEY))
+        await until(lambda: all((ledger_id, 6) in node.entries for node in nodes), "R2 wrote 5 and 6 back")
+        r1_ctx = Context(store, _Unreachable(nodes, "c"), timeout=1.0, add_timeout=30.0)
+        first_close = await recover(r1_ctx, store.read_ledger(ledger_id), KEY)
+        r1_done.set()
+        second_close = await r2
+        return first_close, second_close
+
+    first_close, second_close = asyncio.run(scenario())
+    assert first_close.value.last_entry_id == second_close.value.last_entry_id == 6
+    assert {node.node_id: node.lac[ledger_id] for node in nodes if node.lac[ledger_id] > 6} == {}
+    assert all(8 in node.stored(ledger_id) for node in nodes)   # R2 wrote 7 and 8 back, after R1's close

@@ -29,6 +29,19 @@ def test_append_targets_the_write_set_and_piggybacks_the_lac():
     assert (second.entry_id, targets, second.last_add_confirmed) == (1, ("b", "c"), 0)
 
 
+def test_a_recovery_write_back_piggybacks_the_lac_it_started_from_however_far_it_has_written_back():
+    """A concurrent recovery may close the ledger below what this one writes back: a node must not learn a LAC
+    above the recovery's start from it (rules 12, 17)."""
+    seq = AddSequence(7, Schedule(3, 3, 2), ENSEMBLE, last_add_confirmed=4, recovery=True)
+    for entry_id in (5, 6, 7):
+        add, _ = seq.append(b"e%d" % entry_id)
+        assert (add.entry_id, add.last_add_confirmed) == (entry_id, 4)
+        assert add.digest == entry_digest(7, entry_id, 4, b"e%d" % entry_id)
+        assert [done.entry_id for n in ("a", "b") for done in seq.on_result(n, entry_id, pb.OK)] == [entry_id]
+    assert seq.last_add_confirmed == 7
+    assert [add.last_add_confirmed for add in seq.append_many([b"e8", b"e9"])] == [4, 4]
+
+
 @pytest.mark.parametrize("e, wq", [(3, 3), (4, 2), (5, 3)])
 def test_append_many_makes_the_adds_that_appending_one_by_one_makes(e, wq):
     ensemble = tuple("abcde"[:e])

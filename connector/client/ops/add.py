@@ -37,6 +37,11 @@ class AddSequence:
         self.ensemble = tuple(ensemble)
         self.recovery = recovery
         self.last_add_confirmed = last_add_confirmed
+        # What every add carries as its LAC. A writer's moves with its LAC. A recovery's write-back carries the LAC
+        # it started from, whatever it has written back since: a concurrent recovery may close the ledger below the
+        # entries this one writes back (none of them was acknowledged to the writer), and a node holds the highest
+        # LAC any add brought it, which a tailing reader then reads as the ledger's end (rules 2, 12, 17).
+        self._piggyback_lac = last_add_confirmed if recovery else None
         self.next_entry_id = last_add_confirmed + 1
         self.length = length
         self.pending: collections.OrderedDict[int, PendingAdd] = collections.OrderedDict()
@@ -59,7 +64,8 @@ class AddSequence:
         call (every add of a call carries the same LAC: nothing completes in between)."""
         if self.error is not None:
             raise self.error
-        ledger_id, lac, pending, write_set = self.ledger_id, self.last_add_confirmed, self.pending, self._write_set
+        lac = self.last_add_confirmed if self._piggyback_lac is None else self._piggyback_lac
+        ledger_id, pending, write_set = self.ledger_id, self.pending, self._write_set
         entry_id = self.next_entry_id
         adds = []
         for payload in payloads:
