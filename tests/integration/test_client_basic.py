@@ -2,7 +2,7 @@
 and streams), tailing, metadata."""
 import pytest
 
-from connector.client import (LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError, NotEnoughNodesError,
+from connector.client import (ClientClosedError, LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError, NotEnoughNodesError,
                               Streams, UnauthorizedError, entry_time)
 from metadata import streams
 from metadata.model import LedgerState
@@ -31,6 +31,27 @@ def test_append_close_and_read_back_in_order(cluster, client):
     with pytest.raises(LedgerClosedError):
         w.append(b"more")
     assert w.close().last_entry_id == 19  # closing twice is safe
+
+
+def test_closing_the_client_fails_the_appends_still_waiting_instead_of_leaving_them_forever(cluster, metadata_uri):
+    """Helper audit 2026-11-29: a client's close stopped its writers without failing their pending appends, so a
+    thread waiting on one waited forever, and so did an append made after the close."""
+    nodes = cluster(3)
+    lc = LedgerClient(metadata_uri, timeout=3.0)
+    w = lc.create_ledger(3, 3, 2)
+    assert w.append(b"acknowledged") == 0
+    nodes[0].pause()
+    nodes[1].pause()   # AQ=2 cannot be reached: the next append waits
+    try:
+        waiting = w.append_async(b"never acknowledged")
+        lc.close()
+        with pytest.raises(ClientClosedError, match="before this add was acknowledged"):
+            waiting.result(timeout=10)
+        with pytest.raises(ClientClosedError):
+            w.append_async(b"after the close").result(timeout=10)
+    finally:
+        nodes[0].resume()
+        nodes[1].resume()
 
 
 def test_striped_pipelined_writes_complete_in_order(cluster, client):

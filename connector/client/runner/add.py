@@ -8,7 +8,7 @@ import concurrent.futures
 import threading
 
 from connector.client import metrics
-from connector.client.errors import LedgerError, NodeError, refuses_ledger
+from connector.client.errors import ClientClosedError, LedgerError, NodeError, refuses_ledger
 from connector.client.ops.add import AddSequence, PendingAdd
 from connector.client.ops.ensemble_change import change_ensemble
 from connector.client.placement import Quarantine
@@ -83,6 +83,9 @@ class AddPipeline:
         future.set_running_or_notify_cancel()  # adds cannot be taken back once queued
         if not payloads:
             future.set_result([])
+            return future
+        if self._stopped:   # its loop may be gone with its client
+            future.set_exception(self.seq.error)
             return future
         with self._lock:
             self._incoming.append((payloads, future, many))
@@ -259,7 +262,13 @@ class AddPipeline:
                     return
 
     def stop(self) -> None:
+        """Stop for good. The adds still waiting, and any queued later, fail with ClientClosedError at once
+        instead of waiting forever for answers nothing receives now: whether one that reached a node is in the
+        ledger is for its close or recovery to say."""
         self._stopped = True
+        self._fail(ClientClosedError(
+            f"ledger {self.ledger_id}: the writer was stopped (its handle or client closed) before this add was "
+            "acknowledged; whether it is in the ledger is decided when the ledger is closed or recovered"))
         self._ticker.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
