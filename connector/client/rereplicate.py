@@ -3,7 +3,11 @@
 Reads go to the surviving replicas over the client transport, copies go to the replacement as recovery adds
 with the ledger's master key, and the fragment's ensemble changes by update_ledger only after the replacement
 acknowledged (fsynced) every copy. OPEN ledgers are recovered (fenced and closed) first: copying the open end
-of a ledger a writer may still extend would race the writer.
+of a ledger a writer may still extend would race the writer. An audit's repair does that only to a ledger whose
+writer is gone; one whose writer is alive is deferred (LedgerRepair.deferred) and looked at again by
+repair_deferred, alone, until it is closed or its writer dies. Fencing a live writer because a node it has
+already replaced, or will replace at its next add, is gone would stop every Spark task and stream writer whose
+ledger ever touched that node. A decommission, which must drain the node, still fences.
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class LedgerRepair:
     entries: int = 0
     recovered: bool = False
     error: str = ""
+    deferred: bool = False   # OPEN, its writer alive: left to it for now (repair_deferred looks again)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +73,9 @@ class LedgerRepair:
     def describe(self) -> str:
         if self.error:
             return f"ledger {self.ledger_id}: NOT repaired: {self.error}"
+        if self.deferred:
+            return (f"ledger {self.ledger_id}: left for now: OPEN and its writer is alive; its fragments are moved "
+                    "once the writer closes it or dies (a repair now would fence it)")
         recovered = ", recovered and closed first" if self.recovered else ""
         return (f"ledger {self.ledger_id}: moved {self.fragments} fragment(s), copied {self.entries} "
                 f"entr{'y' if self.entries == 1 else 'ies'}{recovered}")
@@ -84,6 +92,7 @@ class Rereplicator:
         self._keys = {password_hash(p): p for p in passwords}
         self._runtime = Runtime.shared()
         self._ctx = Context(self.store, client.transport(), timeout, add_timeout)
+        self.deferred: set[int] = set()   # ledgers the last repairs left to their live writers
 
     def __enter__(self) -> "Rereplicator":
         return self
@@ -119,10 +128,20 @@ class Rereplicator:
                ) -> list[LedgerRepair]:
         """Re-replicate what audit() found; the lost nodes are re-checked per ledger, as they may be back.
         on_ledger gets each ledger's outcome as soon as it is known (an auditor logs it then)."""
+        return self._repair_each([audit.meta.ledger_id for audit in audits], on_ledger)
+
+    def repair_deferred(self, on_ledger: Callable[[LedgerRepair], None] = lambda _: None) -> list[LedgerRepair]:
+        """Look again at the ledgers deferred to their live writers (a read of each, not a scan): repaired once
+        closed or dangling, gone from the set once repaired or deleted."""
+        return self._repair_each(sorted(self.deferred), on_ledger)
+
+    def _repair_each(self, ledger_ids: list[int], on_ledger: Callable[[LedgerRepair], None]) -> list[LedgerRepair]:
         outcomes = []
-        for audit in audits:
-            outcomes.append(self.repair_ledger(audit.meta.ledger_id, self._lost_now))
-            on_ledger(outcomes[-1])
+        for ledger_id in ledger_ids:
+            outcome = self.repair_ledger(ledger_id, self._lost_now, fence_live_writer=False)
+            (self.deferred.add if outcome.deferred else self.deferred.discard)(ledger_id)
+            outcomes.append(outcome)
+            on_ledger(outcome)
         return outcomes
 
     def _lost_now(self, nodes: Iterable[str]) -> set[str]:
@@ -155,8 +174,10 @@ class Rereplicator:
 
     # -- one ledger ----------------------------------------------------------------------------------------------
 
-    def repair_ledger(self, ledger_id: int, lost: Callable[[Iterable[str]], set[str]]) -> LedgerRepair:
-        """Move every fragment of the ledger off the nodes lost(ensemble) names, fragment by fragment."""
+    def repair_ledger(self, ledger_id: int, lost: Callable[[Iterable[str]], set[str]], *,
+                      fence_live_writer: bool = True) -> LedgerRepair:
+        """Move every fragment of the ledger off the nodes lost(ensemble) names, fragment by fragment. An OPEN
+        ledger is recovered first; unless fence_live_writer, one whose writer is alive is deferred instead."""
         fragments = entries = replans = 0
         recovered = False
         try:
@@ -165,7 +186,11 @@ class Rereplicator:
             if password is None:
                 return LedgerRepair(ledger_id, error="none of the given passwords is this ledger's; rerun with "
                                                      "--password set to the password it was created with")
+            if not fragments_to_repair(meta, lost(meta.all_nodes())):
+                return LedgerRepair(ledger_id)   # the lost nodes are back
             if not meta.is_closed:
+                if not fence_live_writer and not self.client.is_dangling(meta):
+                    return LedgerRepair(ledger_id, deferred=True)
                 self.client.recover_ledger_with_retry(ledger_id, password)
                 recovered = True
             while True:

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import sys
 import time
+from typing import Callable
 
 from connector.client import LedgerError, default_metadata_uri
 from connector.client.replication import AuditSchedule
@@ -54,8 +55,8 @@ def _passwords(args) -> list[bytes]:
 
 def run_audit(args) -> int:
     with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
-        if args.watch is None:
-            return _audit_round(worker, args.repair, args.json)
+        if args.watch is None:   # exit status 1 while anything is left under-replicated, deferred ledgers too
+            return 1 if _audit_round(worker, args.repair, args.json) or worker.deferred else 0
         # The auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt).
         return watch(worker, args.watch, AuditSchedule(args.full_every), rounds=1 if args.once else None,
                      as_json=args.json)
@@ -73,9 +74,14 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
             if reason is None:
                 print(f"audit skipped: no node gone, back, restarted or decommissioned since the last scan (every "
                       f"ledger is read again in {schedule.next_full_scan(now):.0f}s)")
+                if worker.deferred:   # a read of each, not a scan; logged once repaired or failed
+                    report = _reporter(as_json)
+                    worker.repair_deferred(lambda outcome: None if outcome.deferred else report(outcome))
             else:
-                status = _audit_round(worker, repair=True, as_json=as_json, nodes=nodes)
-                schedule.scanned(nodes, now, left=status != 0)
+                failed = _audit_round(worker, repair=True, as_json=as_json, nodes=nodes)
+                # Ledgers left to their live writers are not work left for a scan: repair_deferred reads them alone.
+                schedule.scanned(nodes, now, left=bool(failed))
+                status = 1 if failed else 0
         except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
             print(f"audit round failed: {exc}; next round in {interval}s", file=sys.stderr, flush=True)
             status = 1
@@ -89,7 +95,8 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
 
 
 def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False, nodes=None) -> int:
-    """One audit (and repair); 0 when nothing is left under-replicated."""
+    """One audit (and repair): how many under-replicated ledgers it left, not counting those deferred to their
+    live writers (worker.deferred)."""
     found = worker.audit(nodes)
     for audit in found:
         print(json.dumps(audit_json(audit)) if as_json else describe_audit(audit))
@@ -100,22 +107,30 @@ def _audit_round(worker: Rereplicator, repair: bool, as_json: bool = False, node
             print(f"{len(found)} under-replicated ledger(s); run `ledger audit --repair` to re-replicate them")
         else:
             print("no under-replicated ledgers")
-        return 1 if found else 0
+        return len(found)
 
-    def report(outcome: LedgerRepair) -> None:   # as each ledger is done: an auditor stopped mid-round logged it
+    outcomes = worker.repair(found, _reporter(as_json))
+    failed = [o for o in outcomes if not o.ok]
+    deferred = [o for o in outcomes if o.deferred]
+    repaired = len(outcomes) - len(failed) - len(deferred)
+    if as_json:
+        print(json.dumps({"under_replicated": len(found), "repaired": repaired, "failed": len(failed),
+                          "deferred": len(deferred)}))
+    else:
+        print(f"repaired {repaired} of {len(outcomes)} under-replicated ledger(s)" + (
+            f"; {len(deferred)} left for now to their live writers (moved once closed)" if deferred else ""))
+    return len(failed)
+
+
+def _reporter(as_json: bool) -> Callable[[LedgerRepair], None]:
+    """Prints each ledger's outcome as soon as it is known: an auditor stopped mid-round has logged its work."""
+    def report(outcome: LedgerRepair) -> None:
         if as_json:
-            print(json.dumps(dict(dataclasses.asdict(outcome), repaired=outcome.ok)), flush=True)
+            print(json.dumps(dict(dataclasses.asdict(outcome), repaired=outcome.ok and not outcome.deferred)),
+                  flush=True)
         else:
             _print_outcome(outcome)
-
-    outcomes = worker.repair(found, report)
-    failed = [o for o in outcomes if not o.ok]
-    if as_json:
-        print(json.dumps({"under_replicated": len(found), "repaired": len(outcomes) - len(failed),
-                          "failed": len(failed)}))
-    else:
-        print(f"repaired {len(outcomes) - len(failed)} of {len(outcomes)} under-replicated ledger(s)")
-    return 1 if failed else 0
+    return report
 
 
 def run_decommission(args) -> int:
@@ -148,5 +163,6 @@ def describe_audit(audit: LedgerAudit) -> str:
     meta = audit.meta
     lost = ", ".join(f"{node} {why}" for node, why in sorted(audit.reasons.items()))
     fragments = "; ".join(repair.describe() for repair in audit.repairs)
-    state = "" if meta.is_closed else f" ({meta.state.value}: a repair recovers and closes it first, fencing its writer)"
+    state = "" if meta.is_closed else (f" ({meta.state.value}: a repair recovers and closes it first, fencing its "
+                                       "writer, once the writer is gone; until then it is left to the writer)")
     return f"ledger {meta.ledger_id}{state}: {lost}: {fragments}"

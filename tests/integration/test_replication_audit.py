@@ -27,7 +27,8 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
             with client.create_ledger(3, write_quorum, 2, password=password) as writer:
                 expected[writer.ledger_id] = (password, append_entries(writer, 150, seed))
         protected = next(i for i, (password, _) in expected.items() if password)
-        live = client.create_ledger(3, 2, 2)  # OPEN, its writer alive
+        writer_client = LedgerClient(metadata_uri)   # dies before the auditor runs: its ledger is dangling then
+        live = writer_client.create_ledger(3, 2, 2)  # OPEN, its writer alive
         live_entries = append_entries(live, 60, 10)
         start_node(None, *FAST_EXPIRY)
         start_node(None, *FAST_EXPIRY)
@@ -59,9 +60,9 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         printed = []   # lines printed when each ledger's repair starts
         repair_ledger = Rereplicator.repair_ledger
 
-        def watched(self, ledger_id, lost):
+        def watched(self, ledger_id, lost, **options):
             printed.append(sys.stdout.getvalue().count("\n"))
-            return repair_ledger(self, ledger_id, lost)
+            return repair_ledger(self, ledger_id, lost, **options)
 
         monkeypatch.setattr(Rereplicator, "repair_ledger", watched)
         assert main(["audit", "--repair", "--password", "pw", "--metadata", metadata_uri]) == 1
@@ -72,8 +73,9 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         assert "repaired 1 of 4 under-replicated ledger(s)" in repaired
         assert "none of the given passwords is this ledger's" in repaired
 
-        # The auditor, a separate process, repairs the rest on its own (recovering the OPEN ledger first), and logs
-        # each repair as it is made.
+        # The auditor, a separate process, repairs the rest on its own (recovering the OPEN ledger, whose writer is
+        # gone now, first), and logs each repair as it is made.
+        writer_client.close()
         log = tmp_path / "auditor.log"
         with open(log, "w") as out:
             auditor = subprocess.Popen(
@@ -124,3 +126,36 @@ def test_the_auditor_reads_every_ledger_only_when_the_nodes_change(start_node, m
             assert "audit skipped" in rounds.splitlines()[-1]
         assert leaving.node_id not in client.ledger_metadata(writer.ledger_id).all_nodes()
         assert_every_entry_reads_back(client, expected)
+
+
+def test_the_auditor_leaves_an_open_ledger_to_its_live_writer_and_repairs_it_once_closed(start_node, metadata_uri,
+                                                                                         capsys):
+    """Helper audit 2026-11-29 finding 3: a repair recovered every OPEN ledger with a fragment on a lost node, also
+    one whose writer was alive and had already moved off the node: one node's loss fenced every Spark task and
+    stream writer whose ledger had ever used it. Now such a ledger is left to its writer, looked at alone in the
+    auditor's next rounds (no scan), and repaired once closed."""
+    nodes = [start_node(None, *FAST_EXPIRY) for _ in range(4)]
+    with LedgerClient(metadata_uri) as client:
+        writer = client.create_ledger(3, 3, 2)
+        entries = append_entries(writer, 30, 5)
+        lost = next(n for n in nodes if n.node_id == writer.metadata.last_fragment.ensemble[0])
+        lost.kill()
+        poll_until(lambda: lost.node_id not in registry.list_nodes(client.store), 30,
+                   what=f"{lost.node_id}'s registration to expire")
+        entries.update(append_entries(writer, 30, 6))   # the writer replaces the node: a second fragment
+        assert lost.node_id not in writer.metadata.last_fragment.ensemble
+        with Rereplicator(client) as worker:
+            schedule = AuditSchedule(full_seconds=3600)
+            assert watch(worker, 0.0, schedule, rounds=2) == 0
+            rounds = capsys.readouterr().out
+            assert f"ledger {writer.ledger_id}: left for now: OPEN and its writer is alive" in rounds
+            assert "1 left for now to their live writers" in rounds and "audit skipped" in rounds.splitlines()[-1]
+            entries.update(append_entries(writer, 30, 7))   # not fenced
+            writer.close()
+            assert watch(worker, 0.0, schedule, rounds=1) == 0   # a skipped round looks at the deferred ledger
+            rounds = capsys.readouterr().out
+            assert f"ledger {writer.ledger_id}: moved 1 fragment(s), copied " in rounds, rounds
+            assert not worker.deferred
+        meta = client.ledger_metadata(writer.ledger_id)
+        assert meta.last_entry_id == 89 and lost.node_id not in meta.all_nodes()
+        assert_every_entry_reads_back(client, {writer.ledger_id: (b"", entries)})
