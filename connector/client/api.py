@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from connector.client.errors import (
     ClientClosedError,
     LedgerClosedError,
     LedgerError,
+    NodeError,
     UnauthorizedError,
     check_entry_sizes,
     closed_message,
@@ -385,9 +387,31 @@ class ReadHandle:
         return self._read(first, last, views)
 
     def _read(self, first: int, last: int, views: bool) -> Iterator[Entry]:
+        """The entries, read with this handle's metadata. If no replica it names can serve an entry, the metadata
+        is read again: when its fragments changed since (a writer's ensemble change past the entries this handle
+        knew of, or a re-replication), the rest is read once more with them."""
+        refreshed = False
+        while True:
+            try:
+                with contextlib.closing(self._read_with(self._current.value, first, last, views)) as reading:
+                    for entry in reading:
+                        yield entry
+                        first = entry.entry_id + 1
+                return
+            except NodeError:
+                if refreshed or not self._fragments_changed():
+                    raise
+                refreshed = True
+
+    def _fragments_changed(self) -> bool:
+        fresh = self._client.store.read_ledger(self.ledger_id)
+        changed = fresh.value.fragments != self._current.value.fragments
+        self._current = fresh
+        return changed
+
+    def _read_with(self, meta: LedgerMetadata, first: int, last: int, views: bool) -> Iterator[Entry]:
         from connector.client.runner import read_chunk
 
-        meta = self._current.value
         entries = max(1, meta.last_entry_id + 1)
         average = meta.length / entries if meta.length > 0 else 4096
         chunk_entries = max(1, min(1024, int(READ_BUFFER_BYTES / 4 / max(average, 1))))
