@@ -25,7 +25,7 @@ from typing import Iterable
 from connector.client import entry_time, time_search
 from connector.client.api import LedgerClient, WriteHandle
 from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError, check_entry_sizes
-from metadata import streams
+from metadata import layout, streams
 from metadata.model import StreamLedger, StreamRecord
 
 log = logging.getLogger(__name__)
@@ -75,16 +75,19 @@ class StreamWriter:
     # -- ownership -----------------------------------------------------------------------------
 
     def _take_ownership(self) -> None:
-        """Recover the last OPEN ledger (fencing its writer), then CAS our new ledger onto the stream."""
+        """Recover the last OPEN ledger (fencing its writer), then CAS our new ledger onto the stream. A CAS whose
+        reply was lost is read back (rule 16): found in the stream, it is not made again."""
         created: list[WriteHandle] = []
         previous: list[StreamLedger] = []
 
-        def transform(record: StreamRecord) -> StreamRecord:
+        def transform(record: StreamRecord) -> StreamRecord | None:
             if record.format != RAW_FORMAT:
                 raise streams.InvalidStreamFormatError(
                     f"stream {self.name!r} holds {record.format} entries written by Spark; "
                     "a stream writer appends raw payloads: use another stream name"
                 )
+            if created and self._landed(record, created[0].ledger_id):
+                return None   # this takeover landed, its reply was lost
             sealed = self._seal_open_tail(record)
             previous[:] = [sealed.last_ledger] if sealed.last_ledger is not None else []
             if not created:  # one new ledger, kept when the CAS is retried (the stream changed meanwhile)
@@ -95,10 +98,10 @@ class StreamWriter:
 
         try:
             empty = StreamRecord(self.name, RAW_FORMAT)
-            record = streams.update_stream(self._store, self.name, transform, create=empty).value
+            record = streams.update_stream(self._store, self.name, transform, create=empty, read_back=True).value
         except BaseException:
             if created:
-                self._discard(created[0])
+                self._discard_unless_held(created[0])
             raise
         if previous:
             self._start_after(previous[0])
@@ -129,7 +132,40 @@ class StreamWriter:
             custom_metadata=entry_time.marked({"stream": self.name, "stream_owner": self.owner_id}),
         )
 
-    def _discard(self, ledger: WriteHandle) -> None:
+    def _landed(self, record: StreamRecord, ledger_id: int) -> bool:
+        """Whether an update of this writer that puts ledger_id last on the stream landed (its reply lost): True
+        if the stream is still this writer's with that ledger last. LedgerFencedError if the stream holds the
+        ledger but another writer took it over since: the ledger is the stream's, and this writer is fenced."""
+        last = record.last_ledger
+        if record.owner == self.owner_id and last is not None and last.ledger_id == ledger_id:
+            return True
+        if ledger_id in streams.held_ledgers(self._store, record, [ledger_id]):
+            raise self._fenced(record)
+        return False
+
+    def _fenced(self, record: StreamRecord) -> LedgerFencedError:
+        return LedgerFencedError(
+            f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
+            "is fenced; open a new stream writer to continue"
+        )
+
+    def _discard_unless_held(self, ledger: WriteHandle) -> None:
+        """Delete a ledger this writer made for the stream, after an update that was to put it there failed, unless
+        the stream holds it: a lost reply may have landed it, and another writer may have taken the stream over
+        since (the ledger is then the stream's, recovered and sealed by that writer). When the stream cannot be
+        read, the ledger is kept: left OPEN, it costs its space; deleted while the stream names it, every read of
+        the stream and every later takeover would fail."""
+        try:
+            self._store.sync(layout.stream_path(self.name))
+            record = streams.read_stream(self._store, self.name).value
+            if ledger.ledger_id in streams.held_ledgers(self._store, record, [ledger.ledger_id]):
+                return
+        except streams.NoSuchStreamError:
+            pass   # deleted meanwhile: nothing can name the ledger
+        except LedgerError as exc:
+            log.warning("stream %r: ledger %d was kept: whether the stream holds it could not be read (%s)",
+                        self.name, ledger.ledger_id, exc)
+            return
         ledger.close()
         self._client.delete_ledger(ledger.ledger_id)
 
@@ -219,8 +255,8 @@ class StreamWriter:
         ledger = self._new_ledger()
         try:
             record = self._update_own_stream(closed, ledger.ledger_id)
-        except LedgerFencedError:
-            self._discard(ledger)
+        except BaseException:
+            self._discard_unless_held(ledger)
             raise
         self._start_ledger(ledger, record.last_ledger.first_offset)
 
@@ -247,10 +283,7 @@ class StreamWriter:
             if record.owner == self.owner_id and _holds(record, closed_id, new_ledger_id):
                 return None   # this update landed, its reply was lost
             if record.owner != self.owner_id or tail is None or tail.ledger_id != closed_id:
-                raise LedgerFencedError(
-                    f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
-                    "is fenced; open a new stream writer to continue"
-                )
+                raise self._fenced(record)
             ledgers = record.tail[:-1] + (StreamLedger(closed_id, tail.first_offset, tail.first_offset + last_entry_id),)
             if new_ledger_id is not None:
                 ledgers += (StreamLedger(new_ledger_id, tail.first_offset + last_entry_id + 1, None),)

@@ -151,3 +151,72 @@ def test_a_close_whose_stream_update_lost_its_reply_seals_the_stream_once(client
     record = streams.read_stream(client.store, "events").value
     assert [(l.first_offset, l.last_offset) for l in record.tail] == [(0, 2)]
     assert offsets_and_payloads(client, "events") == [(i, f"e{i}".encode()) for i in range(3)]
+
+
+def _losing_reply(monkeypatch, then=lambda: None):
+    """streams.write_stream writes, runs then() and raises a lost reply, once armed (arm["on"] = True)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from metadata.errors import MetadataError
+
+    real, arm = streams.write_stream, {"on": False}
+
+    def losing_write(store, record, version, *args, **kwargs):
+        stored = real(store, record, version, *args, **kwargs)
+        if arm["on"]:
+            arm["on"] = False
+            then()
+            raise MetadataError("connection lost before the reply") from ConnectionLoss()
+        return stored
+
+    monkeypatch.setattr(streams, "write_stream", losing_write)
+    return arm
+
+
+def _stream_ledgers_exist(client, name):
+    record = streams.read_stream(client.store, name).value
+    return all(client.store.exists(f"/ledgers/L{l.ledger_id:010d}") for l in streams.iter_ledgers(client.store, record))
+
+
+def test_a_takeover_whose_stream_update_lost_its_reply_keeps_its_ledger_and_owns_the_stream(client, monkeypatch):
+    """Helper audit 2026-11-29 finding 1a (rules 14, 16): the takeover's stream CAS landed but its reply was lost;
+    the writer deleted the new ledger the stream then ended in, and every read and later takeover of the stream
+    failed with NoSuchLedgerError. It is read back now: found in the stream, the takeover stands."""
+    with Streams(client).open_writer("events") as first:
+        assert first.append(b"a") == 0
+    arm = _losing_reply(monkeypatch)
+    arm["on"] = True
+    with Streams(client).open_writer("events") as second:
+        assert second.append(b"b") == 1
+    assert _stream_ledgers_exist(client, "events")
+    with Streams(client).open_writer("events") as third:
+        assert third.append(b"c") == 2
+    assert offsets_and_payloads(client, "events") == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+@pytest.mark.parametrize("update", ["roll", "takeover"])
+def test_a_ledger_whose_stream_update_landed_is_kept_when_another_writer_took_over_before_the_read_back(
+        client, metadata_uri, monkeypatch, update):
+    """Helper audit 2026-11-29 finding 1b: a roll's stream CAS landed, its reply was lost, and another writer took
+    the stream over (recovering and sealing the new ledger) before the read-back; the fenced writer then deleted
+    that ledger, which the stream still named. The takeover's own CAS had the same race. A ledger is deleted now
+    only when the stream is known not to hold it."""
+    with LedgerClient(metadata_uri) as other:
+        taken = []
+        arm = _losing_reply(monkeypatch, then=lambda: taken.append(Streams(other).open_writer("events")))
+        if update == "roll":
+            writer = Streams(client).open_writer("events", max_ledger_entries=2)
+            assert [writer.append(b"a"), writer.append(b"b")] == [0, 1]
+            arm["on"] = True
+            with pytest.raises(LedgerFencedError):
+                writer.append(b"lost")   # rolls first: the roll lands, then the stream is taken over
+        else:
+            with Streams(client).open_writer("events") as writer:
+                assert [writer.append(b"a"), writer.append(b"b")] == [0, 1]
+            arm["on"] = True
+            with pytest.raises(LedgerFencedError):
+                Streams(client).open_writer("events")
+        assert taken[0].append(b"c") == 2
+        taken[0].close()
+    assert _stream_ledgers_exist(client, "events")
+    assert offsets_and_payloads(client, "events") == [(0, b"a"), (1, b"b"), (2, b"c")]
