@@ -41,7 +41,7 @@ from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
-    register_task_ledger, remove_job, start_job, task_entries, withdraw,
+    WriteJobEndedError, register_task_ledger, remove_job, start_job, task_entries, withdraw,
 )
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
@@ -133,6 +133,14 @@ class LedgerWriter(DataSourceArrowWriter):
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
             if updated is None:
                 return None
+            if not store.exists(job_registry(self.job_id).path):
+                # A janitor found the job's driver gone: it recorded the job aborted, discarded its ledgers and then
+                # removed its registry. The head keeps only the newest JOBS_KEPT job outcomes: once as many jobs
+                # have ended on the stream, the registry's absence is what says so.
+                raise WriteJobEndedError(
+                    f"write job {self.job_id} was ended by a janitor (its driver's registration had ended) before its "
+                    f"commit reached stream {record.name!r}: none of its rows were committed and its ledgers are "
+                    "deleted; run the write again")
             replaced[:] = [record] if self.overwrite else []
             return updated.replace(retention=self.options.retention(updated.retention))  # retentionMs/Bytes
 

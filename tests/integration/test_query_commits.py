@@ -6,9 +6,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from connector.spark.commit import new_stream
+from connector.spark.commit import COMMITTED, JOBS_KEPT, TaskLedger, new_stream, with_job
 from connector.spark.janitor import record_aborted, run_key
-from connector.spark.jobs import WriteJobEndedError, start_query
+from connector.spark.jobs import WriteJobEndedError, forget_run, remove_query, start_query
 from connector.spark.options import LedgerOptions
 from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.write import ensure_stream
@@ -178,7 +178,7 @@ def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_ru
     recorded the run aborted before the read-back. The read-back finds the batch and reports it committed; the
     run's registry is left to the janitor."""
     ensure_stream(store, "s")
-    start_query(store, "query-1")
+    start_query(store, "query-1", "s", "driver-gone")
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
                               pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-gone")
     sink.commit([], 0)
@@ -187,3 +187,25 @@ def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_ru
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
         sink.commit([], 1)   # a batch that did not land is refused
     assert read_query_commit(store, streams.read_stream(store, "s").value, "query-1").last_batch == 0
+
+
+def test_a_run_a_janitor_fenced_stays_fenced_after_its_mark_left_the_head(store, metadata_uri):
+    """Helper audit 2026-11-29 finding 2: the janitor's mark that a run is aborted is one of the head's newest
+    JOBS_KEPT job outcomes. Once that many batch jobs had ended on the stream, a commit of the fenced run (its driver
+    only cut off, still running) registered ledgers the janitor had deleted. The run's absence from the query's
+    registry, which the janitor removes after the mark, fences it now as well."""
+    ensure_stream(store, "s")
+    start_query(store, "query-1", "s", "driver-cut-off")
+    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-cut-off")
+    sink.commit([], 0)
+    # The janitor, finding the driver's registration gone: the mark, the run's ledgers discarded, the run removed.
+    record_aborted(store, "s", run_key("query-1", "driver-cut-off"))
+    forget_run(store, "query-1", "driver-cut-off")
+    remove_query(store, "query-1")
+    for n in range(JOBS_KEPT):   # batch jobs end on the stream meanwhile: the mark leaves the head
+        streams.update_stream(store, "s", lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
+        sink.commit([TaskLedger(0, 987654, 3, 1)], 1)   # a ledger the janitor deleted
+    head = streams.read_stream(store, "s").value
+    assert [ledger.ledger_id for ledger in head.tail] == [] and read_query_commit(store, head, "query-1").last_batch == 0

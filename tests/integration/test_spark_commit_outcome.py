@@ -225,3 +225,30 @@ def test_abort_fences_a_commit_still_in_flight(cluster, store, metadata_uri, dri
     with LedgerClient(metadata_uri) as lc:
         assert not job_ledgers & set(lc.list_ledgers())
     assert isinstance(outcome[0], WriteJobEndedError)
+
+
+def test_a_job_a_janitor_ended_cannot_commit_after_its_mark_left_the_head(cluster, store, metadata_uri, driver_uri):
+    """Helper audit 2026-11-29 finding 2: the janitor's mark that a job is aborted is one of the head's newest
+    JOBS_KEPT job outcomes. Once that many other jobs had ended on the stream, the commit of a job whose driver the
+    janitor had found gone (only cut off, still running) registered ledgers the janitor had deleted. The job's
+    registry, which the janitor removes after the mark, must exist for the commit to land."""
+    from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
+    from connector.spark.janitor import record_aborted
+    from connector.spark.jobs import end_job, remove_job
+    from connector.spark.recovery import discard
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    with LedgerClient(metadata_uri) as lc:   # the janitor, as _clean_job does it
+        end_job(store, writer.job_id)
+        record_aborted(store, STREAM, writer.job_id)
+        for message in messages:
+            discard(lc, message.ledger_id, b"")
+        remove_job(store, writer.job_id)
+    for n in range(JOBS_KEPT):   # other jobs end on the stream meanwhile: the mark leaves the head
+        streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+    with pytest.raises(WriteJobEndedError, match="ended by a janitor"):
+        writer.commit(messages)
+    assert stream_ids(metadata_uri) == list(range(100))   # every listed ledger exists; no row of the job
