@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import urllib.parse
 
 from metadata.model import StreamPage
@@ -130,8 +131,16 @@ def page_name(page: StreamPage) -> str:
     return f"{page.first_offset}-{page.last_offset}-{page.max_ledger_id}{generation}"
 
 
+_PAGE_NAME = re.compile(r"^(\d+)-(-?\d+)-(\d+)(?:-(\d+))?$")
+
+
 def page_from_name(page_name: str) -> StreamPage:
-    return StreamPage(*(int(part) for part in page_name.split("-")))
+    """The page a name says. A page of empty ledgers only (a stream writer opened and closed without an append
+    leaves one) ends one offset before it starts: at offset 0 its name is 0--1-M."""
+    found = _PAGE_NAME.match(page_name)
+    if found is None:
+        raise ValueError(f"{page_name!r} is not a stream page's name (F-L-M or F-L-M-G)")
+    return StreamPage(*(int(part) for part in found.groups() if part is not None))
 
 
 def compaction_path(compaction_id: str) -> str:

@@ -377,6 +377,9 @@ def _current(pages: list[StreamPage], generation: int) -> list[StreamPage]:
     replaces, so a page is either hidden whole or not at all."""
     if all(page.generation == 0 for page in pages):
         return pages
+    # A page of empty ledgers only covers no offset (F..F-1): which rewrite replaced it cannot be told from offsets,
+    # and a reader needs none of its ledgers, so with rewrites about it is left out.
+    pages = [page for page in pages if page.last_offset >= page.first_offset]
     starts: list[int] = []
     chosen: list[StreamPage] = []
     for page in sorted((p for p in pages if p.generation <= generation), key=lambda p: -p.generation):
@@ -397,7 +400,8 @@ def list_pages(store: MetadataStore, name: str) -> list[StreamPage]:
     except NoNodeError:
         return []  # a stream created before pages existed, never sealed since
     pages = (layout.page_from_name(page_name) for page_name in names)
-    return sorted(pages, key=lambda page: (page.first_offset, page.generation))
+    # A page of empty ledgers only (F..F-1) comes before the page that starts at the same offset F.
+    return sorted(pages, key=lambda page: (page.first_offset, page.last_offset, page.generation))
 
 
 def replace_run(

@@ -267,3 +267,44 @@ def test_deleting_a_stream_deletes_its_pages_and_a_new_one_starts_clean(store):
     assert streams.find_stream(store, "events") is None and not store.exists(layout.stream_pages_path("events"))
     streams.create_stream(store, StreamRecord("events", "raw"))
     assert streams.list_pages(store, "events") == [] and streams.read_stream(store, "events").value.next_offset == 0
+
+
+@pytest.mark.parametrize("at_start", [True, False], ids=["at-offset-0", "mid-stream"])
+def test_a_page_of_empty_ledgers_only_leaves_the_stream_readable(store, at_start):
+    """Helper audit 2026-11-29 finding 3: a stream writer opened and closed without an append leaves an empty ledger
+    (offsets F..F-1). A page sealed of PAGE_LEDGERS of them covers no offset: at offset 0 its name, 0--1-M, could not
+    be parsed, and elsewhere it sorted after or before the page starting at the same offset by ZooKeeper's order of
+    children, so that every read below the tail failed with OffsetsGoneError in one of the two orders."""
+    streams.create_stream(store, StreamRecord("s", "raw"))
+    ids = iter(range(FIRST_ID, FIRST_ID + 10 * PAGE_LEDGERS))
+    if not at_start:
+        streams.update_stream(store, "s", lambda r: appended(r, [next(ids) for _ in range(PAGE_LEDGERS)]))
+
+    def empty(record):
+        offset = record.next_offset
+        return record.replace(tail=record.tail + tuple(StreamLedger(next(ids), offset, offset - 1)
+                                                       for _ in range(PAGE_LEDGERS)))
+
+    streams.update_stream(store, "s", empty)
+    for _ in range(3):   # enough after them that both pages are sealed off the tail
+        streams.update_stream(store, "s", lambda r: appended(r, [next(ids) for _ in range(PAGE_LEDGERS)]))
+    record = streams.read_stream(store, "s").value
+    names = store.children(layout.stream_pages_path("s"))
+    empty_pages = [n for n in names if layout.page_from_name(n).last_offset < layout.page_from_name(n).first_offset]
+    assert len(empty_pages) == 1
+    expected = [(l.ledger_id, l.first_offset, l.last_offset) for l in streams.iter_ledgers(store, record)]
+    for order in (sorted, lambda found: sorted(found, reverse=True)):   # both orders ZooKeeper may list them in
+        listed = store.children
+
+        def children(path, listed=listed, order=order):
+            return order(listed(path))
+
+        store.children = children
+        try:
+            found = [(l.ledger_id, l.first_offset, l.last_offset) for l in streams.iter_ledgers(store, record)]
+        finally:
+            store.children = listed
+        assert found == expected
+    non_empty = [l for l in expected if l[2] >= l[1]]
+    assert [l[1] for l in non_empty] == sorted(l[1] for l in non_empty)
+    assert sum(l[2] - l[1] + 1 for l in non_empty) == record.next_offset - record.first_offset
