@@ -91,7 +91,16 @@ class SegmentWriter:
         self.fsync_seconds = 0.0          # of the last write, for the fsync latency histogram
         fault = os.environ.get(FSYNC_FAULT_ENV)
         self._fsync_fault = directory.parent / fault if fault else None
-        self._roll()
+        # A full disk at the start leaves the writer without a segment, as one stopping a roll later does: the
+        # node starts read-only and serves reads (rule 9); the first write after space was freed rolls again.
+        # Its position (the unused number, offset 0) is past everything the journal holds, as a checkpoint needs.
+        self.full_at_start: JournalWriteError | None = None
+        try:
+            self._roll()
+        except JournalWriteError as exc:
+            if self._broken or self._unused_number is None:
+                raise
+            self.full_at_start = exc
 
     @property
     def broken(self) -> str | None:
@@ -280,6 +289,7 @@ class Journal:
         self._closing = False
         self._failed: str | None = None
         self.durable = Position(self._writer.segment, self._writer.size)
+        self.full_at_start = self._writer.full_at_start   # the node starts read-only (Storage.open)
         self.fsyncs = 0
         self.records = 0
         self._flusher = self._loop.create_task(self._flush_loop())

@@ -232,6 +232,9 @@ class Storage:
             apply=self._apply, on_write_error=self._on_write_error,
             page_cache_bytes=self.config.journal_page_cache_bytes,
         )
+        if self.journal.full_at_start is not None:
+            _log.warning("%s", self.journal.full_at_start)
+            self._on_write_error(self.journal.full_at_start)   # read-only until the disk watch sees space again
         self.ready = True
 
     async def checkpoint(self, only_if_changed: bool = False) -> bool:
@@ -268,11 +271,24 @@ class Storage:
             self._dropped.clear()
             self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
             self._newest_generation = max(self._newest_generation, after.generation)   # on disk, even if it fails
-            await asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, encoded)
-            self._whole_next = False
-            self._chain = after
-            self._snapshot_covers = covers
+            saving = asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, encoded)
+            try:
+                await asyncio.shield(saving)
+            except asyncio.CancelledError:
+                # A cancelled wait (the node stopping its garbage collector) does not stop the worker thread: the
+                # lock is held until it is done, so that the next checkpoint (close()'s) cannot write the same
+                # temporary file beside it and a half-written one never replaces a good snapshot.
+                await asyncio.wait([saving])
+                if not saving.cancelled() and saving.exception() is None:
+                    self._saved(after, covers)
+                raise
+            self._saved(after, covers)
             return True
+
+    def _saved(self, after: Chain, covers: tuple[Position, int]) -> None:
+        self._whole_next = False
+        self._chain = after
+        self._snapshot_covers = covers
 
     async def close(self) -> None:
         if self.journal is None:
@@ -693,7 +709,11 @@ class Storage:
                 return 0
             error = await group.outcome()
         if error is not None:
-            # Deleted in metadata anyway; after a restart replay brings them back and the next round retries.
+            # Deleted in metadata anyway; after a restart replay brings them back and the next round retries. Counted
+            # as changes no checkpoint holds yet: compaction's checkpoint (only_if_changed) must write the drops
+            # before it deletes the files they leave without live entries, or a restart would bring the ledgers
+            # back pointing into deleted files.
+            self._unjournaled_changes += dropped
             _log.warning("deleting ledgers is not durable: %s", error)
             return 0
         self.metrics.gc_ledgers_deleted.inc(dropped)

@@ -341,3 +341,49 @@ def test_a_checkpoint_holds_the_state_it_was_encoded_at_not_what_changed_while_i
     assert (position, held(ledgers), chain.deltas) == (Position(1, 400), expected_with_delta, 1)
     assert (tmp_path / SNAPSHOT_NAME).stat().st_size == base.size
     assert (tmp_path / SNAPSHOT_NAME).read_bytes() == bytes(base)
+
+
+def test_a_checkpoint_cancelled_while_saving_holds_the_next_one_until_its_save_is_done(tmp_path, monkeypatch):
+    """Helper audit 2026-11-29: the node's stop cancels the garbage collector while its compaction's checkpoint is
+    being saved in a worker thread; the cancel released the checkpoint lock at once, and close()'s checkpoint then
+    wrote the same snapshot.tmp beside the first save, which could rename a half-written file over the good
+    snapshot (and the second save's rename failed). The second save must start only once the first has ended."""
+    import threading
+
+    from storage_node import storage as storage_module
+
+    events, release = [], threading.Event()
+    real_save = storage_module.save_snapshot
+
+    def save(data_dir, encoded):
+        first = not events
+        events.append("start")
+        if first:
+            assert release.wait(30)
+        real_save(data_dir, encoded)
+        events.append("end")
+
+    monkeypatch.setattr(storage_module, "save_snapshot", save)
+
+    async def scenario():
+        storage = Storage(_config(tmp_path))
+        await storage.open()
+        for entry_id in range(20):
+            _, group = storage.add_batch([make_entry(1, entry_id, payload_for(1, entry_id))])
+            assert await group.done is None
+        collector = asyncio.ensure_future(storage.checkpoint())   # the first after a start: a whole snapshot
+        while not events:
+            await asyncio.sleep(0.001)
+        collector.cancel()
+        await asyncio.sleep(0.05)
+        closing = asyncio.ensure_future(storage.close())          # its checkpoint
+        await asyncio.sleep(0.05)
+        assert events == ["start"], events                        # close()'s save waits for the first
+        release.set()
+        await asyncio.gather(collector, return_exceptions=True)
+        await closing
+        assert events in (["start", "end"], ["start", "end", "start", "end"]), events
+
+    asyncio.run(scenario())
+    position, ledgers, _ = load_checkpoints(tmp_path)
+    assert ledgers[1].last_entry_id == 19

@@ -355,3 +355,43 @@ def test_a_lac_a_read_only_node_took_in_memory_is_in_the_next_periodic_checkpoin
         await again.close()
 
     asyncio.run(scenario())
+
+
+def test_a_drop_whose_delete_record_failed_is_checkpointed_before_compaction_deletes_its_files(tmp_path, monkeypatch):
+    """Helper audit 2026-11-29: garbage collection took a ledger out of memory, its DELETE record then failed (a full
+    disk), and compaction's checkpoint, written only when something changed, saw nothing new: it kept the old
+    snapshot and deleted the ledger's file, now without live entries. After a crash the snapshot brought the
+    ledger back, pointing into the deleted file (reads answered ERROR until the next round dropped it again)."""
+    from storage_node import journal as journal_module
+    from storage_node.errors import JournalWriteError
+
+    config = NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit",
+                        journal_segment_bytes=1 << 20)
+
+    async def scenario():
+        storage = Storage(config)
+        await storage.open()
+        for ledger_id in (1, 2):   # each ledger in a segment of its own (a restart rolls the segment)
+            for entry_id in range(60):
+                _, group = storage.add_batch([make_entry(ledger_id, entry_id, payload_for(ledger_id, entry_id, 8000))])
+                assert await group.done is None
+            await storage.close()
+            storage = Storage(config)
+            await storage.open()
+        await storage.checkpoint(only_if_changed=True)
+        real_write = journal_module.SegmentWriter.write
+
+        def full_once(self, buffers, total):
+            monkeypatch.setattr(journal_module.SegmentWriter, "write", real_write)
+            raise JournalWriteError("journal write failed: disk full (injected)") from OSError(errno.ENOSPC, "full")
+
+        monkeypatch.setattr(journal_module.SegmentWriter, "write", full_once)
+        assert await storage.delete_ledgers([1]) == 0 and 1 not in storage.ledgers
+        assert (await storage.compact(0.8)).deleted   # ledger 1's segment, without live entries now
+        # a crash: no close
+        restarted = Storage(config)
+        await restarted.open()
+        assert restarted.read_entry(1, 0)[0] == pb.NO_LEDGER and 1 not in restarted.ledgers
+        assert restarted.read_entry(2, 59)[3] == payload_for(2, 59, 8000)
+
+    asyncio.run(scenario())

@@ -511,3 +511,41 @@ def test_a_failed_apply_breaks_the_journal_and_fails_the_group_gathering_behind_
 
     asyncio.run(scenario())
     assert errors and all(isinstance(e, JournalWriteError) for e in errors)
+
+
+@pytest.mark.parametrize("where", ["open", "first mark"])
+def test_a_node_restarted_on_a_full_disk_starts_read_only_and_serves_reads(tmp_path, monkeypatch, where):
+    """Helper audit 2026-11-29: every start opens a new journal segment, and a full disk there made Storage.open raise,
+    so a node restarted while its disk was full did not start at all, instead of serving reads read-only (rule 9).
+    It starts read-only now; once space is back, the first add rolls the segment and replay finds everything."""
+    from storage_node.config import NodeConfig
+    from storage_node.storage import Storage
+    from tests.harness.node_client import make_entry, payload_for
+
+    config = NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit",
+                        journal_segment_bytes=1 << 20)
+
+    async def add(storage, entry_id):
+        results, group = storage.add_batch([make_entry(1, entry_id, payload_for(1, entry_id))])
+        if group is not None:
+            await group.done
+        return results[0].status
+
+    async def scenario():
+        storage = Storage(config)
+        await storage.open()
+        assert await add(storage, 0) == pb.OK
+        await storage.close()
+        disk_full_once(monkeypatch, where)
+        storage = Storage(config)
+        await storage.open()                                   # raised JournalWriteError before
+        assert storage.ready and storage.is_read_only_because("enospc")
+        assert storage.read_entry(1, 0)[3] == payload_for(1, 0)
+        assert await add(storage, 1) == pb.READ_ONLY
+        storage.set_read_only("enospc", "")                    # the node's disk watch, once space is back
+        assert await add(storage, 1) == pb.OK
+        await storage.close()
+
+    asyncio.run(scenario())
+    recovered = recover(tmp_path, tmp_path / "journal")
+    assert list(recovered.ledgers[1].index.entries_between(0, 10)) == [0, 1]
