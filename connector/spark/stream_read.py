@@ -35,6 +35,7 @@ it), when that level is on for this module's logger.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import time
 from typing import Iterator
@@ -88,6 +89,7 @@ class StreamExtent:
     end: int
     bytes_per_offset: float
     open_tail: LedgerSpan | None = None   # a live writer's OPEN ledger of a raw stream, read up to its LAC
+    created: float = 0.0                  # when the stream was created (0: before streams recorded it)
 
 
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -158,7 +160,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 open_tail = span
             # An arrow ledger's row offsets are known once it is sealed; until then it ends the stream.
         per_offset = known_bytes / known_offsets if known_offsets else DEFAULT_BYTES_PER_OFFSET
-        return StreamExtent(first, end, per_offset, open_tail)
+        self._side().created = record.created_at
+        return StreamExtent(first, end, per_offset, open_tail, record.created_at)
 
     def _waited(self, extent: StreamExtent) -> StreamExtent:
         """Long poll: wait up to TAIL_WAIT_SECONDS for the live writer's LAC to pass what the extent read, so a
@@ -210,6 +213,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         at = self._stream_offset(start)
         extent = self._extent()
+        self._check_incarnation(start, extent.created)
         if extent.end <= at and extent.open_tail is not None and self.available_now_end is None:
             extent = self._waited(extent)
         self._side().latest_end = extent.end
@@ -253,7 +257,22 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_now_end = self._extent().end
 
     def _offset(self, offset: int) -> dict:
-        return {"offset": offset, "stream": self.options.stream}
+        """The offset as Spark checkpoints it: with the stream's creation time, which tells a stream deleted and
+        created again under the same name (its offsets start again at 0) from the one the offset is of."""
+        created = self._driver.created if self._driver is not None else 0.0
+        return {"offset": offset, "stream": self.options.stream, **({"created": created} if created else {})}
+
+    def _check_incarnation(self, offset: dict, created: float) -> None:
+        """Data loss if the offset is of an earlier stream of the same name: the query would skip the new stream's
+        offsets below it, which hold rows it never read."""
+        was = offset.get("created")
+        if was and created and was != created:
+            self._data_lost(
+                f"stream {self.options.stream!r} was deleted and created again since this query's checkpoint "
+                f"(created at {_iso(was)}, now at {_iso(created)}): its offsets started again at 0, and the new "
+                f"stream's offsets below {offset['offset']} would never be read; give the query a new "
+                "checkpointLocation to read the new stream from its start"
+            )
 
     def _stream_offset(self, offset: dict) -> int:
         """The offset Spark hands back, checked to be one of this stream's (the checkpoint may be another query's)."""
@@ -272,6 +291,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
+            self._check_incarnation(start, record.created_at)
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
         lo, spans, reach = self._with_client(
@@ -344,9 +364,14 @@ class _DriverSide:
     client: LedgerClient
     ends: dict = dataclasses.field(default_factory=dict)
     latest_end: int | None = None
+    created: float = 0.0   # the stream's creation time, as the last extent read it
 
 
 def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:
     if max_bytes is None:
         return None
     return max(1, int(max_bytes // max(extent.bytes_per_offset, 1.0)))
+
+
+def _iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")

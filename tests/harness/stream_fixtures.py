@@ -36,3 +36,8 @@ def appended(store: MetadataStore, name: str, ids: list[int]) -> StreamRecord:
                 StreamLedger(i, offset + n * OFFSETS, offset + (n + 1) * OFFSETS - 1) for n, i in enumerate(chunk)))
         streams.update_stream(store, name, add, create=StreamRecord(name, "raw"))
     return streams.read_stream(store, name).value
+
+
+def without_created(offset: dict) -> dict:
+    """A source offset without the stream's creation time (a stream created in a test has one of its own)."""
+    return {key: value for key, value in offset.items() if key != "created"}

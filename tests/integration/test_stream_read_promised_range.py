@@ -19,6 +19,7 @@ from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger, StreamRecord
 from metadata.streams import create_stream
 from tests.harness.node_client import NodeClient, open_ledger_on_nodes, payload_for
+from tests.harness.stream_fixtures import without_created
 
 PASSWORD = b"test-password"
 SEALED = 100    # entries (= offsets) of the sealed ledger
@@ -58,7 +59,7 @@ def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_ans
         nodes[2].pause()
         end = reader.latestOffset(start, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
         nodes[2].resume()
-        assert end == {"offset": SEALED + TAIL, "stream": "events"}
+        assert without_created(end) == {"offset": SEALED + TAIL, "stream": "events"}
 
         nodes[0].pause()                                       # from now on nodes 2 and 3 answer: LAC -1
         partitions = reader.partitions(start, end)
@@ -106,12 +107,57 @@ def test_a_stream_that_ends_below_the_querys_offset_is_data_loss(store, metadata
         with pytest.raises(DataLossError, match="now ends at offset 50, below offset 100"):
             reader.latestOffset({"offset": 100}, ReadAllAvailable())
     else:
-        assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100, "stream": "events"}
+        assert without_created(reader.latestOffset({"offset": 100}, ReadAllAvailable())) == {"offset": 100, "stream": "events"}
 
 
 def test_an_emptied_stream_starts_where_its_offsets_left_off(store, metadata_uri):
     create_stream(store, StreamRecord("events", format="raw", first_offset=100))
     options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events"})
     reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
-    assert reader.initialOffset() == {"offset": 100, "stream": "events"}
-    assert reader.latestOffset({"offset": 100}, ReadAllAvailable()) == {"offset": 100, "stream": "events"}
+    assert without_created(reader.initialOffset()) == {"offset": 100, "stream": "events"}
+    assert without_created(reader.latestOffset({"offset": 100}, ReadAllAvailable())) == {"offset": 100, "stream": "events"}
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_query_whose_stream_was_deleted_and_created_again_does_not_skip_its_rows_silently(
+        cluster, store, metadata_uri, fail_on_data_loss):
+    """Helper audit 2026-11-29: a stream deleted and created again under the same name starts its offsets again at 0.
+    A query whose checkpoint held offset k of the old stream went on from k in the new one, skipping offsets 0..k-1
+    without a word once the new stream had passed k. The offsets now carry the stream's creation time: a mismatch
+    is data loss (failOnDataLoss), as Kafka's source reports a partition whose offsets went back."""
+    from connector.client import Streams
+    from metadata.streams import delete_stream
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("events") as writer:
+            writer.append_many([b"old %d" % i for i in range(10)])
+        options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
+                                                       "failOnDataLoss": str(fail_on_data_loss).lower()})
+
+        def reader():
+            return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+        first = reader()
+        try:
+            start = first.initialOffset()
+            end = first.latestOffset(start, ReadAllAvailable())
+            assert (start["offset"], end["offset"]) == (0, 10) and end["created"] > 0
+        finally:
+            first.stop()
+        delete_stream(store, "events")
+        with Streams(lc).open_writer("events") as writer:
+            writer.append_many([b"new %d" % i for i in range(25)])
+        restarted = reader()   # the query again, from its checkpoint: end is where it stands
+        try:
+            if fail_on_data_loss:
+                with pytest.raises(DataLossError, match="was deleted and created again"):
+                    restarted.latestOffset(end, ReadAllAvailable())
+                with pytest.raises(DataLossError, match="was deleted and created again"):
+                    restarted.partitions(end, {**end, "offset": 20})
+            else:   # skipped as the user asked, with a warning; later offsets are of the new stream
+                later = restarted.latestOffset(end, ReadAllAvailable())
+                assert later["offset"] == 25 and later["created"] != end["created"]
+                restarted.latestOffset(later, ReadAllAvailable())
+        finally:
+            restarted.stop()
