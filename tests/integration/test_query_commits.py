@@ -173,14 +173,19 @@ def test_the_sinks_commits_keep_the_records_bounded_and_skip_a_replay(store, met
     assert store.stat(layout.stream_query_path("s", "query-3")).version == 1   # created, then set once
 
 
+def started_run(store, metadata_uri: str, driver: str) -> LedgerStreamWriter:
+    """The sink of query-1 on stream s, its run by `driver` recorded in the query's registry as prepare records it."""
+    ensure_stream(store, "s")
+    start_query(store, "query-1", "s", driver)
+    return LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id=driver)
+
+
 def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_run(store, metadata_uri):
     """Rule 16: the commit landed, its reply was lost, and a janitor (finding the driver's registration gone)
     recorded the run aborted before the read-back. The read-back finds the batch and reports it committed; the
     run's registry is left to the janitor."""
-    ensure_stream(store, "s")
-    start_query(store, "query-1", "s", "driver-gone")
-    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
-                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-gone")
+    sink = started_run(store, metadata_uri, "driver-gone")
     sink.commit([], 0)
     record_aborted(store, "s", run_key("query-1", "driver-gone"))
     sink.commit([], 0)   # the read-back of batch 0: committed, not failed
@@ -194,10 +199,7 @@ def test_a_run_a_janitor_fenced_stays_fenced_after_its_mark_left_the_head(store,
     JOBS_KEPT job outcomes. Once that many batch jobs had ended on the stream, a commit of the fenced run (its driver
     only cut off, still running) registered ledgers the janitor had deleted. The run's absence from the query's
     registry, which the janitor removes after the mark, fences it now as well."""
-    ensure_stream(store, "s")
-    start_query(store, "query-1", "s", "driver-cut-off")
-    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
-                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-cut-off")
+    sink = started_run(store, metadata_uri, "driver-cut-off")
     sink.commit([], 0)
     # The janitor, finding the driver's registration gone: the mark, the run's ledgers discarded, the run removed.
     record_aborted(store, "s", run_key("query-1", "driver-cut-off"))
