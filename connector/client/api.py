@@ -35,7 +35,7 @@ from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
-from metadata import registry
+from metadata import layout, registry
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
 from metadata.update_loop import update_ledger
@@ -404,7 +404,9 @@ class ReadHandle:
                 refreshed = True
 
     def _fragments_changed(self) -> bool:
-        fresh = self._client.store.read_ledger(self.ledger_id)
+        store = self._client.store
+        store.sync(layout.ledger_path(self.ledger_id))   # a lagging follower could still show the old fragments
+        fresh = store.read_ledger(self.ledger_id)
         changed = fresh.value.fragments != self._current.value.fragments
         self._current = fresh
         return changed

@@ -105,17 +105,20 @@ class FragmentRepair:
 
 
 def fragments_to_repair(meta: LedgerMetadata, lost: Iterable[str]) -> list[FragmentRepair]:
-    """Fragments of the ledger whose ensemble holds a lost node, in entry order."""
+    """Fragments of the ledger whose ensemble holds a lost node, in entry order. A fragment is closed (its range
+    fixed, its entries copyable) in a closed ledger, and in an OPEN one when an ensemble change ended it: the next
+    fragment starts at the writer's LAC + 1, so every entry before it was acknowledged and no add goes to it."""
     lost = set(lost)
     repairs = []
-    for first, last, fragment in meta.fragment_ranges():
+    ranges = meta.fragment_ranges()
+    for index, (first, last, fragment) in enumerate(ranges):
         if meta.is_closed:
             # A fragment may start past the end (an ensemble change right before the close): nothing to copy.
             last = min(last, meta.last_entry_id)
         moved = tuple(n for n in fragment.ensemble if n in lost)
         if moved:
             repairs.append(FragmentRepair(meta.ledger_id, first, last, fragment.ensemble, moved,
-                                          closed=meta.is_closed))
+                                          closed=meta.is_closed or index + 1 < len(ranges)))
     return repairs
 
 
@@ -158,15 +161,19 @@ def plan_copies(repair: FragmentRepair, schedule: Schedule, new_ensemble: tuple[
 
 def replace_in_fragment(repair: FragmentRepair, new_ensemble: tuple[str, ...]) -> Transform:
     """For update_ledger: the repaired fragment's ensemble becomes new_ensemble, provided the fragment (its
-    start, range and ensemble) and the ledger's end are still as planned; else the copies may not cover it."""
+    start, range and ensemble) and the ledger's end are still as planned; else the copies may not cover it. In an
+    OPEN ledger only a fragment an ensemble change ended (not the last): the writer changes only the last one, so
+    its next change, whose CAS this one makes it re-read, keeps this."""
     def transform(meta: LedgerMetadata) -> LedgerMetadata | None:
-        for index, (first, last, fragment) in enumerate(meta.fragment_ranges()):
+        ranges = meta.fragment_ranges()
+        for index, (first, last, fragment) in enumerate(ranges):
             if first != repair.first_entry_id:
                 continue
             if fragment.ensemble == tuple(new_ensemble):
                 return None  # stored already (our own earlier attempt, or another repairer's identical one)
-            if (meta.is_closed and fragment.ensemble == repair.ensemble
-                    and min(last, meta.last_entry_id) == repair.last_entry_id):
+            fixed = meta.is_closed or index + 1 < len(ranges)
+            end = min(last, meta.last_entry_id) if meta.is_closed else last
+            if fixed and fragment.ensemble == repair.ensemble and end == repair.last_entry_id:
                 fragments = list(meta.fragments)
                 fragments[index] = Fragment(first, tuple(new_ensemble))
                 return meta.replace(fragments=tuple(fragments))

@@ -74,8 +74,10 @@ class LedgerRepair:
         if self.error:
             return f"ledger {self.ledger_id}: NOT repaired: {self.error}"
         if self.deferred:
-            return (f"ledger {self.ledger_id}: left for now: OPEN and its writer is alive; its fragments are moved "
-                    "once the writer closes it or dies (a repair now would fence it)")
+            moved = f"moved {self.fragments} fragment(s), copied {self.entries} entries; " if self.fragments else ""
+            return (f"ledger {self.ledger_id}: {moved}its last fragment left for now: OPEN and its writer is alive; "
+                    "it is moved once the writer changes ensemble, closes the ledger or dies (a repair now would "
+                    "fence the writer)")
         recovered = ", recovered and closed first" if self.recovered else ""
         return (f"ledger {self.ledger_id}: moved {self.fragments} fragment(s), copied {self.entries} "
                 f"entr{'y' if self.entries == 1 else 'ies'}{recovered}")
@@ -132,14 +134,17 @@ class Rereplicator:
 
     def repair_deferred(self, on_ledger: Callable[[LedgerRepair], None] = lambda _: None) -> list[LedgerRepair]:
         """Look again at the ledgers deferred to their live writers (a read of each, not a scan): repaired once
-        closed or dangling, gone from the set once repaired or deleted."""
-        return self._repair_each(sorted(self.deferred), on_ledger)
+        closed or dangling, gone from the set once repaired or deleted; one whose repair failed stays, to be
+        tried again in the next round."""
+        return self._repair_each(sorted(self.deferred), on_ledger, keep_failed=True)
 
-    def _repair_each(self, ledger_ids: list[int], on_ledger: Callable[[LedgerRepair], None]) -> list[LedgerRepair]:
+    def _repair_each(self, ledger_ids: list[int], on_ledger: Callable[[LedgerRepair], None],
+                     keep_failed: bool = False) -> list[LedgerRepair]:
         outcomes = []
         for ledger_id in ledger_ids:
             outcome = self.repair_ledger(ledger_id, self._lost_now, fence_live_writer=False)
-            (self.deferred.add if outcome.deferred else self.deferred.discard)(ledger_id)
+            kept = outcome.deferred or (keep_failed and not outcome.ok)
+            (self.deferred.add if kept else self.deferred.discard)(ledger_id)
             outcomes.append(outcome)
             on_ledger(outcome)
         return outcomes
@@ -177,9 +182,10 @@ class Rereplicator:
     def repair_ledger(self, ledger_id: int, lost: Callable[[Iterable[str]], set[str]], *,
                       fence_live_writer: bool = True) -> LedgerRepair:
         """Move every fragment of the ledger off the nodes lost(ensemble) names, fragment by fragment. An OPEN
-        ledger is recovered first; unless fence_live_writer, one whose writer is alive is deferred instead."""
+        ledger is recovered first; unless fence_live_writer, one whose writer is alive is not: the fragments its
+        ensemble changes ended are moved, and its last one, if it names a lost node, is deferred."""
         fragments = entries = replans = 0
-        recovered = False
+        recovered = live = False
         try:
             meta = self.store.read_ledger(ledger_id).value
             password = self._keys.get(meta.password_hash)
@@ -189,17 +195,18 @@ class Rereplicator:
             if not fragments_to_repair(meta, lost(meta.all_nodes())):
                 return LedgerRepair(ledger_id)   # the lost nodes are back
             if not meta.is_closed:
-                if not fence_live_writer and not self.client.is_dangling(meta):
-                    return LedgerRepair(ledger_id, deferred=True)
-                self.client.recover_ledger_with_retry(ledger_id, password)
-                recovered = True
+                live = not fence_live_writer and not self.client.is_dangling(meta)
+                if not live:
+                    self.client.recover_ledger_with_retry(ledger_id, password)
+                    recovered = True
             while True:
                 meta = self.store.read_ledger(ledger_id).value
                 repairs = fragments_to_repair(meta, lost(meta.all_nodes()))
-                if not repairs:
-                    return LedgerRepair(ledger_id, fragments, entries, recovered)
+                copyable = [repair for repair in repairs if repair.closed]   # all of them once the ledger is closed
+                if not copyable:
+                    return LedgerRepair(ledger_id, fragments, entries, recovered, deferred=live and bool(repairs))
                 try:
-                    entries += self._repair_fragment(meta, repairs[0], master_key(password))
+                    entries += self._repair_fragment(meta, copyable[0], master_key(password))
                     fragments += 1
                 except ReplicationConflictError:
                     replans += 1

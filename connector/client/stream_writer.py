@@ -166,8 +166,12 @@ class StreamWriter:
             log.warning("stream %r: ledger %d was kept: whether the stream holds it could not be read (%s)",
                         self.name, ledger.ledger_id, exc)
             return
-        ledger.close()
-        self._client.delete_ledger(ledger.ledger_id)
+        try:
+            ledger.close()
+            self._client.delete_ledger(ledger.ledger_id)
+        except LedgerError as exc:   # the update's own error is the one to raise
+            log.warning("stream %r: ledger %d, made for an update that failed, was not deleted: %s",
+                        self.name, ledger.ledger_id, exc)
 
     def _start_ledger(self, ledger: WriteHandle, first_offset: int) -> None:
         self._ledger = ledger

@@ -197,9 +197,10 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned
 def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
     """Remove the registry of a query whose drivers are gone and that holds no task entries: its runs, then the
     registry (kept if an entry was registered meanwhile). Its runs are not recorded aborted, as _clean_query does
-    before it discards a query's ledgers: there are none to discard, so there is nothing a late commit could
-    contradict, and a driver that was only away for a moment (its ZooKeeper session expired) records its run
-    again with its next batch. Whether it removed the registry."""
+    before it discards a query's ledgers: there are none to discard. A driver that was only away for a moment (its
+    ZooKeeper session expired) records its run again with its next batch; a batch of the removed run that commits
+    ledgers is refused (a run's absence fences such a commit, stream_write._run_fenced), an empty one is not.
+    Whether it removed the registry."""
     if found.entries(store) or any(registry.writer_alive(store, driver) for driver in found.drivers):
         return False
     for driver in found.runs:

@@ -151,7 +151,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         created = [False]   # a query record: the query's first commit, or records moved out of an older head
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            fenced[0] = self._run_fenced(lc, record)
+            fenced[0] = self._run_fenced(lc, record, registering=any(t.ledger_id is not None for t in tasks))
             commit = read_query_commit(lc.store, record, self.query_id)
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
@@ -191,19 +191,21 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 drop_entry(lc, entry, self.options.password)
 
     def _fenced(self, lc: LedgerClient) -> bool:
-        """Whether a janitor fenced this run (it found the run's driver gone): _run_fenced on the stream's head."""
+        """Whether a janitor recorded this run aborted (it found the run's driver gone)."""
         found = find_stream(lc.store, self.options.stream) if self.driver_id else None
-        return found is not None and self._run_fenced(lc, found.value)
+        return found is not None and self._run_fenced(lc, found.value, registering=False)
 
-    def _run_fenced(self, lc: LedgerClient, record: StreamRecord) -> bool:
+    def _run_fenced(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> bool:
         """Whether a janitor found this run's driver gone: it records the run aborted on the head, discards the run's
         ledgers, then removes the run from the query's registry. The head keeps the newest JOBS_KEPT outcomes only,
         so once as many batch jobs have ended on the stream the mark is gone; the run's absence from the registry
-        stays (prepare records a run again only for the next batch, under a driver registration that is alive)."""
+        stays (prepare records a run again only for the next batch). A commit that registers ledgers (they may be
+        the ones discarded) is fenced by either; an empty one, which registers none, by the mark only."""
         if not self.driver_id:
             return False
-        return (job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED
-                or not run_started(lc.store, self.query_id, self.driver_id))
+        if job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
+            return True
+        return registering and not run_started(lc.store, self.query_id, self.driver_id)
 
     def _held(self, lc: LedgerClient, entries: list[TaskEntry]) -> set[int]:
         """Those of the entries' ledgers the stream holds (read only when there are any: a replay, a failed

@@ -128,34 +128,51 @@ def test_the_auditor_reads_every_ledger_only_when_the_nodes_change(start_node, m
         assert_every_entry_reads_back(client, expected)
 
 
-def test_the_auditor_leaves_an_open_ledger_to_its_live_writer_and_repairs_it_once_closed(start_node, metadata_uri,
-                                                                                         capsys):
+def test_the_auditor_repairs_a_live_writers_open_ledger_without_fencing_it(start_node, metadata_uri, capsys):
     """Helper audit 2026-11-29 finding 3: a repair recovered every OPEN ledger with a fragment on a lost node, also
     one whose writer was alive and had already moved off the node: one node's loss fenced every Spark task and
-    stream writer whose ledger had ever used it. Now such a ledger is left to its writer, looked at alone in the
-    auditor's next rounds (no scan), and repaired once closed."""
-    nodes = [start_node(None, *FAST_EXPIRY) for _ in range(4)]
+    stream writer whose ledger had ever used it. Now the fragments its ensemble changes ended are moved while it
+    writes on; a lost node in its last fragment (an idle writer has not replaced it yet) is left to the writer,
+    looked at alone in the auditor's next rounds (no scan), and moved once the ledger is closed."""
+    nodes = {n.node_id: n for n in (start_node(None, *FAST_EXPIRY) for _ in range(5))}
+
+    def lose(node_id):
+        nodes[node_id].kill()
+        poll_until(lambda: node_id not in registry.list_nodes(client.store), 30,
+                   what=f"{node_id}'s registration to expire")
+
     with LedgerClient(metadata_uri) as client:
         writer = client.create_ledger(3, 3, 2)
         entries = append_entries(writer, 30, 5)
-        lost = next(n for n in nodes if n.node_id == writer.metadata.last_fragment.ensemble[0])
-        lost.kill()
-        poll_until(lambda: lost.node_id not in registry.list_nodes(client.store), 30,
-                   what=f"{lost.node_id}'s registration to expire")
+        first_lost = writer.metadata.last_fragment.ensemble[0]
+        lose(first_lost)
         entries.update(append_entries(writer, 30, 6))   # the writer replaces the node: a second fragment
-        assert lost.node_id not in writer.metadata.last_fragment.ensemble
+        assert len(writer.metadata.fragments) == 2
         with Rereplicator(client) as worker:
             schedule = AuditSchedule(full_seconds=3600)
             assert watch(worker, 0.0, schedule, rounds=2) == 0
             rounds = capsys.readouterr().out
-            assert f"ledger {writer.ledger_id}: left for now: OPEN and its writer is alive" in rounds
-            assert "1 left for now to their live writers" in rounds and "audit skipped" in rounds.splitlines()[-1]
+            assert f"ledger {writer.ledger_id}: moved 1 fragment(s), copied " in rounds, rounds
+            assert "audit skipped" in rounds.splitlines()[-1] and not worker.deferred
             entries.update(append_entries(writer, 30, 7))   # not fenced
+            assert first_lost not in client.ledger_metadata(writer.ledger_id).all_nodes()
+
+            # A node of the last fragment is lost to the auditor while the writer sees nothing wrong with it (it is
+            # decommissioned, and up): the last fragment is left to the writer until it closes the ledger. (A node
+            # that dies is replaced by the writer itself, even an idle one: its add stream to the node breaks.)
+            second_lost = writer.metadata.last_fragment.ensemble[1]
+            registry.mark_decommissioned(client.store, second_lost)
+            assert watch(worker, 0.0, schedule, rounds=2) == 0
+            rounds = capsys.readouterr().out
+            assert f"ledger {writer.ledger_id}: " in rounds and "its last fragment left for now" in rounds, rounds
+            assert "1 left for now to their live writers" in rounds and worker.deferred == {writer.ledger_id}
+            assert client.ledger_metadata(writer.ledger_id).state.value == "OPEN"
             writer.close()
             assert watch(worker, 0.0, schedule, rounds=1) == 0   # a skipped round looks at the deferred ledger
             rounds = capsys.readouterr().out
             assert f"ledger {writer.ledger_id}: moved 1 fragment(s), copied " in rounds, rounds
             assert not worker.deferred
         meta = client.ledger_metadata(writer.ledger_id)
-        assert meta.last_entry_id == 89 and lost.node_id not in meta.all_nodes()
+        assert meta.last_entry_id == 89 and not {first_lost, second_lost} & meta.all_nodes()
+        nodes[second_lost].stop()
         assert_every_entry_reads_back(client, {writer.ledger_id: (b"", entries)})

@@ -59,6 +59,27 @@ def test_open_ledgers_last_fragment_is_open_ended_and_cannot_be_copied():
         plan_copies(repair, Schedule(3, 3, 2), ("a", "x", "c"))
 
 
+def test_an_open_ledgers_fragments_before_its_last_are_closed_and_copied_without_closing_it():
+    """An ensemble change ends a fragment at the writer's LAC: its entries were acknowledged and no add goes to it
+    any more, so it is repaired as in a closed ledger while the writer goes on (BookKeeper re-replicates such
+    fragments of open ledgers without fencing them)."""
+    meta = ledger(3, 3, [(0, "abc"), (10, "abd")], state=LedgerState.OPEN)
+    [first, last] = fragments_to_repair(meta, {"a"})
+    assert (first.closed, first.first_entry_id, first.last_entry_id) == (True, 0, 9) and not last.closed
+    assert [c.entry_id for c in plan_copies(first, Schedule(3, 3, 2), ("x", "b", "c"))] == list(range(10))
+    replaced = replace_in_fragment(first, ("x", "b", "c"))(meta)
+    assert replaced.fragments == (Fragment(0, ("x", "b", "c")), Fragment(10, ("a", "b", "d")))
+    assert replaced.state is LedgerState.OPEN
+    with pytest.raises(ReplicationError, match="recover it"):
+        plan_copies(last, Schedule(3, 3, 2), ("x", "b", "d"))
+    # The writer changed its ensemble again meanwhile: the fragment planned is still the same, still copyable.
+    changed = meta.replace(fragments=meta.fragments + (Fragment(15, ("e", "b", "d")),))
+    assert replace_in_fragment(first, ("x", "b", "c"))(changed).fragments[0] == Fragment(0, ("x", "b", "c"))
+    with pytest.raises(ReplicationConflictError):   # the planned range 0..9 is not the stored one
+        replace_in_fragment(first, ("x", "b", "c"))(meta.replace(fragments=(Fragment(0, ("a", "b", "c")),
+                                                                            Fragment(12, ("a", "b", "d")))))
+
+
 def test_a_fragment_starting_past_the_closed_end_has_nothing_to_copy():
     meta = ledger(3, 3, [(0, "abc"), (5, "abd")], last=4)  # an ensemble change right before the close
     [repair] = fragments_to_repair(meta, {"d"})

@@ -265,10 +265,11 @@ class AddPipeline:
         """Stop for good. The adds still waiting, and any queued later, fail with ClientClosedError at once
         instead of waiting forever for answers nothing receives now: whether one that reached a node is in the
         ledger is for its close or recovery to say."""
-        self._stopped = True
+        # The error first: _queue, on another thread, takes a stopped pipeline's error once it sees _stopped.
         self._fail(ClientClosedError(
             f"ledger {self.ledger_id}: the writer was stopped (its handle or client closed) before this add was "
             "acknowledged; whether it is in the ledger is decided when the ledger is closed or recovered"))
+        self._stopped = True
         self._ticker.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
