@@ -409,6 +409,8 @@ class ReadHandle:
         fresh = store.read_ledger(self.ledger_id)
         changed = fresh.value.fragments != self._current.value.fragments
         self._current = fresh
+        if fresh.value.is_closed:
+            self.last_entry_id = fresh.value.last_entry_id   # as read_lac: a closed ledger's end is its own
         return changed
 
     def _read_with(self, meta: LedgerMetadata, first: int, last: int, views: bool) -> Iterator[Entry]:

@@ -34,7 +34,7 @@ from connector.client.replication import (
 )
 from connector.client.runner import Context, Runtime, read_range, schedule_of
 from metadata import registry
-from metadata.model import LedgerMetadata
+from metadata.model import LedgerMetadata, LedgerState
 from metadata.update_loop import update_ledger
 from protos import ledger_pb2 as pb
 from protos import wire
@@ -195,7 +195,9 @@ class Rereplicator:
             if not fragments_to_repair(meta, lost(meta.all_nodes())):
                 return LedgerRepair(ledger_id)   # the lost nodes are back
             if not meta.is_closed:
-                live = not fence_live_writer and not self.client.is_dangling(meta)
+                # IN_RECOVERY: its writer is fenced and can never close it; a recovery that gave up is finished here.
+                live = (not fence_live_writer and meta.state is LedgerState.OPEN
+                        and not self.client.is_dangling(meta))
                 if not live:
                     self.client.recover_ledger_with_retry(ledger_id, password)
                     recovered = True

@@ -76,7 +76,8 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
                       f"ledger is read again in {schedule.next_full_scan(now):.0f}s)")
                 if worker.deferred:   # a read of each, not a scan; logged once repaired or failed
                     report = _reporter(as_json)
-                    outcomes = worker.repair_deferred(lambda outcome: None if outcome.deferred else report(outcome))
+                    outcomes = worker.repair_deferred(
+                        lambda outcome: None if outcome.deferred and not outcome.fragments else report(outcome))
                     status = 1 if any(not outcome.ok for outcome in outcomes) else 0
             else:
                 failed = _audit_round(worker, repair=True, as_json=as_json, nodes=nodes)

@@ -191,9 +191,10 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 drop_entry(lc, entry, self.options.password)
 
     def _fenced(self, lc: LedgerClient) -> bool:
-        """Whether a janitor recorded this run aborted (it found the run's driver gone)."""
+        """Whether a janitor fenced this run (it found the run's driver gone): an abort then leaves the registry to
+        it, since a later run of the query may have entries there now."""
         found = find_stream(lc.store, self.options.stream) if self.driver_id else None
-        return found is not None and self._run_fenced(lc, found.value, registering=False)
+        return found is not None and self._run_fenced(lc, found.value, registering=True)
 
     def _run_fenced(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> bool:
         """Whether a janitor found this run's driver gone: it records the run aborted on the head, discards the run's

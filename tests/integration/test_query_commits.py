@@ -8,7 +8,8 @@ import pytest
 
 from connector.spark.commit import COMMITTED, JOBS_KEPT, TaskLedger, new_stream, with_job
 from connector.spark.janitor import record_aborted, run_key
-from connector.spark.jobs import WriteJobEndedError, forget_run, remove_query, start_query
+from connector.spark.jobs import (WriteJobEndedError, forget_run, query_registry, register_task_ledger, remove_query,
+                                  start_query, task_entries)
 from connector.spark.options import LedgerOptions
 from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.write import ensure_stream
@@ -211,3 +212,21 @@ def test_a_run_a_janitor_fenced_stays_fenced_after_its_mark_left_the_head(store,
         sink.commit([TaskLedger(0, 987654, 3, 1)], 1)   # a ledger the janitor deleted
     head = streams.read_stream(store, "s").value
     assert [ledger.ledger_id for ledger in head.tail] == [] and read_query_commit(store, head, "query-1").last_batch == 0
+
+
+def test_an_abort_of_a_fenced_run_leaves_the_next_runs_entries_alone_after_the_mark_left_the_head(store, metadata_uri):
+    """Review 2026-11-29: the abort of a run the janitor fenced leaves the query's registry alone (a later run of the
+    query may have entries there). It looked only at the mark, which leaves the head after JOBS_KEPT job outcomes:
+    the cut-off driver's abort then withdrew the new run's uncommitted task ledgers, which that run's commit would
+    have put on the stream deleted."""
+    sink = started_run(store, metadata_uri, "driver-cut-off")
+    sink.commit([], 0)
+    record_aborted(store, "s", run_key("query-1", "driver-cut-off"))
+    forget_run(store, "query-1", "driver-cut-off")
+    remove_query(store, "query-1")
+    for n in range(JOBS_KEPT):
+        streams.update_stream(store, "s", lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+    start_query(store, "query-1", "s", "driver-2")          # the query again, under another driver
+    entry = register_task_ledger(store, query_registry("query-1", 1))   # its batch 1's task, not committed yet
+    sink.abort([], 1)                                        # the cut-off driver's abort of its batch 1
+    assert task_entries(store, query_registry("query-1")) == [entry]
