@@ -32,6 +32,7 @@ class SourceOffset:
     source: str
     stream: str | None
     offset: int | None
+    created: float | None = None   # the stream's creation time the offset is of (None before offsets carried it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +106,9 @@ def _source_offset(source: str, text: str) -> SourceOffset:
     except ValueError:
         value = None
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
-        stream = value.get("stream")
-        return SourceOffset(source, stream if isinstance(stream, str) else None, value["offset"])
+        stream, created = value.get("stream"), value.get("created")
+        return SourceOffset(source, stream if isinstance(stream, str) else None, value["offset"],
+                            created if isinstance(created, (int, float)) else None)
     return SourceOffset(source, None, None)
 
 

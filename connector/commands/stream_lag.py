@@ -14,11 +14,16 @@ import sys
 from connector.checkpoint import Checkpoint, SourceOffset, read_checkpoint
 from connector.commands.command_client import open_client
 from connector.lag import Lag, bytes_text, stream_lag
+from metadata import streams
 from metadata.errors import LedgerError
 
 
 class NoLedgerSourceError(LedgerError):
     """The checkpoint's query reads no ledger stream that this command can name."""
+
+
+class StreamRecreatedError(LedgerError):
+    """The checkpoint's offsets are of a stream deleted and created again since under the same name."""
 
 
 def register_lag(command) -> None:
@@ -38,6 +43,8 @@ def run_lag(args) -> int:
     checkpoint = read_checkpoint(args.checkpoint)
     sources = _ledger_sources(checkpoint, args.stream)
     with open_client(args) as client:
+        for source in sources:
+            _check_incarnation(client, checkpoint, source)
         lags = [(source, stream_lag(client, source.stream, _committed(checkpoint, source),
                                     args.password.encode())) for source in sources]
     if args.json:
@@ -62,10 +69,21 @@ def _ledger_sources(checkpoint: Checkpoint, stream: str | None) -> list[SourceOf
             raise NoLedgerSourceError(
                 f"checkpoint {checkpoint.path!r}: the offset of source {source.source} does not name its stream "
                 "(the checkpoint was written before offsets named it); give it with --stream NAME")
-        sources.append(SourceOffset(source.source, source.stream or stream, source.offset))
+        sources.append(SourceOffset(source.source, source.stream or stream, source.offset, source.created))
     if not sources:
         raise NoLedgerSourceError(f"checkpoint {checkpoint.path!r}: the query reads no ledger stream")
     return sources
+
+
+def _check_incarnation(client, checkpoint: Checkpoint, source: SourceOffset) -> None:
+    """A lag against a stream created again since the checkpoint would compare offsets of two different streams."""
+    created = streams.read_stream(client.store, source.stream).value.created_at
+    if source.created and created and source.created != created:
+        raise StreamRecreatedError(
+            f"checkpoint {checkpoint.path!r}: its offsets are of stream {source.stream!r} as it was before it was "
+            "deleted and created again (its offsets started again at 0): the query's next batch fails with data "
+            "loss (failOnDataLoss), and its lag against the new stream means nothing; give the query a new "
+            "checkpointLocation to read the new stream from its start")
 
 
 def _committed(checkpoint: Checkpoint, source: SourceOffset) -> int | None:

@@ -175,3 +175,31 @@ def test_lag_refuses_what_is_not_a_local_checkpoint_in_one_line(cluster, metadat
     (tmp_path / "empty" / "offsets").mkdir(parents=True)
     assert main(["stream", "lag", "--checkpoint", str(tmp_path / "empty")]) == 1
     assert "has planned no batch yet" in capsys.readouterr().err
+
+
+def test_lag_refuses_a_checkpoint_of_a_stream_deleted_and_created_again(cluster, metadata_uri, monkeypatch, capsys,
+                                                                       tmp_path):
+    """The source's offsets carry the stream's creation time: a lag against a stream created again since the
+    checkpoint would compare offsets of two different streams. Said in one line instead."""
+    from metadata.streams import delete_stream, read_stream
+
+    cluster(3)
+    monkeypatch.setenv("LEDGER_METADATA", metadata_uri)
+    with LedgerClient(metadata_uri) as client:
+        with Streams(client).open_writer("events") as writer:
+            writer.append(payload(0))
+        created = read_stream(client.store, "events").value.created_at
+        (tmp_path / "offsets").mkdir()
+        (tmp_path / "commits").mkdir()
+        (tmp_path / "offsets" / "0").write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0}\n'
+            + json.dumps({"offset": 1, "stream": "events", "created": created}) + "\n")
+        (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        assert main(["stream", "lag", "--checkpoint", str(tmp_path)]) == 0
+        capsys.readouterr()
+        delete_stream(client.store, "events")
+        with Streams(client).open_writer("events") as writer:
+            writer.append_many([payload(i) for i in range(5)])
+    assert main(["stream", "lag", "--checkpoint", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "deleted and created again" in err and err.count("\n") == 1, err
