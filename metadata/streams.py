@@ -79,7 +79,9 @@ class RunChangedError(LedgerError):
     overwritten or compacted meanwhile): its new ledgers must not replace them."""
 
 
-ZnodeWrite = tuple[str, bytes, "int | None"]   # (path, data, expected version: a compare-and-set; None: a create)
+# (path, data, expected version: a compare-and-set; None: a create); data None: only a check that the znode is at
+# that version (-1: that it exists), as a commit checks that its job's registry is still there.
+ZnodeWrite = tuple[str, "bytes | None", "int | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +184,8 @@ def _commit(
     for path, data, also_version in also:
         if also_version is None:
             transaction.create(path, data)
+        elif data is None:
+            transaction.check(path, also_version)
         else:
             transaction.set_data(path, data, also_version)
     try:

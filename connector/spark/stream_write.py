@@ -45,7 +45,8 @@ from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, run_started, start_query, task_entries,
+    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, run_path, run_started, start_query,
+    task_entries,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
@@ -150,8 +151,10 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         fenced = [False]
         created = [False]   # a query record: the query's first commit, or records moved out of an older head
 
+        registering = any(t.ledger_id is not None for t in tasks)
+
         def transform(record: StreamRecord) -> Rewrite | None:
-            fenced[0] = self._run_fenced(lc, record, registering=any(t.ledger_id is not None for t in tasks))
+            fenced[0] = self._run_fenced(lc, record, registering)
             commit = read_query_commit(lc.store, record, self.query_id)
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
@@ -164,6 +167,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 )
             head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
+            if registering and self.driver_id:   # the run checked in the multi too: removed since, this runs again
+                writes += ((run_path(self.query_id, self.driver_id), None, -1),)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 

@@ -55,7 +55,7 @@ from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import drop_below, find_stream, held_ledgers, update_stream
+from metadata.streams import Rewrite, drop_below, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +129,12 @@ class LedgerWriter(DataSourceArrowWriter):
         """
         replaced: list[StreamRecord] = []
 
-        def transform(record: StreamRecord) -> StreamRecord | None:
+        def transform(record: StreamRecord) -> Rewrite | None:
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
             if updated is None:
                 return None
-            if not store.exists(job_registry(self.job_id).path):
+            registry = job_registry(self.job_id).path
+            if not store.exists(registry):
                 # A janitor found the job's driver gone: it recorded the job aborted, discarded its ledgers and then
                 # removed its registry. The head keeps only the newest JOBS_KEPT job outcomes: once as many jobs
                 # have ended on the stream, the registry's absence is what says so.
@@ -142,7 +143,10 @@ class LedgerWriter(DataSourceArrowWriter):
                     f"commit reached stream {record.name!r}: none of its rows were committed and its ledgers are "
                     "deleted; run the write again")
             replaced[:] = [record] if self.overwrite else []
-            return updated.replace(retention=self.options.retention(updated.retention))  # retentionMs/Bytes
+            # The registry is checked in the commit's multi too: removed since this read, the multi fails and this
+            # runs again.
+            return Rewrite(updated.replace(retention=self.options.retention(updated.retention)),  # retentionMs/Bytes
+                           also=((registry, None, -1),))
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None

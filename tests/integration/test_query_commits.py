@@ -230,3 +230,23 @@ def test_an_abort_of_a_fenced_run_leaves_the_next_runs_entries_alone_after_the_m
     entry = register_task_ledger(store, query_registry("query-1", 1))   # its batch 1's task, not committed yet
     sink.abort([], 1)                                        # the cut-off driver's abort of its batch 1
     assert task_entries(store, query_registry("query-1")) == [entry]
+
+
+def test_a_run_removed_between_the_commits_read_and_its_cas_does_not_commit(store, metadata_uri, monkeypatch):
+    """Review 2026-11-29: the commit's look at its run was a read before the CAS; the run is now also checked in the
+    commit's multi, so a janitor that removes it in between (its mark gone from the head) cannot let it land."""
+    sink = started_run(store, metadata_uri, "driver-cut-off")
+    sink.commit([], 0)
+    real, removed = streams.write_stream, []
+
+    def write_stream(store_, record, expected_version):
+        if not removed:
+            removed.append(True)
+            forget_run(store, "query-1", "driver-cut-off")
+        return real(store_, record, expected_version)
+
+    monkeypatch.setattr(streams, "write_stream", write_stream)
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
+        sink.commit([TaskLedger(0, 987654, 3, 1)], 1)
+    head = streams.read_stream(store, "s").value
+    assert removed and [ledger.ledger_id for ledger in head.tail] == []

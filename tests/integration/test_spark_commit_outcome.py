@@ -252,3 +252,29 @@ def test_a_job_a_janitor_ended_cannot_commit_after_its_mark_left_the_head(cluste
     with pytest.raises(WriteJobEndedError, match="ended by a janitor"):
         writer.commit(messages)
     assert stream_ids(metadata_uri) == list(range(100))   # every listed ledger exists; no row of the job
+
+
+def test_a_job_whose_registry_goes_between_its_commits_read_and_its_cas_does_not_commit(
+        cluster, store, metadata_uri, driver_uri, monkeypatch):
+    """Review 2026-11-29: the commit's look at its registry was a read before the CAS. A janitor that removed the
+    registry in between (its mark already gone from the head) let the commit land. The registry is now checked in
+    the commit's multi as well."""
+    from connector.spark.jobs import remove_job
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    real = streams.write_stream
+    removed = []
+
+    def write_stream(store_, record, expected_version):
+        if not removed:   # the janitor, between the transform's read and the multi
+            removed.append(writer.job_id)
+            remove_job(store, writer.job_id)
+        return real(store_, record, expected_version)
+
+    monkeypatch.setattr(streams, "write_stream", write_stream)
+    with pytest.raises(WriteJobEndedError, match="ended by a janitor"):
+        writer.commit(messages)
+    assert removed and stream_ids(metadata_uri) == list(range(100))
