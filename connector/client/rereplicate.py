@@ -4,10 +4,12 @@ Reads go to the surviving replicas over the client transport, copies go to the r
 with the ledger's master key, and the fragment's ensemble changes by update_ledger only after the replacement
 acknowledged (fsynced) every copy. OPEN ledgers are recovered (fenced and closed) first: copying the open end
 of a ledger a writer may still extend would race the writer. An audit's repair does that only to a ledger whose
-writer is gone; one whose writer is alive is deferred (LedgerRepair.deferred) and looked at again by
-repair_deferred, alone, until it is closed or its writer dies. Fencing a live writer because a node it has
-already replaced, or will replace at its next add, is gone would stop every Spark task and stream writer whose
-ledger ever touched that node. A decommission, which must drain the node, still fences.
+writer is gone. Of one whose writer is alive, it moves the fragments the writer's ensemble changes ended (their
+entries were all acknowledged, no add goes to them) and defers the last one if it names a lost node
+(LedgerRepair.deferred): repair_deferred looks at that ledger again, alone, until it is closed or its writer dies.
+Fencing a live writer because a node it has already replaced, or will replace at its next add, is gone would stop
+every Spark task and stream writer whose ledger ever touched that node. A decommission, which must drain the
+node, still fences.
 """
 from __future__ import annotations
 

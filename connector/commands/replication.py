@@ -165,6 +165,7 @@ def describe_audit(audit: LedgerAudit) -> str:
     meta = audit.meta
     lost = ", ".join(f"{node} {why}" for node, why in sorted(audit.reasons.items()))
     fragments = "; ".join(repair.describe() for repair in audit.repairs)
-    state = "" if meta.is_closed else (f" ({meta.state.value}: a repair recovers and closes it first, fencing its "
-                                       "writer, once the writer is gone; until then it is left to the writer)")
+    state = "" if meta.is_closed else (f" ({meta.state.value}: once its writer is gone, a repair recovers and closes "
+                                       "it first; while the writer lives, it moves the older fragments and leaves "
+                                       "the last one to the writer)")
     return f"ledger {meta.ledger_id}{state}: {lost}: {fragments}"
