@@ -400,13 +400,16 @@ class ReadHandle:
                 return
             except NodeError:
                 if refreshed or not self._fragments_changed():
-                    raise
+                    raise   # the nodes' error, also when the metadata could not be read again
                 refreshed = True
 
     def _fragments_changed(self) -> bool:
         store = self._client.store
-        store.sync(layout.ledger_path(self.ledger_id))   # a lagging follower could still show the old fragments
-        fresh = store.read_ledger(self.ledger_id)
+        try:
+            store.sync(layout.ledger_path(self.ledger_id))   # a lagging follower could still show the old fragments
+            fresh = store.read_ledger(self.ledger_id)
+        except LedgerError:
+            return False
         changed = fresh.value.fragments != self._current.value.fragments
         self._current = fresh
         if fresh.value.is_closed:
