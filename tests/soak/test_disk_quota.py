@@ -23,9 +23,12 @@ def test_a_node_over_its_disk_quota_is_read_only_until_space_is_freed(start_node
         poll_until(lambda: client.add(make_entry(1, 1, b"full"))[0].status == pb.READ_ONLY, 10,
                    what="the node to turn read-only")
         assert "--disk-quota-bytes" in client.node_info().read_only_reason
-        assert registry.list_nodes(store)[node.node_id].state is NodeState.READ_ONLY
+        # The registration follows the node's state a moment later (its registration writer): polled, not read once.
+        poll_until(lambda: registry.list_nodes(store)[node.node_id].state is NodeState.READ_ONLY, 10,
+                   what="the registration to say read_only")
         assert client.read(1, 0).payload == b"before"
         filler.unlink()
         poll_until(lambda: client.add(make_entry(1, 1, b"freed"))[0].status == pb.OK, 10,
                    what="the node to take adds again")
-    assert registry.list_nodes(store)[node.node_id].state is NodeState.AVAILABLE
+    poll_until(lambda: registry.list_nodes(store)[node.node_id].state is NodeState.AVAILABLE, 10,
+               what="the registration to say available")
