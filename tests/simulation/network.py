@@ -252,7 +252,9 @@ class SimTransport:
                 return  # ended without its done marker: a broken peer
             raise NodeError(f"node {node}: ReadRange broke (simulated)")
         for message in messages:
-            await asyncio.sleep(0)
+            # Each message after its own network delay: what a node sends meanwhile (a write-back's acks, say) may
+            # arrive between two messages of one range, as on a real network.
+            await asyncio.sleep(self.network.delay() if message is not messages[0] else 0)
             yield message
 
     async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse:

@@ -22,6 +22,14 @@ def test_two_thousand_schedules_keep_every_invariant():
     assert "2000 schedules from seed 1, 0 with violations" in run.stdout
 
 
+def test_the_seed_that_found_a_write_back_publishing_a_lac_past_the_end_keeps_every_invariant():
+    """Seed 6813 (found once range messages arrived each after its own delay, 2026-11-29): two recoveries at once, one
+    writing back entries the other closed below; the write-back's piggybacked LAC left a node holding LAC 1 for a
+    ledger closed at 0 (rules 12, 17). The write-back now carries the LAC its recovery started from."""
+    run = simulate("--seed", "6813", "--schedules", "1")
+    assert run.returncode == 0 and "0 with violations" in run.stdout, run.stdout[-20000:] + run.stderr[-5000:]
+
+
 def test_a_seed_replays_exactly():
     first, second = simulate("--seed", "1252", "--schedules", "1", "--trace"), simulate(
         "--seed", "1252", "--schedules", "1", "--trace")
