@@ -2,8 +2,8 @@
 and streams), tailing, metadata."""
 import pytest
 
-from connector.client import (ClientClosedError, LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError, NotEnoughNodesError,
-                              Streams, UnauthorizedError, entry_time)
+from connector.client import (ClientClosedError, LedgerClient, LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
+                              NotEnoughNodesError, Streams, UnauthorizedError, entry_time)
 from metadata import streams
 from metadata.model import LedgerState
 from protos import wire

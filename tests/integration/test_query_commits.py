@@ -211,7 +211,8 @@ def test_a_run_a_janitor_fenced_stays_fenced_after_its_mark_left_the_head(store,
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
         sink.commit([TaskLedger(0, 987654, 3, 1)], 1)   # a ledger the janitor deleted
     head = streams.read_stream(store, "s").value
-    assert [ledger.ledger_id for ledger in head.tail] == [] and read_query_commit(store, head, "query-1").last_batch == 0
+    assert [ledger.ledger_id for ledger in head.tail] == []
+    assert read_query_commit(store, head, "query-1").last_batch == 0
 
 
 def test_an_abort_of_a_fenced_run_leaves_the_next_runs_entries_alone_after_the_mark_left_the_head(store, metadata_uri):
