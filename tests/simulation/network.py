@@ -253,8 +253,12 @@ class SimTransport:
             raise NodeError(f"node {node}: ReadRange broke (simulated)")
         for message in messages:
             # Each message after its own network delay: what a node sends meanwhile (a write-back's acks, say) may
-            # arrive between two messages of one range, as on a real network.
-            await asyncio.sleep(self.network.delay() if message is not messages[0] else 0)
+            # arrive between two messages of one range, as on a real network; one later than the deadline ends the
+            # range as the real transport's per-message deadline does.
+            delay = self.network.delay() if message is not messages[0] else 0.0
+            await asyncio.sleep(min(delay, timeout))
+            if delay > timeout:
+                raise NodeError(f"node {node}: deadline exceeded mid-range (simulated)")
             yield message
 
     async def write_lac(self, node: str, request: pb.WriteLacRequest, timeout: float) -> pb.WriteLacResponse:
