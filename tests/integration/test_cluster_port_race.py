@@ -8,6 +8,7 @@ before its first launch (the race the other process won); the node really fails 
 """
 from __future__ import annotations
 
+import errno
 import socket
 
 import pytest
@@ -60,8 +61,13 @@ class _ZooKeeperPortThief(LocalCluster):
         if self.thief is None:
             self.thief = socket.socket()
             self.thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a stopped ZooKeeper's TIME_WAIT
-            self.thief.bind(("127.0.0.1", self.state.zk_port))
-            self.thief.listen()
+            try:
+                self.thief.bind(("127.0.0.1", self.state.zk_port))
+                self.thief.listen()
+            except OSError as exc:   # another process took the port first (seen in CI): it is taken all the same
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                self.thief.close()
             self.stolen = self.state.zk_port
         return super().start_zookeeper(*args, **kwargs)
 
