@@ -6,12 +6,14 @@ driver, whose liveness is an ephemeral znode held for exactly as long as the dri
 The janitor looks only at the registries (O(jobs and queries in flight or abandoned), never at every ledger
 of the cluster: rule 15) and cleans those whose drivers are all gone:
 
-1. a batch job's registry is ended (no task may register another ledger), then the job is recorded aborted
-   on its stream in a CAS of its own, unless its commit landed first (rule 16: the commit may have landed
-   just before the driver died). A streaming query's run is recorded aborted as `<query id>@<driver>`,
-   which that run's commits check (stream_write.py). Either way no commit of the gone driver can land from
-   here on, even if the driver was in fact only cut off from ZooKeeper long enough for its session to end:
-   its commit fails cleanly instead of registering ledgers deleted under it;
+1. a batch job's registry (a streaming query's run) is fenced: it is stamped so, which no task registering a
+   ledger and no commit registering ledgers gets past (each checks the znode's version in its multi); then the
+   job is recorded aborted on its stream in a CAS of its own, unless its commit landed first (rule 16: the
+   commit may have landed just before the driver died); a query's run is recorded aborted as
+   `<query id>@<driver>`. So no commit of the gone driver can land from here on, even if the driver was in
+   fact only cut off from ZooKeeper long enough for its session to end, and even if this janitor dies before
+   it removes the registry while more jobs end on the stream than its head keeps outcomes of: the commit
+   fails cleanly instead of registering ledgers deleted under it;
 2. the entries of ledgers the stream holds (committed just before the driver died) are only forgotten;
    every other ledger is fenced and recovered if it is OPEN, then deleted, then its entry;
 3. the registry is removed (a query's only if nothing else is in it: a new run may be starting).
@@ -32,8 +34,8 @@ from typing import Iterable, Sequence
 from connector.client import LedgerClient, NoSuchLedgerError
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
-    Registration, TaskEntry, end_job, forget_entry, forget_run, job_ids, job_registry, query_ids, query_registry,
-    query_runs, read_job, remove_job, remove_query, task_entries, withdraw,
+    Registration, TaskEntry, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry, query_ids,
+    query_registry, query_runs, read_job, remove_job, remove_query, task_entries, withdraw,
 )
 from connector.spark.recovery import STREAM_TAG, recover
 from metadata import layout, registry
@@ -233,7 +235,7 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
         return
     if not _may_clean(store, {job.driver: job}, legacy, sweep.outcome):
         return
-    end_job(store, found.owner)  # from here on no task of the job registers a ledger
+    end_job(store, found.owner, fence=True)  # from here on no task registers a ledger, and no commit lands
     record = record_aborted(store, job.stream, found.owner) if job.stream else None
     entries = found.entries(store)
     held = held_ledgers(store, record, [e.ledger_id for e in entries]) if record is not None else set()
@@ -251,6 +253,8 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     runs = query_runs(store, found.owner)
     if not _may_clean(store, runs, legacy, sweep.outcome):
         return
+    for driver in runs:   # from here on no commit of these runs registers a ledger (the next run is not among them)
+        fence_run(store, found.owner, driver)
     records = [record_aborted(store, run.stream, run_key(found.owner, driver))
                for driver, run in runs.items() if run.stream]
     ids = [e.ledger_id for e in entries]

@@ -98,15 +98,54 @@ def start_job(store: MetadataStore, job_id: str, stream: str, driver: str = "") 
         pass
 
 
-def end_job(store: MetadataStore, job_id: str) -> None:
-    """From here on no task of the job registers a ledger: the job znode leaves version 0 (tasks check it)."""
-    path = job_registry(job_id).path
+def end_job(store: MetadataStore, job_id: str, fence: bool = False) -> None:
+    """From here on no task of the job registers a ledger: the job znode leaves version 0 (tasks check it).
+    fence (a janitor's, before it deletes anything): nor does the job's commit land, which checks in its multi that
+    the znode is not fenced, at the version it read (commit_guard)."""
+    now = time.time()
+    _stamp(store, job_registry(job_id).path, f"the registry of write job {job_id}",
+           {"ended": now, "fenced": now} if fence else {"ended": now})
+
+
+def fence_run(store: MetadataStore, query_id: str, driver: str) -> None:
+    """A janitor's fence on a run of a query whose driver is gone, before it discards the run's ledgers: no commit
+    of the run registers a ledger from here on (commit_guard)."""
+    _stamp(store, run_path(query_id, driver), f"run {driver} of streaming query {query_id}", {"fenced": time.time()})
+
+
+def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float]) -> None:
+    """Add the stamps a registry znode lacks ("ended", "fenced"), keeping those it has: a compare-and-set, so that
+    a driver's end read before a janitor's fence and written after it cannot take the fence away. Nothing if the
+    znode is gone (removed: ended and fenced for good)."""
+    for _ in range(100):
+        try:
+            found = store.read(path, _fields)
+            if found is None or all(key in found.value for key in stamps):
+                return
+            data = json.dumps({**stamps, **found.value}).encode()   # a stamp there already is kept
+            store.compare_and_set(path, data, found.version, what)
+            return
+        except MetadataConflictError:
+            continue   # a janitor's fence or the driver's end came first: look again
+        except NoNodeError:
+            return
+    raise MetadataConflictError(f"{what} kept changing under 100 attempts; try again")
+
+
+def _fields(data: bytes) -> dict:
     try:
-        job = store.read(path, json.loads)
-        if job is not None:
-            store.set_data(path, json.dumps({**job.value, "ended": time.time()}).encode())
-    except NoNodeError:
-        pass  # removed meanwhile: ended already
+        fields = json.loads(data) if data else {}
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+def commit_guard(store: MetadataStore, path: str) -> int | None:
+    """The version of a job's registry or a query run's znode that a commit registering ledgers checks in its
+    multi; None if a janitor fenced or removed it (it deletes the ledgers only after the fence): the commit is
+    refused."""
+    found = store.read(path, Registration.decode)
+    return None if found is None or found.value.fenced else found.version
 
 
 def remove_job(store: MetadataStore, job_id: str) -> None:
@@ -150,16 +189,13 @@ class Registration:
     stream: str = ""
     driver: str = ""
     started: float | None = None
+    fenced: bool = False   # by a janitor: the driver was found gone (its ledgers may be deleted)
 
     @classmethod
     def decode(cls, data: bytes) -> "Registration":
-        try:
-            fields = json.loads(data) if data else {}
-        except ValueError:
-            fields = {}
-        if not isinstance(fields, dict):
-            fields = {}
-        return cls(str(fields.get("stream") or ""), str(fields.get("driver") or ""), fields.get("started"))
+        fields = _fields(data)
+        return cls(str(fields.get("stream") or ""), str(fields.get("driver") or ""), fields.get("started"),
+                   bool(fields.get("fenced")))
 
 
 def job_ids(store: MetadataStore) -> list[str]:

@@ -45,8 +45,8 @@ from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    TaskEntry, WriteJobEndedError, drop_entry, forget_entry, query_registry, run_path, run_started, start_query,
-    task_entries,
+    TaskEntry, WriteJobEndedError, commit_guard, drop_entry, forget_entry, query_registry, run_path, run_started,
+    start_query, task_entries,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
 from connector.spark.schema import arrow_schema_of
@@ -154,7 +154,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         registering = any(t.ledger_id is not None for t in tasks)
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            fenced[0] = self._run_fenced(lc, record, registering)
+            guard = self._run_guard(lc, record, registering)
+            fenced[0] = guard is None
             commit = read_query_commit(lc.store, record, self.query_id)
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
@@ -167,8 +168,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 )
             head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
-            if registering and self.driver_id:   # the run checked in the multi too: removed since, this runs again
-                writes += ((run_path(self.query_id, self.driver_id), None, -1),)
+            if registering and self.driver_id:   # the run checked in the multi too: fenced since, this runs again
+                writes += ((run_path(self.query_id, self.driver_id), None, guard),)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 
@@ -199,19 +200,20 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         """Whether a janitor fenced this run (it found the run's driver gone): an abort then leaves the registry to
         it, since a later run of the query may have entries there now."""
         found = find_stream(lc.store, self.options.stream) if self.driver_id else None
-        return found is not None and self._run_fenced(lc, found.value, registering=True)
+        return found is not None and self._run_guard(lc, found.value, registering=True) is None
 
-    def _run_fenced(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> bool:
-        """Whether a janitor found this run's driver gone: it records the run aborted on the head, discards the run's
-        ledgers, then removes the run from the query's registry. The head keeps the newest JOBS_KEPT outcomes only,
-        so once as many batch jobs have ended on the stream the mark is gone; the run's absence from the registry
-        stays (prepare records a run again only for the next batch). A commit that registers ledgers (they may be
-        the ones discarded) is fenced by either; an empty one, which registers none, by the mark only."""
+    def _run_guard(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> int | None:
+        """None if a janitor found this run's driver gone: it fences the run in the query's registry, records the run
+        aborted on the head, discards the run's ledgers, then removes the run. The head keeps the newest JOBS_KEPT
+        outcomes only, so once as many batch jobs have ended on the stream the mark is gone; the run's fence (or
+        absence) stays (prepare records a run again only for the next batch). A commit that registers ledgers (they
+        may be the ones discarded) is fenced by either, an empty one, which registers none, by the mark only. Else
+        the version of the run's znode, which a commit registering ledgers checks in its multi (-1 for others)."""
         if not self.driver_id:
-            return False
+            return -1
         if job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
-            return True
-        return registering and not run_started(lc.store, self.query_id, self.driver_id)
+            return None
+        return commit_guard(lc.store, run_path(self.query_id, self.driver_id)) if registering else -1
 
     def _held(self, lc: LedgerClient, entries: list[TaskEntry]) -> set[int]:
         """Those of the entries' ledgers the stream holds (read only when there are any: a replay, a failed

@@ -40,7 +40,7 @@ from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
-    TaskEntry, TaskRegistry, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
+    TaskEntry, TaskRegistry, commit_guard, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
     WriteJobEndedError, register_task_ledger, remove_job, start_job, task_entries, withdraw,
 )
 from connector.spark.options import LedgerOptions
@@ -134,19 +134,20 @@ class LedgerWriter(DataSourceArrowWriter):
             if updated is None:
                 return None
             registry = job_registry(self.job_id).path
-            if not store.exists(registry):
-                # A janitor found the job's driver gone: it recorded the job aborted, discarded its ledgers and then
-                # removed its registry. The head keeps only the newest JOBS_KEPT job outcomes: once as many jobs
-                # have ended on the stream, the registry's absence is what says so.
+            guard = commit_guard(store, registry)
+            if guard is None:
+                # A janitor found the job's driver gone: it fenced the job's registry, recorded the job aborted and
+                # discarded its ledgers, then removed the registry. The head keeps only the newest JOBS_KEPT job
+                # outcomes: once as many jobs have ended on the stream, the registry's fence (or absence) says so.
                 raise WriteJobEndedError(
                     f"write job {self.job_id} was ended by a janitor (its driver's registration had ended) before its "
                     f"commit reached stream {record.name!r}: none of its rows were committed and its ledgers are "
                     "deleted; run the write again")
             replaced[:] = [record] if self.overwrite else []
-            # The registry is checked in the commit's multi too: removed since this read, the multi fails and this
-            # runs again.
+            # The registry is checked in the commit's multi too: fenced or removed since this read, the multi fails
+            # and this runs again.
             return Rewrite(updated.replace(retention=self.options.retention(updated.retention)),  # retentionMs/Bytes
-                           also=((registry, None, -1),))
+                           also=((registry, None, guard),))
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None

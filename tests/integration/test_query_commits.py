@@ -251,3 +251,33 @@ def test_a_run_removed_between_the_commits_read_and_its_cas_does_not_commit(stor
         sink.commit([TaskLedger(0, 987654, 3, 1)], 1)
     head = streams.read_stream(store, "s").value
     assert removed and [ledger.ledger_id for ledger in head.tail] == []
+
+
+def test_a_run_cannot_commit_after_a_janitor_died_between_discarding_its_ledgers_and_removing_it(
+        store, metadata_uri, monkeypatch):
+    """The run's existence was the fence that outlives the janitor's mark on the head, but the janitor removes the run
+    only after it discarded the run's ledgers. A janitor that died in between left the run, and once JOBS_KEPT batch
+    jobs had ended on the stream, the cut-off driver's commit registered the discarded ledger. The janitor now fences
+    the run before it discards anything, and the commit checks the fence in its multi."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+    from metadata.errors import LedgerError
+
+    sink = started_run(store, metadata_uri, "driver-cut-off")   # no registration of that driver: it is gone
+    sink.commit([], 0)
+    entry = register_task_ledger(store, query_registry("query-1", 1))   # batch 1's task
+
+    def dies(*_):
+        raise LedgerError("the janitor's process died here")
+
+    monkeypatch.setattr(janitor, "forget_run", dies)
+    [found] = janitor.find_registries(store, "s")
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert outcome.error and task_entries(store, query_registry("query-1")) == []   # batch 1's entry dropped
+    for n in range(JOBS_KEPT):   # batch jobs end on the stream meanwhile: the mark leaves the head
+        streams.update_stream(store, "s", lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
+        sink.commit([TaskLedger(0, entry.ledger_id, 3, 1)], 1)
+    head = streams.read_stream(store, "s").value
+    assert [ledger.ledger_id for ledger in head.tail] == []

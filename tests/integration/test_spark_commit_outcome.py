@@ -278,3 +278,57 @@ def test_a_job_whose_registry_goes_between_its_commits_read_and_its_cas_does_not
     with pytest.raises(WriteJobEndedError, match="ended by a janitor"):
         writer.commit(messages)
     assert removed and stream_ids(metadata_uri) == list(range(100))
+
+
+def test_a_job_cannot_commit_after_a_janitor_died_between_deleting_its_ledgers_and_removing_its_registry(
+        cluster, store, metadata_uri, driver_uri, monkeypatch):
+    """The registry's existence was the fence that outlives the janitor's mark on the head, but the janitor removes it
+    only after it deleted the job's ledgers. A janitor that died in between (or stalled there) left the registry, and
+    once JOBS_KEPT other jobs had ended on the stream, the cut-off driver's commit registered the deleted ledgers. The
+    janitor now fences the registry before it deletes anything, and the commit checks the fence in its multi."""
+    from connector.spark import janitor
+    from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
+    from metadata import layout
+    from metadata.errors import LedgerError
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    store.delete(layout.writer_path(janitor.read_job(store, writer.job_id).driver))   # its session expired: cut off
+    [found] = [f for f in janitor.find_registries(store, STREAM) if f.owner == writer.job_id]
+    assert found.state == janitor.ABANDONED
+
+    def dies(*_):
+        raise LedgerError("the janitor's process died here")
+
+    monkeypatch.setattr(janitor, "remove_job", dies)
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert outcome.error and outcome.deleted == [message.ledger_id for message in messages]
+    for n in range(JOBS_KEPT):   # other jobs end on the stream meanwhile: the mark leaves the head
+        streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+    with pytest.raises(WriteJobEndedError, match="ended by a janitor"):
+        writer.commit(messages)
+    assert stream_ids(metadata_uri) == list(range(100))   # every listed ledger exists; no row of the job
+
+
+def test_a_drivers_own_end_read_before_a_janitors_fence_does_not_take_it_away(store, monkeypatch):
+    """The driver's commit and abort end the job's registry (read, then write); written over a janitor's fence made
+    in between, a plain write took the fence away."""
+    from connector.spark import jobs
+
+    jobs.start_job(store, "job-1", STREAM, "driver-1")
+    real, fenced = store.read, []
+
+    def read(path, decode):
+        found = real(path, decode)
+        if not fenced:   # the janitor, between the driver's read and its write
+            fenced.append(True)
+            jobs.end_job(store, "job-1", fence=True)
+        return found
+
+    monkeypatch.setattr(store, "read", read)
+    jobs.end_job(store, "job-1")
+    monkeypatch.undo()
+    assert fenced and jobs.commit_guard(store, job_registry("job-1").path) is None
