@@ -35,14 +35,14 @@ from connector.client import LedgerClient, NoSuchLedgerError
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
     Registration, TaskEntry, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry, query_ids,
-    query_registry, query_runs, read_job, remove_job, remove_query, task_entries, withdraw,
+    query_registry, query_runs, read_job, remove_job, remove_query, settle, task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, recover
 from metadata import layout, registry
 from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import LedgerMetadata, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import find_stream, held_ledgers, update_stream
+from metadata.streams import InvalidStreamNameError, check_stream_name, find_stream, held_ledgers, update_stream
 from protos.digest import password_hash
 
 log = logging.getLogger(__name__)
@@ -159,19 +159,24 @@ def ledger_facts(store: MetadataStore, entries: Iterable[TaskEntry]) -> list[Led
 # -- cleaning ------------------------------------------------------------------------------------------
 
 
-def clean_stream(lc: LedgerClient, stream: str, password: bytes) -> list[Cleaned]:
+def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str = "") -> list[Cleaned]:
     """At the start of a write job or streaming query on stream: clean the stream's abandoned registries, and
     remove up to STOPPED_QUERIES_PER_START registries of queries on other streams whose drivers are gone and that
     hold no task entries. Those are what a query leaves when it stops (its runs; each batch's entries are swept as
     it commits). Nothing else removes them while no job starts on their stream, and every driver keeper reads
     every registry every 10 s: a cluster where queries come and go would pay for every query it ever ran.
+    own_query: the streaming query starting (a run of it in this driver): its registry is left to its own sweeps,
+    which discard what its gone runs left once they commit or abort a batch past it. A driver whose registration
+    changed (its keeper died, its session expired) starts a run again under the new one, and must not discard the
+    batch in flight that its commit is about to register.
     Never raises (the job goes on; what is left, the next start or `ledger jobs --apply` cleans)."""
     try:
         found = [f for f in find_registries(lc.store) if f.state == ABANDONED]
     except LedgerError as exc:
         log.warning("stream %r: abandoned Spark jobs not looked for: %s", stream, exc)
         return []
-    cleaned = [clean(lc, f, [password], patient=False) for f in found if stream in f.streams]
+    cleaned = [clean(lc, f, [password], patient=False) for f in found
+               if stream in f.streams and not (f.kind == QUERY and f.owner == own_query)]
     for outcome in cleaned:
         if outcome.error:
             log.warning("stream %r: %s %s of a gone driver not cleaned: %s", stream, outcome.registry.kind,
@@ -237,17 +242,16 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
         return
     end_job(store, found.owner, fence=True)  # from here on no task registers a ledger, and no commit lands
     record = record_aborted(store, job.stream, found.owner) if job.stream else None
-    entries = found.entries(store)
-    held = held_ledgers(store, record, [e.ledger_id for e in entries]) if record is not None else set()
     if record is not None and job_outcome(record, found.owner) == COMMITTED:
         log.info("write job %s: its commit had landed on stream %r before its driver died", found.owner, job.stream)
-    sweep(entries, held)
+    sweep(found.entries(store), [job.stream] if record is not None else [])
     remove_job(store, found.owner)
 
 
 def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") -> None:
-    """The entries are listed before the runs are looked at: an entry is registered after its run was
-    recorded, so a run that starts while this runs has none of its entries in the list."""
+    """Another run of the query may start while this runs (its driver's registration changed mid-batch, and the run
+    under the new one commits the batch the gone run wrote): that is why the sweep asks which ledgers a stream holds
+    only after it withdrew their entries."""
     store = lc.store
     entries = found.entries(store)
     runs = query_runs(store, found.owner)
@@ -257,11 +261,8 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
         fence_run(store, found.owner, driver)
     records = [record_aborted(store, run.stream, run_key(found.owner, driver))
                for driver, run in runs.items() if run.stream]
-    ids = [e.ledger_id for e in entries]
-    held: set[int] = set()
-    for record in _distinct(records + _legacy_streams(store, entries, legacy and not runs)):
-        held |= held_ledgers(store, record, ids)
-    sweep(entries, held)
+    names = {record.name for record in records if record is not None}
+    sweep(entries, sorted(names | set(_legacy_streams(store, entries, legacy and not runs))))
     for driver in runs:
         forget_run(store, found.owner, driver)
     remove_query(store, found.owner)
@@ -291,7 +292,7 @@ def record_aborted(store: MetadataStore, stream: str, key: str) -> StreamRecord 
         return None
 
 
-def _legacy_streams(store: MetadataStore, entries: list[TaskEntry], wanted: bool) -> list[StreamRecord]:
+def _legacy_streams(store: MetadataStore, entries: list[TaskEntry], wanted: bool) -> list[str]:
     """For a query registry that names no run: the streams its ledgers are tagged with."""
     if not wanted:
         return []
@@ -301,19 +302,15 @@ def _legacy_streams(store: MetadataStore, entries: list[TaskEntry], wanted: bool
             names.add(store.read_ledger(entry.ledger_id).value.custom.get(STREAM_TAG))
         except NoSuchLedgerError:
             continue
-    records = []
-    for name in sorted(name for name in names if name):
-        try:
-            found = find_stream(store, name)
-        except LedgerError:
-            continue  # not a stream name: nothing holds the ledger
-        if found is not None:
-            records.append(found.value)
-    return records
+    return sorted(name for name in names if name and _is_stream_name(name))
 
 
-def _distinct(records: list[StreamRecord | None]) -> list[StreamRecord]:
-    return list({record.name: record for record in records if record is not None}.values())
+def _is_stream_name(name: object) -> bool:
+    try:
+        check_stream_name(name)
+    except InvalidStreamNameError:
+        return False
+    return True
 
 
 @dataclasses.dataclass
@@ -325,15 +322,16 @@ class Sweep:
     patient: bool
     outcome: Cleaned
 
-    def __call__(self, entries: list[TaskEntry], held: set[int]) -> None:
-        for entry in entries:
-            if entry.ledger_id in held:
-                forget_entry(self.lc.store, entry)
-                self.outcome.kept.append(entry.ledger_id)
-            elif withdraw(self.lc.store, entry):
-                if self._discard(entry.ledger_id):
-                    self.outcome.deleted.append(entry.ledger_id)
-                forget_entry(self.lc.store, entry)
+    def __call__(self, entries: list[TaskEntry], streams: list[str]) -> None:
+        """streams: those that may hold the entries' ledgers (committed just before the driver died)."""
+        held, others = settle(self.lc.store, entries, lambda ids: _held_now(self.lc.store, streams, ids))
+        for entry in held:
+            forget_entry(self.lc.store, entry)
+            self.outcome.kept.append(entry.ledger_id)
+        for entry in others:
+            if self._discard(entry.ledger_id):
+                self.outcome.deleted.append(entry.ledger_id)
+            forget_entry(self.lc.store, entry)
 
     def _discard(self, ledger_id: int) -> bool:
         """Fence and recover the ledger if it is OPEN (its writer may be a task that is only paused), then
@@ -353,6 +351,16 @@ class Sweep:
         except NoSuchLedgerError:
             return False
         return True
+
+
+def _held_now(store: MetadataStore, streams: list[str], ledger_ids: list[int]) -> set[int]:
+    """Which of the ledgers the streams hold now (a stream that is gone, or not a stream name, holds none)."""
+    held: set[int] = set()
+    for name in streams:
+        found = find_stream(store, name)
+        if found is not None:
+            held |= held_ledgers(store, found.value, ledger_ids)
+    return held
 
 
 def _password_of(meta: LedgerMetadata, passwords: Sequence[bytes]) -> bytes:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
@@ -38,6 +38,7 @@ from metadata.store import MetadataStore
 
 if TYPE_CHECKING:   # the driver keeper imports this module for driver_in_use: it needs no storage client
     from connector.client import LedgerClient, WriteHandle
+    from metadata.streams import ZnodeWrite
 
 
 RUN_PREFIX = "run-"  # a query registry's child naming a run of the query (task entries start with "L")
@@ -140,12 +141,55 @@ def _fields(data: bytes) -> dict:
     return fields if isinstance(fields, dict) else {}
 
 
-def commit_guard(store: MetadataStore, path: str) -> int | None:
-    """The version of a job's registry or a query run's znode that a commit registering ledgers checks in its
-    multi; None if a janitor fenced or removed it (it deletes the ledgers only after the fence): the commit is
-    refused."""
-    found = store.read(path, Registration.decode)
-    return None if found is None or found.value.fenced else found.version
+@dataclasses.dataclass(frozen=True)
+class CommitGuard:
+    """A job's registry or a query run's znode as a commit registering ledgers read it: its multi checks (or stamps)
+    the znode at this version, so that a janitor's fence made after the read fails the multi."""
+
+    path: str
+    version: int
+    fields: dict
+
+    @property
+    def fenced(self) -> bool:
+        """By a janitor that found the driver gone: it deletes the ledgers after this stamp."""
+        return "fenced" in self.fields
+
+    @property
+    def committed(self) -> bool:
+        """Stamped by the job's commit, in the multi that registered its ledgers (a read-back finds it)."""
+        return "committed" in self.fields
+
+    def check(self) -> ZnodeWrite:
+        return self.path, None, self.version
+
+    def stamp_committed(self) -> ZnodeWrite:
+        return self.path, json.dumps({**self.fields, "committed": time.time()}).encode(), self.version
+
+
+def commit_guard(store: MetadataStore, path: str) -> CommitGuard | None:
+    """The job's registry (the query run's znode) for a commit registering ledgers; None if it was removed (by a
+    janitor, after its fence, or by the job's own end)."""
+    found = store.read(path, _fields)
+    return None if found is None else CommitGuard(path, found.version, found.value)
+
+
+def entry_checks(registry: TaskRegistry, ledger_ids: Iterable[int]) -> tuple[ZnodeWrite, ...]:
+    """For a commit's multi: each ledger's entry is in the registry and not withdrawn (at version 0). Every sweep (a
+    janitor's, an abort's, a later batch's) withdraws an entry before it deletes the ledger, so a commit with these
+    checks never registers a deleted ledger, whoever swept and whatever driver registration it went by."""
+    return tuple((TaskEntry(registry.path, ledger_id, registry.batch).path, None, 0) for ledger_id in ledger_ids)
+
+
+def withdrawn(store: MetadataStore, registry: TaskRegistry, ledger_ids: Iterable[int]) -> list[int]:
+    """Those of the ledgers whose entry is gone or withdrawn: read one by one, so only after a commit's multi
+    failed (a conflict on the head is the usual cause, and costs nothing more)."""
+    gone = []
+    for ledger_id in ledger_ids:
+        stat = store.stat(TaskEntry(registry.path, ledger_id, registry.batch).path)
+        if stat is None or stat.version != 0:
+            gone.append(ledger_id)
+    return gone
 
 
 def remove_job(store: MetadataStore, job_id: str) -> None:
@@ -272,6 +316,20 @@ def drop_entry(lc: LedgerClient, entry: TaskEntry, password: bytes) -> None:
         from connector.spark.recovery import discard   # the storage client, only where a ledger is dropped
         discard(lc, entry.ledger_id, password)
         forget_entry(lc.store, entry)
+
+
+def settle(store: MetadataStore, entries: list[TaskEntry],
+           held_of: Callable[[list[int]], set[int]]) -> tuple[list[TaskEntry], list[TaskEntry]]:
+    """Withdraw the entries, then ask held_of which of their ledgers a stream holds: (held, not held), both
+    withdrawn (entries gone meanwhile are in neither). In this order the answer is final: a commit checks its
+    ledgers' entries at version 0 in its multi, so none registers a withdrawn one, and a stream read after the
+    withdraws sees every commit that landed before them (ZooKeeper orders a session's reads after its writes).
+    Asked first, a commit by another run of the query (its driver's registration changed mid-batch) could land in
+    between, and the sweep would delete a ledger the stream had just taken."""
+    withdrawn_now = [entry for entry in entries if withdraw(store, entry)]
+    held = held_of([entry.ledger_id for entry in withdrawn_now]) if withdrawn_now else set()
+    return ([entry for entry in withdrawn_now if entry.ledger_id in held],
+            [entry for entry in withdrawn_now if entry.ledger_id not in held])
 
 
 def withdraw(store: MetadataStore, entry: TaskEntry) -> bool:

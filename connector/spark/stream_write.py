@@ -45,10 +45,10 @@ from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    TaskEntry, WriteJobEndedError, commit_guard, drop_entry, forget_entry, query_registry, run_path, run_started,
-    start_query, task_entries,
+    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, run_path, run_started, settle,
+    start_query, task_entries, withdrawn,
 )
-from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
+from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
 from connector.spark.schema import arrow_schema_of
 from connector.spark.stream_options import StreamOptions
 from connector.spark.task_client import driver_client
@@ -57,7 +57,7 @@ from metadata import layout
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.query_commits import committing, evict, read_query_commit
-from metadata.streams import Rewrite, find_stream, held_ledgers, update_stream
+from metadata.streams import Rewrite, ZnodeWrite, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +81,17 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         arrow = arrow_schema_of(schema)
         query_id = stream_options.query_id()
         with driver_registration_ahead(options.metadata), driver_client(options) as lc:
-            check_target(lc, options, arrow, overwrite=False, streaming=True)
-            ensure_stream(lc.store, options.stream)
-            # Spark asks for a writer again for every micro-batch's commit: those find their run recorded, and
-            # only the query's start runs the janitor (jobs and queries on the stream whose driver is gone),
-            # which reads every registry of the cluster.
+            # Spark asks for a writer again for every micro-batch's commit: those find their run recorded. Only the
+            # query's start checks the target (the nodes among them: a commit writes to ZooKeeper only, and must not
+            # fail a batch whose rows are written because a node is down now) and runs the janitor (jobs and queries
+            # on the stream whose driver is gone), which reads every registry of the cluster.
             with registered_driver(lc.store, options.metadata) as driver_id:
                 started = run_started(lc.store, query_id, driver_id)
             if not started:
-                clean_stream(lc, options.stream, options.password)
+                check_target(lc, options, arrow, overwrite=False, streaming=True)
+            ensure_stream(lc.store, options.stream)
+            if not started:
+                clean_stream(lc, options.stream, options.password, own_query=query_id)
                 with registered_driver(lc.store, options.metadata) as driver_id:
                     start_query(lc.store, query_id, options.stream, driver_id)
         return cls(options, arrow, query_id, driver_id)
@@ -151,11 +153,15 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         fenced = [False]
         created = [False]   # a query record: the query's first commit, or records moved out of an older head
 
-        registering = any(t.ledger_id is not None for t in tasks)
+        ledger_ids = [t.ledger_id for t in tasks if t.ledger_id is not None]
+        registering = bool(ledger_ids)
+        registry = query_registry(self.query_id, batch_id)
+        attempts = [0]
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            guard = self._run_guard(lc, record, registering)
-            fenced[0] = guard is None
+            attempts[0] += 1
+            run_checks = self._run_checks(lc, record, registering)
+            fenced[0] = run_checks is None
             commit = read_query_commit(lc.store, record, self.query_id)
             found_committed[0] = commit.holds(batch_id)
             if found_committed[0]:
@@ -166,10 +172,16 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     f"registration {self.driver_id} ended) and discarded its uncommitted batches; batch {batch_id} "
                     "was not committed. Restart the query from its checkpoint"
                 )
+            if attempts[0] > 1 and withdrawn(lc.store, registry, ledger_ids):
+                raise WriteJobEndedError(
+                    f"streaming query {self.query_id}: a sweep (a janitor that found a driver registration of the "
+                    f"query gone) withdrew task ledgers of batch {batch_id} before its commit; the batch was not "
+                    "committed. Restart the query from its checkpoint")
             head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
-            if registering and self.driver_id:   # the run checked in the multi too: fenced since, this runs again
-                writes += ((run_path(self.query_id, self.driver_id), None, guard),)
+            # Checked in the multi too: the run (fenced since, this runs again) and each task ledger's entry (withdrawn
+            # by a sweep: then its ledger may be deleted).
+            writes += run_checks + entry_checks(registry, ledger_ids)
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 
@@ -188,37 +200,41 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         """Go through the query's registry up to batch_id: forget the entries of ledgers the stream holds,
         discard the others' ledgers. registered: ledgers this commit just put on the stream (not looked up)."""
         entries = task_entries(lc.store, query_registry(self.query_id), through_batch=batch_id)
-        unknown = [e for e in entries if e.ledger_id not in registered]
-        held = registered | self._held(lc, unknown)
         for entry in entries:
-            if entry.ledger_id in held:
+            if entry.ledger_id in registered:
                 forget_entry(lc.store, entry)
-            else:
-                drop_entry(lc, entry, self.options.password)
+        held, others = settle(lc.store, [e for e in entries if e.ledger_id not in registered],
+                              lambda ledger_ids: self._held(lc, ledger_ids))
+        for entry in held:
+            forget_entry(lc.store, entry)
+        for entry in others:
+            discard(lc, entry.ledger_id, self.options.password)
+            forget_entry(lc.store, entry)
 
     def _fenced(self, lc: LedgerClient) -> bool:
         """Whether a janitor fenced this run (it found the run's driver gone): an abort then leaves the registry to
         it, since a later run of the query may have entries there now."""
         found = find_stream(lc.store, self.options.stream) if self.driver_id else None
-        return found is not None and self._run_guard(lc, found.value, registering=True) is None
+        return found is not None and self._run_checks(lc, found.value, registering=True) is None
 
-    def _run_guard(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> int | None:
+    def _run_checks(self, lc: LedgerClient, record: StreamRecord, registering: bool) -> tuple[ZnodeWrite, ...] | None:
         """None if a janitor found this run's driver gone: it fences the run in the query's registry, records the run
         aborted on the head, discards the run's ledgers, then removes the run. The head keeps the newest JOBS_KEPT
         outcomes only, so once as many batch jobs have ended on the stream the mark is gone; the run's fence (or
         absence) stays (prepare records a run again only for the next batch). A commit that registers ledgers (they
         may be the ones discarded) is fenced by either, an empty one, which registers none, by the mark only. Else
-        the version of the run's znode, which a commit registering ledgers checks in its multi (-1 for others)."""
+        what the commit's multi checks of the run: its znode at the version read (a commit registering ledgers)."""
         if not self.driver_id:
-            return -1
+            return ()
         if job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
             return None
-        return commit_guard(lc.store, run_path(self.query_id, self.driver_id)) if registering else -1
+        if not registering:
+            return ()
+        guard = commit_guard(lc.store, run_path(self.query_id, self.driver_id))
+        return None if guard is None or guard.fenced else (guard.check(),)
 
-    def _held(self, lc: LedgerClient, entries: list[TaskEntry]) -> set[int]:
-        """Those of the entries' ledgers the stream holds (read only when there are any: a replay, a failed
-        attempt, an abort)."""
-        if not entries:
-            return set()
+    def _held(self, lc: LedgerClient, ledger_ids: list[int]) -> set[int]:
+        """Those of the ledgers the stream holds (asked only when there are any: a replay, a failed attempt, an
+        abort)."""
         found = find_stream(lc.store, self.options.stream)
-        return held_ledgers(lc.store, found.value, [e.ledger_id for e in entries]) if found else set()
+        return held_ledgers(lc.store, found.value, ledger_ids) if found else set()

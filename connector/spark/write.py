@@ -40,8 +40,8 @@ from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
-    TaskEntry, TaskRegistry, commit_guard, create_task_ledger, drop_entry, end_job, forget_entry, job_registry,
-    WriteJobEndedError, register_task_ledger, remove_job, start_job, task_entries, withdraw,
+    TaskEntry, TaskRegistry, WriteJobEndedError, commit_guard, create_task_ledger, drop_entry, end_job, entry_checks,
+    forget_entry, job_registry, register_task_ledger, remove_job, start_job, task_entries, withdraw, withdrawn,
 )
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
@@ -128,14 +128,19 @@ class LedgerWriter(DataSourceArrowWriter):
         one transform built, and `replaced` still holds the head that one replaced.
         """
         replaced: list[StreamRecord] = []
+        registry = job_registry(self.job_id)
+        ledger_ids = [task.ledger_id for task in tasks if task.ledger_id is not None]
+        attempts = [0]
 
         def transform(record: StreamRecord) -> Rewrite | None:
+            attempts[0] += 1
+            guard = commit_guard(store, registry.path)
+            if guard is not None and guard.committed:
+                return None   # landed: its multi stamped the registry (the head may no longer hold the job's outcome)
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
             if updated is None:
                 return None
-            registry = job_registry(self.job_id).path
-            guard = commit_guard(store, registry)
-            if guard is None:
+            if guard is None or guard.fenced:
                 # A janitor found the job's driver gone: it fenced the job's registry, recorded the job aborted and
                 # discarded its ledgers, then removed the registry. The head keeps only the newest JOBS_KEPT job
                 # outcomes: once as many jobs have ended on the stream, the registry's fence (or absence) says so.
@@ -143,11 +148,15 @@ class LedgerWriter(DataSourceArrowWriter):
                     f"write job {self.job_id} was ended by a janitor (its driver's registration had ended) before its "
                     f"commit reached stream {record.name!r}: none of its rows were committed and its ledgers are "
                     "deleted; run the write again")
+            if attempts[0] > 1 and withdrawn(store, registry, ledger_ids):
+                raise WriteJobEndedError(
+                    f"write job {self.job_id}: a sweep withdrew task ledgers of it before its commit reached stream "
+                    f"{record.name!r}: none of its rows were committed; run the write again")
             replaced[:] = [record] if self.overwrite else []
-            # The registry is checked in the commit's multi too: fenced or removed since this read, the multi fails
-            # and this runs again.
+            # In the commit's multi: the registry stamped committed at the version read (fenced or removed since, the
+            # multi fails and this runs again), and each task ledger's entry not withdrawn (no sweep deleted it).
             return Rewrite(updated.replace(retention=self.options.retention(updated.retention)),  # retentionMs/Bytes
-                           also=((registry, None, guard),))
+                           also=(guard.stamp_committed(),) + entry_checks(registry, ledger_ids))
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None
@@ -159,9 +168,10 @@ class LedgerWriter(DataSourceArrowWriter):
             end_job(lc.store, self.job_id)
             record = self._decide_aborted(lc.store)
             entries = task_entries(lc.store, job_registry(self.job_id))
-            registered = set()
-            if record is not None and job_outcome(record, self.job_id) == COMMITTED:
-                registered = held_ledgers(lc.store, record, [e.ledger_id for e in entries])
+            # Looked up whatever the head says of the job: it keeps the newest JOBS_KEPT outcomes only, and a commit
+            # that landed and then failed (ZooKeeper unreachable for its read-back) may have lost its outcome since.
+            # No commit of the job lands after the abort's mark, so the record read with it is final.
+            registered = held_ledgers(lc.store, record, [e.ledger_id for e in entries]) if record and entries else set()
             for entry in entries:
                 if entry.ledger_id not in registered:
                     drop_entry(lc, entry, opts.password)

@@ -281,3 +281,70 @@ def test_a_run_cannot_commit_after_a_janitor_died_between_discarding_its_ledgers
         sink.commit([TaskLedger(0, entry.ledger_id, 3, 1)], 1)
     head = streams.read_stream(store, "s").value
     assert [ledger.ledger_id for ledger in head.tail] == []
+
+
+def _janitor_meets_a_new_run(store, monkeypatch, after_aborted=None):
+    """A janitor elsewhere finds query-1 with only its gone run (driver-gone), and a new run (driver-2: the same
+    driver, its registration changed mid-batch) starts right after the janitor read the runs. after_aborted(): run
+    after the janitor recorded the gone run aborted, before its sweep."""
+    from connector.spark import janitor
+
+    real_runs, real_aborted, calls = janitor.query_runs, janitor.record_aborted, []
+
+    def query_runs(store_, query_id):
+        runs = real_runs(store_, query_id)
+        calls.append(query_id)
+        if len(calls) == 2:   # the janitor's second look, just before it cleans: the new run starts after it
+            start_query(store, "query-1", "s", "driver-2")
+        return runs
+
+    def record_aborted(store_, stream, key):
+        record = real_aborted(store_, stream, key)
+        if after_aborted is not None:
+            after_aborted()
+        return record
+
+    monkeypatch.setattr(janitor, "query_runs", query_runs)
+    monkeypatch.setattr(janitor, "record_aborted", record_aborted)
+    [found] = janitor.find_registries(store, "s")
+    return found
+
+
+def test_a_commit_by_a_new_run_of_the_query_does_not_land_the_ledgers_a_janitor_withdrew(
+        store, metadata_uri, monkeypatch):
+    """Helper audit 2026-11-29: the janitor's fence is per run. A commit by another run of the query (the driver's
+    registration changed mid-batch) registered the batch's ledgers that the janitor had withdrawn and deleted. Each
+    ledger's registry entry is now checked in the commit's multi."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+
+    started_run(store, metadata_uri, "driver-gone").commit([], 0)
+    entry = register_task_ledger(store, query_registry("query-1", 1))   # batch 1's task, under driver-gone
+    found = _janitor_meets_a_new_run(store, monkeypatch)
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert not outcome.error and not outcome.kept
+    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
+    with pytest.raises(WriteJobEndedError, match="withdrew task ledgers of batch 1"):
+        sink.commit([TaskLedger(0, entry.ledger_id, 3, 1)], 1)
+    assert [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == []
+
+
+def test_a_janitor_keeps_a_ledger_a_new_run_of_the_query_committed_while_it_swept(store, metadata_uri, monkeypatch):
+    """Helper audit 2026-11-29: the janitor read which ledgers the stream holds, then withdrew and deleted the others.
+    A commit by another run of the query (the driver's registration changed mid-batch) that landed in between lost its
+    ledgers to the sweep. The sweep now withdraws first and reads the stream after."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+
+    started_run(store, metadata_uri, "driver-gone").commit([], 0)
+    entry = register_task_ledger(store, query_registry("query-1", 1))
+    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
+    found = _janitor_meets_a_new_run(
+        store, monkeypatch, after_aborted=lambda: sink._register(lc, [TaskLedger(0, entry.ledger_id, 3, 1)], 1))
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert outcome.kept == [entry.ledger_id] and outcome.deleted == []
+    assert [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == [entry.ledger_id]

@@ -97,8 +97,8 @@ class LostReply:
     """The first stream CAS reaches ZooKeeper and its reply is lost: the proxy swallows replies from just before
     the set is sent until it has landed (seen on another session), then resets the driver's connection."""
 
-    def __init__(self, monkeypatch, zk_proxy: TcpProxy, store):
-        self.proxy, self.store = zk_proxy, store
+    def __init__(self, monkeypatch, zk_proxy: TcpProxy, store, meanwhile=lambda: None):
+        self.proxy, self.store, self.meanwhile = zk_proxy, store, meanwhile
         self.helper = lose_first_stream_write(monkeypatch, self._lose_replies, self._heal_once_landed)
 
     def _lose_replies(self):
@@ -109,6 +109,7 @@ class LostReply:
     def _heal_once_landed(self):
         poll_until(lambda: streams.read_stream(self.store, STREAM).version > self.version, 30,
                    what="the commit's set to land")
+        self.meanwhile()
         self.proxy.set_mode("pass")
         self.proxy.reset()
 
@@ -331,4 +332,86 @@ def test_a_drivers_own_end_read_before_a_janitors_fence_does_not_take_it_away(st
     monkeypatch.setattr(store, "read", read)
     jobs.end_job(store, "job-1")
     monkeypatch.undo()
-    assert fenced and jobs.commit_guard(store, job_registry("job-1").path) is None
+    assert fenced and jobs.commit_guard(store, job_registry("job-1").path).fenced
+
+
+def test_a_batch_in_flight_when_the_drivers_registration_changes_is_committed_with_its_rows(
+        cluster, metadata_uri, tmp_path):
+    """Helper audits 2026-11-29 (two of them): Spark asks the sink for a new writer for every commit. When the driver's
+    registration had changed since the batch's tasks ran (its keeper died, or its session expired), that writer's
+    prepare ran the janitor, which found the query's only run (the old registration) gone and deleted the batch's
+    ledgers; the commit under the new registration then put the deleted ledgers on the stream and recorded the batch
+    committed: its rows lost, every read over them failing. A starting run now leaves its own query's registry to
+    its sweeps, and a commit checks its ledgers' registry entries in its multi (a sweep withdraws them first)."""
+    from connector.spark import LedgerDataSource, driver
+    from connector.spark.jobs import query_registry
+
+    cluster(3)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id": "registration-change-test"}')
+    source = LedgerDataSource({"metadata": metadata_uri, "path": STREAM, "checkpointLocation": str(checkpoint),
+                               "entryBytes": "1024"})
+    sink = source.streamWriter(SCHEMA, False)          # the query's start, under registration D1
+    batch = pa.record_batch([pa.array(list(range(50)), pa.int64())], schema=sink.schema)
+    ctx = StandInTask(0)
+    message = write_task_ledger(sink.options, sink.schema, iter([batch]), ctx, sink._tags(ctx, 0),
+                                query_registry(sink.query_id, 0))
+    driver.end_registrations()                          # D1 ends: the driver's keeper died, say
+    source.streamWriter(SCHEMA, False).commit([message], 0)   # Spark's writer for the commit, under D2
+    assert stream_ids(metadata_uri) == list(range(50))
+
+
+def test_a_commit_whose_reply_is_lost_while_its_outcome_leaves_the_head_commits_once(
+        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+    """Helper audit 2026-11-29: a commit's read-back looked for the job's outcome on the head, which keeps the newest
+    JOBS_KEPT only. When as many jobs ended on the stream while the driver waited for ZooKeeper (a burst after an
+    outage), the read-back found nothing and committed the job a second time: every row twice. The commit's multi
+    now stamps the job's registry committed, and the read-back finds that."""
+    from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+
+    def other_jobs_end():
+        for n in range(JOBS_KEPT):
+            streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+
+    lost = LostReply(monkeypatch, zk_proxy, store, meanwhile=other_jobs_end)
+    writer.commit(messages)
+    lost.check_happened()
+    assert stream_ids(metadata_uri) == list(range(200))
+
+
+def test_an_abort_after_a_landed_commit_whose_outcome_left_the_head_keeps_its_rows(
+        cluster, store, metadata_uri, driver_uri, monkeypatch):
+    """Helper audit 2026-11-29 (follow-up): an abort kept the ledgers a landed commit registered only when the head
+    still held the job's outcome. A commit that landed and then failed (ZooKeeper unreachable past the wait bound for
+    its read-back), while JOBS_KEPT other jobs ended on the stream, was aborted by Spark: the abort deleted the
+    committed ledgers, and every read over them failed."""
+    from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
+    from metadata.errors import ZooKeeperUnreachableError
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    real, calls = streams.write_stream, []
+
+    def write_stream(store_, record, expected_version):
+        calls.append(expected_version)
+        landed = real(store_, record, expected_version)
+        if len(calls) > 1:
+            return landed
+        for n in range(JOBS_KEPT):   # other jobs end on the stream
+            streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+        raise ZooKeeperUnreachableError(f"no reply (the commit landed at version {landed.version})")
+
+    monkeypatch.setattr(streams, "write_stream", write_stream)
+    with pytest.raises(ZooKeeperUnreachableError):
+        writer.commit(messages)
+    monkeypatch.undo()
+    writer.abort(messages)   # Spark aborts the job whose commit failed
+    assert stream_ids(metadata_uri) == list(range(200))
