@@ -62,9 +62,10 @@ STOPPED_QUERIES_PER_START = 16   # registries of other streams' stopped queries 
 STOPPED_QUERIES_LOOKED_AT = 64   # and looks at (a listing of the entries each), in random order
 
 
-def run_key(query_id: str, driver: str) -> str:
-    """How a run of a streaming query is recorded aborted among the stream's job outcomes."""
-    return f"{query_id}@{driver}"
+def run_key(query_id: str, driver: str, run: str = "") -> str:
+    """How a run of a streaming query is recorded aborted among the stream's job outcomes (run: its id, "" for a
+    run recorded before runs had ids)."""
+    return f"{query_id}@{driver}/{run}" if run else f"{query_id}@{driver}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +260,7 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
         return
     for driver in runs:   # from here on no commit of these runs registers a ledger (the next run is not among them)
         fence_run(store, found.owner, driver)
-    records = [record_aborted(store, run.stream, run_key(found.owner, driver))
+    records = [record_aborted(store, run.stream, run_key(found.owner, driver, run.run))
                for driver, run in runs.items() if run.stream]
     names = {record.name for record in records if record is not None}
     sweep(entries, sorted(names | set(_legacy_streams(store, entries, legacy and not runs))))

@@ -28,12 +28,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import uuid
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from metadata import layout
 from metadata.errors import LedgerError, MetadataConflictError, MetadataError
+from metadata.model import Versioned
 from metadata.store import MetadataStore
 
 if TYPE_CHECKING:   # the driver keeper imports this module for driver_in_use: it needs no storage client
@@ -197,32 +199,51 @@ def remove_job(store: MetadataStore, job_id: str) -> None:
     store.delete(job_registry(job_id).path, recursive=True)
 
 
-def start_query(store: MetadataStore, query_id: str, stream: str = "", driver: str = "") -> None:
+def start_query(store: MetadataStore, query_id: str, stream: str = "", driver: str = "") -> str:
     """Create the query's registry unless it exists, and (given a driver) record this run of it. A janitor
-    deletes a registry whose runs are all gone, possibly between the two steps: then create it again."""
+    deletes a registry whose runs are all gone, possibly between the two steps: then create it again. Returns
+    the run's id (a new run's, or that of the run this driver has recorded already; "" without a driver)."""
     path = query_registry(query_id).path
-    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver}).encode()
+    run = uuid.uuid4().hex[:16]
+    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
     for _ in range(100):
         store.ensure_path(path)
         if not driver:
-            return
+            return ""
         try:
             store.create(run_path(query_id, driver), data)
-            return
+            return run
         except NodeExistsError:
-            return
+            found = run_of(store, query_id, driver)
+            if found is not None:
+                return found.value.run
         except NoNodeError:
             continue  # deleted by a janitor since ensure_path
     raise LedgerError(f"the registry of streaming query {query_id} kept disappearing; start the query again")
 
 
+def restart_run(store: MetadataStore, query_id: str, stream: str, driver: str, stale: Versioned[Registration]) -> str:
+    """A new run of the query by this driver in place of one a janitor fenced (it found the driver's registration
+    gone for a while; the driver is back under the same id, as a keeper is after its session expired). The fenced
+    run's commits stay refused (their run id is gone); the new run's can land, so the query is not refused for as
+    long as its driver lives. Returns the new run's id (or, the run changed or removed meanwhile, start_query's)."""
+    run = uuid.uuid4().hex[:16]
+    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
+    try:
+        store.compare_and_set(run_path(query_id, driver), data, stale.version,
+                              f"run {driver} of streaming query {query_id}")
+    except (MetadataConflictError, NoNodeError):
+        return start_query(store, query_id, stream, driver)
+    return run
+
+
+def run_of(store: MetadataStore, query_id: str, driver: str) -> Versioned[Registration] | None:
+    """This driver's run of the query as recorded, None if it has none."""
+    return store.read(run_path(query_id, driver), Registration.decode)
+
+
 def run_path(query_id: str, driver: str) -> str:
     return f"{query_registry(query_id).path}/{RUN_PREFIX}{driver}"
-
-
-def run_started(store: MetadataStore, query_id: str, driver: str) -> bool:
-    """Whether start_query recorded this run (the query, under this driver) already."""
-    return store.exists(run_path(query_id, driver))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,12 +255,13 @@ class Registration:
     driver: str = ""
     started: float | None = None
     fenced: bool = False   # by a janitor: the driver was found gone (its ledgers may be deleted)
+    run: str = ""          # a query run's id: a new one when a run fenced is restarted ("" before run ids)
 
     @classmethod
     def decode(cls, data: bytes) -> "Registration":
         fields = _fields(data)
         return cls(str(fields.get("stream") or ""), str(fields.get("driver") or ""), fields.get("started"),
-                   bool(fields.get("fenced")))
+                   bool(fields.get("fenced")), str(fields.get("run") or ""))
 
 
 def job_ids(store: MetadataStore) -> list[str]:

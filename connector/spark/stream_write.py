@@ -45,7 +45,7 @@ from connector.spark.janitor import clean_stream, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, run_path, run_started, settle,
+    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, restart_run, run_of, run_path, settle,
     start_query, task_entries, withdrawn,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
@@ -70,31 +70,38 @@ REFUSALS = (StreamOwnedError, UnsupportedStreamFormatError, SchemaMismatchError)
 class LedgerStreamWriter(DataSourceStreamArrowWriter):
     """Pickled to executors: options, the Arrow schema and the query id; never a client."""
 
-    def __init__(self, options: LedgerOptions, schema: pa.Schema, query_id: str, driver_id: str = ""):
+    def __init__(self, options: LedgerOptions, schema: pa.Schema, query_id: str, driver_id: str = "", run: str = ""):
         self.options = options
         self.schema = schema
         self.query_id = query_id
         self.driver_id = driver_id  # the run's driver (driver.py): a janitor that finds it gone fences the run
+        self.run = run              # the run's id: a run restarted after a fence has a new one
 
     @classmethod
     def prepare(cls, options: LedgerOptions, stream_options: StreamOptions, schema: StructType) -> "LedgerStreamWriter":
         arrow = arrow_schema_of(schema)
         query_id = stream_options.query_id()
         with driver_registration_ahead(options.metadata), driver_client(options) as lc:
-            # Spark asks for a writer again for every micro-batch's commit: those find their run recorded. Only the
-            # query's start checks the target (the nodes among them: a commit writes to ZooKeeper only, and must not
-            # fail a batch whose rows are written because a node is down now) and runs the janitor (jobs and queries
-            # on the stream whose driver is gone), which reads every registry of the cluster.
+            # Spark asks for a writer again for every micro-batch's commit: those find their run recorded, and check
+            # no nodes (a commit writes to ZooKeeper only, and must not fail a batch whose rows are written because a
+            # node is down now). Only the query's start runs the janitor (jobs and queries on the stream whose driver
+            # is gone), which reads every registry of the cluster.
             with registered_driver(lc.store, options.metadata) as driver_id:
-                started = run_started(lc.store, query_id, driver_id)
-            if not started:
-                check_target(lc, options, arrow, overwrite=False, streaming=True)
-            ensure_stream(lc.store, options.stream)
-            if not started:
+                run = run_of(lc.store, query_id, driver_id)
+            check_target(lc, options, arrow, overwrite=False, streaming=True, nodes=run is None)
+            head = ensure_stream(lc.store, options.stream)
+            if run is None:
                 clean_stream(lc, options.stream, options.password, own_query=query_id)
                 with registered_driver(lc.store, options.metadata) as driver_id:
-                    start_query(lc.store, query_id, options.stream, driver_id)
-        return cls(options, arrow, query_id, driver_id)
+                    run_id = start_query(lc.store, query_id, options.stream, driver_id)
+            elif run.value.fenced or job_outcome(head, run_key(query_id, driver_id, run.value.run)) == ABORTED:
+                log.warning("streaming query %s: a janitor fenced its run by driver %s (it found the driver's "
+                            "registration gone for a while): its batches in flight are refused; a new run starts",
+                            query_id, driver_id)
+                run_id = restart_run(lc.store, query_id, options.stream, driver_id, run)
+            else:
+                run_id = run.value.run
+        return cls(options, arrow, query_id, driver_id, run_id)
 
     # -- executors -----------------------------------------------------------------------------
 
@@ -221,17 +228,20 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         """None if a janitor found this run's driver gone: it fences the run in the query's registry, records the run
         aborted on the head, discards the run's ledgers, then removes the run. The head keeps the newest JOBS_KEPT
         outcomes only, so once as many batch jobs have ended on the stream the mark is gone; the run's fence (or
-        absence) stays (prepare records a run again only for the next batch). A commit that registers ledgers (they
+        absence, or its replacement by a new run of the same driver, with a new run id) stays. A commit that
+        registers ledgers (they
         may be the ones discarded) is fenced by either, an empty one, which registers none, by the mark only. Else
         what the commit's multi checks of the run: its znode at the version read (a commit registering ledgers)."""
         if not self.driver_id:
             return ()
-        if job_outcome(record, run_key(self.query_id, self.driver_id)) == ABORTED:
+        if job_outcome(record, run_key(self.query_id, self.driver_id, self.run)) == ABORTED:
             return None
         if not registering:
             return ()
         guard = commit_guard(lc.store, run_path(self.query_id, self.driver_id))
-        return None if guard is None or guard.fenced else (guard.check(),)
+        if guard is None or guard.fenced or guard.fields.get("run", "") != self.run:
+            return None   # fenced, removed, or fenced and restarted as a new run
+        return (guard.check(),)
 
     def _held(self, lc: LedgerClient, ledger_ids: list[int]) -> set[int]:
         """Those of the ledgers the stream holds (asked only when there are any: a replay, a failed attempt, an

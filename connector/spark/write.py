@@ -187,9 +187,9 @@ class LedgerWriter(DataSourceArrowWriter):
         return record
 
 
-def ensure_stream(store: MetadataStore, name: str) -> None:
-    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record."""
-    update_stream(store, name, lambda record: None, create=new_stream(name))
+def ensure_stream(store: MetadataStore, name: str) -> StreamRecord:
+    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record. The stream."""
+    return update_stream(store, name, lambda record: None, create=new_stream(name)).value
 
 
 BATCH_REMEDY = ', or replace the stream\'s rows with mode("overwrite")'
@@ -197,9 +197,11 @@ STREAMING_REMEDY = ", or write the query to a new stream (a streaming sink only 
 
 
 def check_target(lc: LedgerClient, options: LedgerOptions, arrow: pa.Schema, overwrite: bool,
-                 streaming: bool = False) -> None:
-    """The stream can take these rows: enough nodes, a settled tail, a compatible schema, the password."""
-    _check_nodes(lc.store, options.ensemble_size)
+                 streaming: bool = False, nodes: bool = True) -> None:
+    """The stream can take these rows: enough nodes (unless not nodes), a settled tail, a compatible schema, the
+    password."""
+    if nodes:
+        _check_nodes(lc.store, options.ensemble_size)
     found = find_stream(lc.store, options.stream)
     if found is not None:
         record = _settled(lc, found.value, options)

@@ -9,7 +9,7 @@ import pytest
 from connector.spark.commit import COMMITTED, JOBS_KEPT, TaskLedger, new_stream, with_job
 from connector.spark.janitor import record_aborted, run_key
 from connector.spark.jobs import (WriteJobEndedError, forget_run, query_registry, register_task_ledger, remove_query,
-                                  start_query, task_entries)
+                                  run_of, start_query, task_entries)
 from connector.spark.options import LedgerOptions
 from connector.spark.stream_write import LedgerStreamWriter
 from connector.spark.write import ensure_stream
@@ -177,9 +177,9 @@ def test_the_sinks_commits_keep_the_records_bounded_and_skip_a_replay(store, met
 def started_run(store, metadata_uri: str, driver: str) -> LedgerStreamWriter:
     """The sink of query-1 on stream s, its run by `driver` recorded in the query's registry as prepare records it."""
     ensure_stream(store, "s")
-    start_query(store, "query-1", "s", driver)
+    run = start_query(store, "query-1", "s", driver)
     return LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
-                              pa.schema([("id", pa.int64())]), "query-1", driver_id=driver)
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id=driver, run=run)
 
 
 def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_run(store, metadata_uri):
@@ -188,7 +188,7 @@ def test_a_landed_batch_is_reported_committed_also_after_a_janitor_fenced_its_ru
     run's registry is left to the janitor."""
     sink = started_run(store, metadata_uri, "driver-gone")
     sink.commit([], 0)
-    record_aborted(store, "s", run_key("query-1", "driver-gone"))
+    record_aborted(store, "s", run_key("query-1", "driver-gone", sink.run))
     sink.commit([], 0)   # the read-back of batch 0: committed, not failed
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
         sink.commit([], 1)   # a batch that did not land is refused
@@ -203,7 +203,7 @@ def test_a_run_a_janitor_fenced_stays_fenced_after_its_mark_left_the_head(store,
     sink = started_run(store, metadata_uri, "driver-cut-off")
     sink.commit([], 0)
     # The janitor, finding the driver's registration gone: the mark, the run's ledgers discarded, the run removed.
-    record_aborted(store, "s", run_key("query-1", "driver-cut-off"))
+    record_aborted(store, "s", run_key("query-1", "driver-cut-off", sink.run))
     forget_run(store, "query-1", "driver-cut-off")
     remove_query(store, "query-1")
     for n in range(JOBS_KEPT):   # batch jobs end on the stream meanwhile: the mark leaves the head
@@ -222,7 +222,7 @@ def test_an_abort_of_a_fenced_run_leaves_the_next_runs_entries_alone_after_the_m
     have put on the stream deleted."""
     sink = started_run(store, metadata_uri, "driver-cut-off")
     sink.commit([], 0)
-    record_aborted(store, "s", run_key("query-1", "driver-cut-off"))
+    record_aborted(store, "s", run_key("query-1", "driver-cut-off", sink.run))
     forget_run(store, "query-1", "driver-cut-off")
     remove_query(store, "query-1")
     for n in range(JOBS_KEPT):
@@ -325,7 +325,8 @@ def test_a_commit_by_a_new_run_of_the_query_does_not_land_the_ledgers_a_janitor_
         outcome = janitor.clean(lc, found, [b""])
     assert not outcome.error and not outcome.kept
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
-                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2",
+                              run=run_of(store, "query-1", "driver-2").value.run)
     with pytest.raises(WriteJobEndedError, match="withdrew task ledgers of batch 1"):
         sink.commit([TaskLedger(0, entry.ledger_id, 3, 1)], 1)
     assert [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == []
@@ -342,9 +343,48 @@ def test_a_janitor_keeps_a_ledger_a_new_run_of_the_query_committed_while_it_swep
     entry = register_task_ledger(store, query_registry("query-1", 1))
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
                               pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
-    found = _janitor_meets_a_new_run(
-        store, monkeypatch, after_aborted=lambda: sink._register(lc, [TaskLedger(0, entry.ledger_id, 3, 1)], 1))
+
+    def new_run_commits():
+        sink.run = run_of(store, "query-1", "driver-2").value.run
+        sink._register(lc, [TaskLedger(0, entry.ledger_id, 3, 1)], 1)
+
+    found = _janitor_meets_a_new_run(store, monkeypatch, after_aborted=new_run_commits)
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
     assert outcome.kept == [entry.ledger_id] and outcome.deleted == []
     assert [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == [entry.ledger_id]
+
+
+def test_a_query_whose_run_a_janitor_fenced_commits_again_under_the_same_driver(
+        cluster, store, metadata_uri, monkeypatch):
+    """Helper audit 2026-11-29: a janitor that found the driver's registration gone for a moment (a keeper's session
+    expired; the keeper registers the same id again) fenced the run, recorded it aborted and removed it. Every later
+    commit of the query under that driver, also after a restart from the checkpoint in the same driver, was refused
+    for as long as the driver lived (the run's mark stays on a stream that only streaming queries write). A run
+    fenced so is now restarted with a new run id, whose commits land; the fenced run's stay refused."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from connector.spark import driver as spark_driver
+    from connector.spark.jobs import fence_run
+    from connector.spark.stream_options import StreamOptions
+
+    monkeypatch.setattr(spark_driver.DriverProcess, "new_driver_id", lambda self: "driver-back")
+    cluster(3)   # a query's start checks the nodes
+    options = LedgerOptions.parse({"metadata": metadata_uri, "path": "s"})
+    monkeypatch.setattr(StreamOptions, "query_id", lambda self: "query-1")
+    schema = StructType([StructField("id", LongType())])
+    old = LedgerStreamWriter.prepare(options, StreamOptions(), schema)
+    old.commit([], 0)
+    # A janitor, finding the driver's registration gone for a moment: the fence, the mark, the run removed.
+    fence_run(store, "query-1", "driver-back")
+    record_aborted(store, "s", run_key("query-1", "driver-back", old.run))
+    forget_run(store, "query-1", "driver-back")
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
+        old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 1)).ledger_id, 3, 1)], 1)
+    new = LedgerStreamWriter.prepare(options, StreamOptions(), schema)   # the restart, under the same driver
+    entry = register_task_ledger(store, query_registry("query-1", 1))
+    new.commit([TaskLedger(0, entry.ledger_id, 3, 1)], 1)
+    head = streams.read_stream(store, "s").value
+    assert [ledger.ledger_id for ledger in head.tail] == [entry.ledger_id]
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):   # the fenced run's
+        old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 2)).ledger_id, 3, 1)], 2)
