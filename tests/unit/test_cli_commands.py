@@ -63,3 +63,20 @@ def test_an_unknown_argument_is_named_with_its_commands_usage(capsys, argv, comm
     error = capsys.readouterr().err
     assert error.startswith(f"usage: {command} [-h]"), error
     assert error.rstrip().endswith(f"{command}: error: unrecognized arguments: {unknown}"), error
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metadata", "zk://127.0.0.1:1/l", "list"], "--metadata goes after the command: ledger list --metadata "
+                                                   "zk://127.0.0.1:1/l"),
+    (["--metadata=zk://u:hunter2@127.0.0.1:1/l", "stream", "list"],
+     "--metadata goes after the command: ledger stream list --metadata=zk://u:***@127.0.0.1:1/l"),
+    (["--json"], "--json goes after the command: ledger COMMAND --json"),
+])
+def test_an_option_before_the_command_is_named_with_where_it_goes(capsys, argv, message):
+    """Not argparse's "invalid choice: 'zk://...'": the top level takes no option with a value."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.rstrip().endswith(f"ledger: error: {message}"), error
+    assert "hunter2" not in error
