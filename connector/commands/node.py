@@ -12,6 +12,7 @@ import sys
 import time
 
 from connector.client import default_metadata_uri
+from connector.commands.command_client import CONNECT_TIMEOUT
 from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import NodeState
@@ -54,7 +55,7 @@ def _readonly_parser() -> argparse.ArgumentParser:
 
 
 def run_readonly(args) -> int:
-    with MetadataStore(args.metadata) as store:
+    with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:
             raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at {redact_uri(args.metadata)} "
                               "(it has no cookie); check the id with `ledger cluster status`")

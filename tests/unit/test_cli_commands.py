@@ -5,6 +5,7 @@ import argparse
 import importlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,3 +81,12 @@ def test_an_option_before_the_command_is_named_with_where_it_goes(capsys, argv, 
     error = capsys.readouterr().err
     assert error.rstrip().endswith(f"ledger: error: {message}"), error
     assert "hunter2" not in error
+
+
+@pytest.mark.parametrize("argv", [["node", "readonly", "n1"], ["node", "readonly", "n1", "--off"], ["list"]])
+def test_a_command_gives_up_on_an_unreachable_zookeeper_after_its_short_wait(capsys, argv):
+    """Every command waits CONNECT_TIMEOUT (2 s) for ZooKeeper; `node readonly` waited a store's default 15 s."""
+    started = time.monotonic()
+    assert cli.main([*argv, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+    assert time.monotonic() - started < 10
+    assert "cannot reach ZooKeeper at 127.0.0.1:1 within 2s" in capsys.readouterr().err
