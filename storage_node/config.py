@@ -7,6 +7,7 @@ import os
 import pathlib
 
 from metadata.store import METADATA_ENV, MetadataUri
+from protos.pem import CERTIFICATE, PRIVATE_KEY, missing_pem
 from storage_node.errors import ConfigError
 
 MiB = 1 << 20
@@ -169,5 +170,18 @@ def validate(config: NodeConfig) -> None:
                        ("--auth-token-file", config.auth_token_file)):
         if path is not None and not path.is_file():
             raise ConfigError(f"{flag} {path} is not a readable file")
+    for flag, path, kind in (("--tls-cert", config.tls_cert, CERTIFICATE), ("--tls-key", config.tls_key, PRIVATE_KEY),
+                             ("--tls-ca", config.tls_ca, CERTIFICATE)):
+        if path is not None:
+            _check_pem(flag, path, kind)
     if config.ready_file is not None and not config.ready_file.parent.is_dir():
         raise ConfigError(f"--ready-file {config.ready_file}: directory {config.ready_file.parent} does not exist")
+
+
+def _check_pem(flag: str, path: pathlib.Path, kind: str) -> None:
+    try:
+        lacking = missing_pem(path.read_bytes(), kind)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path} is not a readable file ({exc.strerror})") from None
+    if lacking:
+        raise ConfigError(f"{flag} {path} holds {lacking}; give a PEM file")

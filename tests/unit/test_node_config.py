@@ -38,3 +38,23 @@ def test_the_metadata_uri_defaults_to_the_environment_as_for_every_command(tmp_p
     monkeypatch.delenv("LEDGER_METADATA")
     with pytest.raises(SystemExit):
         parse_config(rest)
+
+
+CERT = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize("flag, content, lacking", [
+    ("--tls-cert", b"not a certificate", "no PEM certificate (-----BEGIN CERTIFICATE-----)"),
+    ("--tls-key", CERT, "no PEM private key (-----BEGIN PRIVATE KEY-----)"),
+    ("--tls-ca", KEY, "no PEM certificate (-----BEGIN CERTIFICATE-----)"),
+])
+def test_a_tls_file_that_is_not_pem_of_its_kind_is_refused_at_parse_time(tmp_path, flag, content, lacking):
+    files = {"--tls-cert": CERT, "--tls-key": KEY, "--tls-ca": CERT, flag: content}
+    args = []
+    for name, data in files.items():
+        (tmp_path / name.strip("-")).write_bytes(data)
+        args += [name, str(tmp_path / name.strip("-"))]
+    with pytest.raises(ConfigError) as refused:
+        parse_config(base(tmp_path) + args)
+    assert str(refused.value) == f"{flag} {tmp_path / flag.strip('-')} holds {lacking}; give a PEM file"
