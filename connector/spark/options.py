@@ -29,6 +29,9 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
+# startingTimestamp/endingTimestamp under this are seconds mistaken for milliseconds: as milliseconds they are
+# before 1973-03-03, before anything was appended; as seconds the bound is the year 5138.
+SECONDS_BELOW = 10 ** 11
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -328,10 +331,16 @@ def check_one_start(given: Mapping[str, str]) -> None:
 
 
 def _timestamp(given: Mapping[str, str], key: str) -> int | None:
-    """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them."""
-    return _integer_where(given, key, lambda v: v >= 0,
-                          "times in milliseconds since the epoch (an integer >= 0), for example "
-                          f"{SPELLING[key]}=1700000000000 (2023-11-14 22:13:20 UTC)")
+    """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them; 0 is the epoch, and a
+    time under SECONDS_BELOW is refused as seconds given for milliseconds."""
+    name = SPELLING[key]
+    value = _integer_where(given, key, lambda v: v >= 0, "times in milliseconds since the epoch (an integer >= 0), "
+                                                         f"for example {name}=1700000000000 (2023-11-14 22:13:20 UTC)")
+    if value is not None and 0 < value < SECONDS_BELOW:
+        raise InvalidOptionError(
+            f"option {name}={given[key]!r} looks like seconds (as milliseconds it is before 1973-03-03, before any "
+            f"append); {name} takes milliseconds since the epoch: {name}={value * 1000}")
+    return value
 
 
 def _offset(given: Mapping[str, str], key: str, keyword: str) -> int | None:
