@@ -60,8 +60,9 @@ def run_readonly(args) -> int:
                           "with `ledger cluster status`")
     with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:
-            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at {redact_uri(args.metadata)} "
-                              "(it has no cookie); check the id with `ledger cluster status`")
+            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at "
+                              f"{redact_uri(args.metadata)} (it has no cookie); check the id with "
+                              "`ledger cluster status`")
         registry.set_readonly(store, args.node_id, not args.off)
         flag = "off" if args.off else "on"
         state = _registered_state(store, args.node_id, want_read_only=not args.off)

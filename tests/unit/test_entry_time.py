@@ -220,7 +220,8 @@ def test_time_options_are_parsed_in_milliseconds_with_kafkas_default_strategy():
     ({"endingTimestamp": "-5"}, r"endingTimestamp='-5': allowed values are times in milliseconds"),
     ({"startingTimestamp": "1700000000020", "endingTimestamp": "1700000000010"},
      r"endingTimestamp=1700000000010 is before startingTimestamp=1700000000020"),
-    ({"startingTimestamp": "0", "startingOffsets": "earliest"}, r"both startingOffsets='earliest' and startingTimestamp"),
+    ({"startingTimestamp": "0", "startingOffsets": "earliest"},
+     r"both startingOffsets='earliest' and startingTimestamp"),
     ({"endingTimestamp": "0", "endingOffsets": "5"}, r"both endingOffsets and endingTimestamp"),
     ({"startingTimestamp": "1700000000"}, r"startingTimestamp='1700000000' looks like seconds \(as milliseconds it is "
                                           r"before 1973-03-03, before any append\); startingTimestamp takes "

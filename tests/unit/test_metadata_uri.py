@@ -1,4 +1,5 @@
-"""Metadata URIs parsed without ZooKeeper: a secret never shows in an error, and one holding '@' says how to write it."""
+"""Metadata URIs parsed without ZooKeeper: a secret never shows in an error, and one holding '@' says how to write
+it."""
 import pytest
 
 from metadata.errors import InvalidMetadataUriError
