@@ -85,18 +85,30 @@ def _sources(path: str, batch: int) -> tuple[SourceOffset, ...]:
     try:
         with open(file, encoding="utf-8") as f:
             lines = f.read().splitlines()
+    except UnicodeDecodeError as exc:
+        raise _not_offsets(file, f"byte {exc.start}: not UTF-8 text") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {file}: {exc}") from exc
-    if len(lines) < 2 or lines[0] not in ("v1", "v2"):
-        raise CheckpointError(
-            f"{file} is not an offsets file this command reads (Spark writes `v1` or `v2`, then its metadata, then "
-            f"one line per source; found {lines[0][:40]!r} first)" if lines else f"{file} is empty"
-        )
+    if not lines:
+        raise _not_offsets(file, "it is empty")
+    if lines[0] not in ("v1", "v2") or len(lines) < 2:
+        raise _not_offsets(file, f"line 1: {lines[0][:40]!r}; Spark writes `v1` or `v2`, then its metadata, then "
+                                 "one line per source")
     found = []
-    for index, line in enumerate(lines[2:]):
-        source, text = (line.split(":", 1) if lines[0] == "v2" else (str(index), line))
+    for number, line in enumerate(lines[2:], start=3):
+        if lines[0] == "v1":
+            source, text = str(number - 3), line
+        elif ":" in line:
+            source, text = line.split(":", 1)
+        else:
+            raise _not_offsets(file, f"line {number}: {line[:40]!r} is not SOURCE:OFFSET, as v2 writes a source")
         found.append(_source_offset(source, text))
     return tuple(found)
+
+
+def _not_offsets(file: str, why: str) -> CheckpointError:
+    return CheckpointError(f"{file} is not a Spark offsets file this command reads ({why}); check that --checkpoint "
+                           "is the query's checkpointLocation")
 
 
 def _source_offset(source: str, text: str) -> SourceOffset:

@@ -7,7 +7,9 @@ import argparse
 import importlib
 import importlib.metadata
 import logging
+import itertools
 import os
+import shlex
 import sys
 
 from metadata.errors import LedgerError
@@ -27,6 +29,7 @@ COMMANDS = {
     "spark": "connector.commands.spark",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))   # in the order `ledger --help` lists them
+TOP_OPTIONS = ("-h", "--help", "--version")   # the only options that go before the command
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -47,6 +50,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _refuse_options_before_the_command(argv)
     # The top level takes no option with a value: its first word that is not an option names the command.
     parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
     args, unknown = parser.parse_known_args(argv)
@@ -65,6 +69,21 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`ledger list | head`): stop quietly, as a shell tool does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _refuse_options_before_the_command(argv: list[str]) -> None:
+    """`ledger --metadata URI list`: argparse would take the URI for the command and say it is an invalid choice.
+    Every option but the top level's own belongs to its command, after it: say so, with the line that works."""
+    leading = list(itertools.takewhile(lambda word: word not in COMMANDS, argv))
+    misplaced = [word for word in leading if word.startswith("-") and word.split("=", 1)[0] not in TOP_OPTIONS]
+    if not misplaced:
+        return
+    from metadata.store import redact_uri   # here: kazoo is loaded by the commands that use ZooKeeper only
+
+    rest = argv[len(leading):]
+    example = shlex.join(rest + leading) if rest else f"COMMAND {shlex.join(leading)}"
+    build_parser(rest[0] if rest else None).error(
+        redact_uri(f"{misplaced[0].split('=', 1)[0]} goes after the command: ledger {example}"))
 
 
 def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:

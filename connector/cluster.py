@@ -130,9 +130,14 @@ class LocalCluster:
     def _load(self) -> ClusterState | None:
         if not self.state_file.exists():
             return None
-        raw = json.loads(self.state_file.read_text())
-        tls = TlsFiles(**raw["tls"]) if raw.get("tls") else None
-        return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), [NodeSpec(**n) for n in raw["nodes"]], tls)
+        try:
+            return decode_state(json.loads(self.state_file.read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise ClusterError(f"cannot read {self.state_file}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ClusterError(
+                f"{self.state_file} is damaged ({_damage(exc)}): restore it, or stop the cluster's processes (its "
+                "ZooKeeper and nodes) and start a new cluster with an empty --dir") from None
 
     def _save(self) -> None:
         assert self.state is not None
@@ -145,6 +150,13 @@ class LocalCluster:
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}: run `ledger cluster start --dir {self.directory}`")
         return self.state.metadata_uri
+
+    def _recorded(self) -> ClusterState:
+        """The state of a cluster started here before, for status and stop."""
+        if self.state is None:
+            raise ClusterError(f"no cluster in {self.directory} (no {STATE_FILE} there): run the command from the "
+                               "directory where `ledger cluster start` ran, or pass --dir with that path")
+        return self.state
 
     @property
     def client_tls(self) -> TlsConfig | None:
@@ -159,7 +171,7 @@ class LocalCluster:
     def start(self, timeout: float = 90.0) -> str:
         """Start whatever is not running, the metadata root initialised; returns the metadata URI once every
         node is registered."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._make_directory()
         new = self.state is None
         if new:
             self.state = ClusterState(zk_port=free_port())
@@ -179,6 +191,16 @@ class LocalCluster:
             self.start_node(spec.node_id)
         self.wait_serving(timeout)
         return self.metadata_uri
+
+    def _make_directory(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ClusterError(f"--dir {self.directory}: a file is in the way; give --dir a directory (a new one, "
+                               "or the one of a cluster started before)") from None
+        except OSError as exc:
+            raise ClusterError(f"--dir {self.directory}: cannot create it ({exc.strerror}); give --dir a "
+                               "directory this user can write") from None
 
     def start_zookeeper(self, timeout: float = 90.0, may_move: bool = False) -> None:
         """Start the embedded ZooKeeper on its recorded port and data unless it is serving. may_move: a new
@@ -286,9 +308,7 @@ class LocalCluster:
 
     def status(self, tls: TlsConfig | None = None, auth_token: str | None = None) -> dict:
         """tls: override the cluster's own client certificate (default: the one cluster.json records)."""
-        state = self.state
-        if state is None:
-            raise ClusterError(f"no cluster in {self.directory}")
+        state = self._recorded()
         tls = tls or self.client_tls
         result = {"metadata": state.metadata_uri, "zookeeper": self._zookeeper_serving(), "nodes": [],
                   "tls": state.tls is not None}
@@ -318,8 +338,7 @@ class LocalCluster:
         """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper. Nodes still running
         `timeout` seconds after SIGTERM (one deadline for all: a node cannot deregister while ZooKeeper is
         down) are killed."""
-        if self.state is None:
-            raise ClusterError(f"no cluster in {self.directory}")
+        self._recorded()
         for spec in self.state.nodes:
             if pid_alive(spec.pid):
                 os.kill(spec.pid, signal.SIGTERM)
@@ -342,6 +361,29 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def decode_state(raw: object) -> ClusterState:
+    """cluster.json's record; ValueError saying what is wrong with it."""
+    if not (isinstance(raw, dict) and isinstance(raw.get("zk_port"), int) and isinstance(raw.get("zk_pid", 0), int)
+            and isinstance(raw.get("nodes"), list)):
+        raise ValueError("not an object with zk_port and zk_pid numbers and a nodes list")
+    try:
+        nodes = [NodeSpec(**node) for node in raw["nodes"]]
+        tls = TlsFiles(**raw["tls"]) if raw.get("tls") else None
+    except TypeError as exc:   # a node or the tls entry not an object, or with other fields than recorded
+        raise ValueError(f"a node or its tls entry is not as recorded: {exc}") from None
+    if not all(isinstance(node.port, int) and isinstance(node.pid, int) for node in nodes):
+        raise ValueError("a node's port or pid is not a number")
+    return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), nodes, tls)
+
+
+def _damage(exc: ValueError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc}"
+    return str(exc)
 
 
 def node_info(address: str, tls: TlsConfig | None = None, auth_token: str | None = None,

@@ -56,6 +56,10 @@ ALL_DIRS = (
     LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES, COMPACTIONS,
 )
 MARKER = "/layout"
+# Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
+# file system (a node's directory in a local cluster) reads specially.
+NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 # The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
 # (and its marker rewritten) by the next store that opens it; a newer version is refused.
 LAYOUT_VERSION = 1
@@ -81,6 +85,11 @@ class LayoutMarker:
             return cls(int(raw["layout_version"]), str(raw["instance_id"]), float(raw["initialised_at"]))
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
             return None
+
+
+def is_name(name: object) -> bool:
+    """name follows NAME_RULE: it is safe as one znode's name (a stream's, a storage node's id)."""
+    return isinstance(name, str) and _NAME.match(name) is not None
 
 
 def ledger_path(ledger_id: int) -> str:

@@ -45,7 +45,9 @@ _CONNECTED_POLL = 0.05  # seconds between looks at the session state while waiti
 _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
 )
-_USERINFO = re.compile(r"(zk://[^:@/\s]*:)[^@\s]*@")
+# Up to the URI's last '@': a secret may hold '@' itself (it should be percent-encoded, but a leak is no way to say so).
+_USERINFO = re.compile(r"(zk://[^:@/\s]*:)\S*@")
+_ENCODE_USERINFO = "percent-encode '@', ':' and '/' in the user or secret: '@' as %40, ':' as %3A, '/' as %2F"
 # kazoo warns when a chrooted session starts on a root that does not exist; the store reports that itself, in
 # one line that says what to do (UninitialisedRootError).
 warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning, module="kazoo")
@@ -105,6 +107,7 @@ class MetadataUri:
             raise InvalidMetadataUriError(
                 f"metadata URI {redact_uri(str(uri))!r} is not of the form zk://host:port[,host:port...]/root, "
                 f"for example {DEFAULT_URI} (with ZooKeeper credentials: zk://user:secret@host:port/root)"
+                + (f"; {_ENCODE_USERINFO}" if "@" in str(uri) else "")
             )
         for host in match["hosts"].split(","):
             _check_host(uri, host)

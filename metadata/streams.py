@@ -33,7 +33,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import re
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -52,7 +51,6 @@ from metadata.store import ZK_WAIT_ENV, MetadataStore
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _NO_REPLY = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 # A page holds PAGE_LEDGERS ledgers (5-7 KiB); the head keeps at most PAGE_LEDGERS plus what one update added,
 # and one update seals at most PAGES_PER_UPDATE pages. An old single-record stream (up to ZooKeeper's 1 MB,
@@ -99,11 +97,8 @@ class Rewrite:
 
 
 def check_stream_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidStreamNameError(
-            f"invalid stream name {name!r}: use 1-200 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
-        )
+    if not layout.is_name(name):
+        raise InvalidStreamNameError(f"invalid stream name {name!r}: use {layout.NAME_RULE}")
     return name
 
 

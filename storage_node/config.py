@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import pathlib
 
+from metadata import layout
 from metadata.store import METADATA_ENV, MetadataUri
+from protos.pem import CERTIFICATE, PRIVATE_KEY, missing_pem
 from storage_node.errors import ConfigError
 
 MiB = 1 << 20
@@ -140,20 +143,24 @@ def validate(config: NodeConfig) -> None:
     MetadataUri.parse(config.metadata)
     checks = [
         (0 <= config.port <= 65535, f"--port {config.port} is not a TCP port (0..65535; 0 picks a free one)"),
-        (bool(config.node_id) and "/" not in config.node_id,
-         f"--node-id {config.node_id!r} must be a non-empty name without '/'"),
-        (1 <= config.max_entry_bytes <= 512 * MiB, f"--max-entry-bytes {config.max_entry_bytes} must be 1..{512 * MiB}"),
+        (layout.is_name(config.node_id), f"--node-id {config.node_id!r}: use {layout.NAME_RULE}"),
+        (1 <= config.max_entry_bytes <= 512 * MiB,
+         f"--max-entry-bytes {config.max_entry_bytes} must be 1..{512 * MiB}"),
         (0.0 < config.read_only_threshold <= 1.0,
          f"--read-only-threshold {config.read_only_threshold} must be a disk fill fraction in (0, 1]"),
         (config.disk_quota_bytes >= 0,
          f"--disk-quota-bytes {config.disk_quota_bytes} must be 0 (none) or a byte count"),
-        (config.checkpoint_interval > 0, "--checkpoint-interval must be positive"),
-        (config.disk_check_interval > 0, "--disk-check-interval must be positive"),
-        (config.zk_session_timeout >= 1.0, "--zk-session-timeout must be at least 1 second"),
+        (0 < config.checkpoint_interval < math.inf,
+         f"--checkpoint-interval {config.checkpoint_interval} must be a finite number of seconds above 0"),
+        (0 < config.disk_check_interval < math.inf,
+         f"--disk-check-interval {config.disk_check_interval} must be a finite number of seconds above 0"),
+        (1.0 <= config.zk_session_timeout < math.inf,
+         f"--zk-session-timeout {config.zk_session_timeout} must be a finite number of seconds, at least 1"),
         (config.journal_segment_bytes >= MiB, "--journal-segment-bytes must be at least 1 MiB"),
         (config.journal_page_cache_bytes >= -1,
          f"--journal-page-cache-bytes {config.journal_page_cache_bytes} must be -1 (keep all) or a byte count"),
-        (config.gc_interval > 0, "--gc-interval must be positive"),
+        (0 < config.gc_interval < math.inf,
+         f"--gc-interval {config.gc_interval} must be a finite number of seconds above 0"),
         (config.gc_grace >= 0, f"--gc-grace {config.gc_grace} must be 0 or more seconds"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
@@ -169,5 +176,18 @@ def validate(config: NodeConfig) -> None:
                        ("--auth-token-file", config.auth_token_file)):
         if path is not None and not path.is_file():
             raise ConfigError(f"{flag} {path} is not a readable file")
+    for flag, path, kind in (("--tls-cert", config.tls_cert, CERTIFICATE), ("--tls-key", config.tls_key, PRIVATE_KEY),
+                             ("--tls-ca", config.tls_ca, CERTIFICATE)):
+        if path is not None:
+            _check_pem(flag, path, kind)
     if config.ready_file is not None and not config.ready_file.parent.is_dir():
         raise ConfigError(f"--ready-file {config.ready_file}: directory {config.ready_file.parent} does not exist")
+
+
+def _check_pem(flag: str, path: pathlib.Path, kind: str) -> None:
+    try:
+        lacking = missing_pem(path.read_bytes(), kind)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path} is not a readable file ({exc.strerror})") from None
+    if lacking:
+        raise ConfigError(f"{flag} {path} holds {lacking}; give a PEM file")

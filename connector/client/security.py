@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from metadata.errors import LedgerError
 from protos.auth import TOKEN_METADATA_KEY
+from protos.pem import CERTIFICATE, PRIVATE_KEY, missing_pem
 
 if TYPE_CHECKING:
     import grpc
@@ -46,13 +47,16 @@ class TlsConfig:
 
     @classmethod
     def from_paths(cls, ca: str | None, cert: str | None = None, key: str | None = None) -> "TlsConfig | None":
-        """None when nothing is given (plain text); an error when only a client certificate or key is."""
+        """None when nothing is given (plain text); an error when only a client certificate or key is, or when a
+        file cannot be read or is not PEM of its kind (checked now, as the options are parsed)."""
         if not (ca or cert or key):
             return None
         if not ca:
             raise SecurityConfigError("a client certificate without a CA bundle: give the CA that signed the "
                                       "storage nodes' certificates (--tls-ca / tlsCa / $LEDGER_TLS_CA)")
-        return cls(ca, cert or None, key or None)
+        config = cls(ca, cert or None, key or None)
+        config.pem_files()
+        return config
 
     @classmethod
     def from_env(cls) -> "TlsConfig | None":
@@ -60,9 +64,13 @@ class TlsConfig:
         return cls.from_paths(env(TLS_CA_ENV), env(TLS_CERT_ENV), env(TLS_KEY_ENV))
 
     def pem_files(self) -> tuple[bytes, bytes | None, bytes | None]:
-        """The CA bundle, client key and client certificate as read now (SecurityConfigError if one cannot be)."""
-        return (_read(self.ca, "CA bundle"), _read(self.key, "client key") if self.key else None,
-                _read(self.cert, "client certificate") if self.cert else None)
+        """The CA bundle, client key and client certificate as read now (SecurityConfigError if one cannot be, or
+        holds no PEM block of its kind)."""
+        return (_read_pem(self.ca, "CA bundle", CERTIFICATE, "tlsCa / --tls-ca / $LEDGER_TLS_CA"),
+                _read_pem(self.key, "client key", PRIVATE_KEY, "tlsKey / --tls-key / $LEDGER_TLS_KEY") if self.key
+                else None,
+                _read_pem(self.cert, "client certificate", CERTIFICATE, "tlsCert / --tls-cert / $LEDGER_TLS_CERT")
+                if self.cert else None)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         import grpc  # here, not above: a client that never calls a node does not load gRPC (api.LedgerClient)
@@ -85,6 +93,14 @@ def token_from_env() -> str | None:
 
 def call_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return ((TOKEN_METADATA_KEY, token),) if token else None
+
+
+def _read_pem(path: str, what: str, kind: str, names: str) -> bytes:
+    data = _read(path, what)
+    lacking = missing_pem(data, kind)
+    if lacking:
+        raise SecurityConfigError(f"{what} {path} holds {lacking}; {names} takes a PEM file")
+    return data
 
 
 def _read(path: str | os.PathLike, what: str) -> bytes:

@@ -12,7 +12,8 @@ import sys
 import time
 
 from connector.client import default_metadata_uri
-from metadata import registry
+from connector.commands.command_client import CONNECT_TIMEOUT
+from metadata import layout, registry
 from metadata.errors import LedgerError
 from metadata.model import NodeState
 from metadata.store import MetadataStore, redact_uri
@@ -54,10 +55,14 @@ def _readonly_parser() -> argparse.ArgumentParser:
 
 
 def run_readonly(args) -> int:
-    with MetadataStore(args.metadata) as store:
+    if not layout.is_name(args.node_id):   # before ZooKeeper, which would refuse the path in its own words
+        raise LedgerError(f"{args.node_id!r} is not a storage node id (ids are {layout.NAME_RULE}); check the id "
+                          "with `ledger cluster status`")
+    with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:
-            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at {redact_uri(args.metadata)} "
-                              "(it has no cookie); check the id with `ledger cluster status`")
+            raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at "
+                              f"{redact_uri(args.metadata)} (it has no cookie); check the id with "
+                              "`ledger cluster status`")
         registry.set_readonly(store, args.node_id, not args.off)
         flag = "off" if args.off else "on"
         state = _registered_state(store, args.node_id, want_read_only=not args.off)

@@ -15,6 +15,7 @@ from connector.client import LedgerError, default_metadata_uri
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
+from connector.commands.arguments import interval, seconds
 from connector.commands.command_client import open_client
 
 FULL_SCAN_SECONDS = 3600.0   # the auditor reads every ledger at least this often, nodes changed or not
@@ -35,10 +36,10 @@ def register(subparsers) -> None:
     audit = command("audit", "list ledgers with a fragment on a gone or decommissioned node; --repair fixes them",
                     run_audit)
     audit.add_argument("--repair", action="store_true", help="re-replicate the under-replicated ledgers found")
-    audit.add_argument("--watch", type=float, metavar="SECONDS",
+    audit.add_argument("--watch", type=interval, metavar="SECONDS",
                        help="run as the auditor: audit and repair every SECONDS until interrupted")
     audit.add_argument("--once", action="store_true", help="with --watch: run a single auditor round and exit")
-    audit.add_argument("--full-every", type=float, default=FULL_SCAN_SECONDS, metavar="SECONDS",
+    audit.add_argument("--full-every", type=seconds, default=FULL_SCAN_SECONDS, metavar="SECONDS",
                        help="with --watch: a round reads every ledger's metadata only when the nodes changed since "
                             "the last scan (gone, back, restarted or decommissioned), when it left under-replicated "
                             f"ledgers, or once this long has passed (default {FULL_SCAN_SECONDS:g})")

@@ -1,6 +1,7 @@
 """`ledger soak`: a mixed workload against a nemesis on a local cluster, judged by a checker (connector/soak)."""
 from __future__ import annotations
 
+import math
 import pathlib
 import random
 
@@ -26,8 +27,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    if args.minutes <= 0:
-        raise SystemExit("ledger soak: --minutes must be positive")
+    if not 0 < args.minutes < math.inf:   # nan too
+        raise SystemExit(f"ledger soak: --minutes {args.minutes} must be a finite number above 0")
     if args.spark:
         check_spark_installed()
     seed = args.seed if args.seed is not None else random.randrange(1, 1_000_000)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import re
 import sys
 import time
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
+from connector.commands.arguments import interval, positive
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -74,9 +74,9 @@ def register(subparsers) -> None:
                                 "of 1024); none removes the limit")
     retention.add_argument("--apply", action="store_true",
                            help="apply retention now: remove the ledgers past it (and finish cuts that died)")
-    retention.add_argument("--every", type=_seconds, metavar="SECONDS",
+    retention.add_argument("--every", type=interval, metavar="SECONDS",
                            help="with --apply: keep applying it, every SECONDS, until stopped")
-    retention.add_argument("--runs", type=_positive, metavar="N", help="with --every: stop after N runs")
+    retention.add_argument("--runs", type=positive, metavar="N", help="with --every: stop after N runs")
     retention.add_argument("--password", default="", help="the streams' ledger password")
     delete = command("delete", "delete a stream and its ledgers (asks for confirmation)", run_delete)
     delete.add_argument("name", help="the stream")
@@ -337,26 +337,6 @@ def _offset(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a stream offset (an integer >= 0)")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < math.inf:  # nan too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
     return value
 
 

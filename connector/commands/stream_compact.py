@@ -16,12 +16,17 @@ import json
 from connector.client import default_metadata_uri
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
+from connector.commands.arguments import positive, seconds_or_zero
 from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
     compact_stream,
 )
-from connector.spark.options import COMPRESSIONS, MIN_ENTRY_BYTES
+from connector.spark.options import COMPRESSIONS, MAX_ENTRY_BYTES, MIN_ENTRY_BYTES
+
+# Replaced ledgers kept longer than a month are better kept as they were; the bound also keeps --wait's sleep and
+# the printed due time in range.
+MAX_GRACE = 30 * 86400.0
 
 
 def register_compact(subparsers) -> argparse.ArgumentParser:
@@ -35,18 +40,18 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
                               "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
     node_security.add_arguments(compact)
     compact.add_argument("--password", default="", help="the stream's ledger password (its new ledgers get it too)")
-    compact.add_argument("--target-bytes", type=_positive, default=DEFAULT_TARGET_BYTES,
+    compact.add_argument("--target-bytes", type=positive, default=DEFAULT_TARGET_BYTES,
                          help=f"size of a new ledger, at most (default {DEFAULT_TARGET_BYTES >> 20} MiB)")
-    compact.add_argument("--small-bytes", type=_positive, default=None,
+    compact.add_argument("--small-bytes", type=positive, default=None,
                          help="ledgers under this size are rewritten (default: half of --target-bytes)")
-    compact.add_argument("--min-ledgers", type=_positive, default=2,
+    compact.add_argument("--min-ledgers", type=positive, default=2,
                          help="rewrite only runs of at least this many small ledgers (default 2): a threshold "
                               "for running it from cron without rewriting a few ledgers every time")
-    compact.add_argument("--grace", type=float, default=DEFAULT_GRACE,
+    compact.add_argument("--grace", type=_grace, default=DEFAULT_GRACE,
                          help="seconds the replaced ledgers stay readable after the swap, for reads planned "
                               f"before it (default {DEFAULT_GRACE:.0f}: a Spark job's tasks open ledgers long "
                               "after its driver planned them)")
-    compact.add_argument("--entry-bytes", type=_positive, default=DEFAULT_ENTRY_BYTES,
+    compact.add_argument("--entry-bytes", type=_entry_bytes, default=DEFAULT_ENTRY_BYTES,
                          help="entry size of rewritten arrow ledgers (the Spark writer's entryBytes, default 1 MiB)")
     compact.add_argument("--compression", choices=COMPRESSIONS, default="none",
                          help="compression of rewritten arrow entries (default none)")
@@ -103,15 +108,23 @@ def _print_summary(result: CompactionResult) -> None:
               f"{result.stream}` after that deletes them")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+def _grace(text: str) -> float:
+    value = seconds_or_zero(text)
+    if value > MAX_GRACE:
+        raise argparse.ArgumentTypeError(f"{text!r} is over {MAX_GRACE:,.0f} seconds (30 days), the longest grace")
+    return value
+
+
+def _entry_bytes(text: str) -> int:
+    value = positive(text)
+    if not MIN_ENTRY_BYTES <= value <= MAX_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(f"{text} is not within {MIN_ENTRY_BYTES:,}..{MAX_ENTRY_BYTES:,}, the sizes "
+                                         "an arrow entry may have (as the Spark option entryBytes)")
     return value
 
 
 def _entry_limit(text: str) -> int:
-    value = _positive(text)
+    value = positive(text)
     if value < MIN_ENTRY_BYTES:
         raise argparse.ArgumentTypeError(f"{text} is under {MIN_ENTRY_BYTES:,}, the least an entry limit may be (as "
                                          "the Spark option maxEntryBytes)")

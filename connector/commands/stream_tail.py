@@ -21,7 +21,7 @@ from typing import Iterator
 from connector.client import LedgerClient, Streams
 from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
-from connector.commands.stream import _positive, _seconds
+from connector.commands.arguments import interval, positive
 from connector.lag import ARROW, latest_offset
 from metadata import streams
 from metadata.model import StreamLedger, StreamRecord
@@ -41,8 +41,8 @@ def register_tail(command) -> None:
                            "or latest (only rows that come after now; with --follow, as Kafka's console consumer)")
     tail.add_argument("--follow", action="store_true",
                       help="keep printing rows as they are written, until Ctrl-C, a closed pipe or --max-rows")
-    tail.add_argument("--max-rows", type=_positive, metavar="N", help="stop after N rows")
-    tail.add_argument("--poll", type=_seconds, default=0.5, metavar="SECONDS",
+    tail.add_argument("--max-rows", type=positive, metavar="N", help="stop after N rows")
+    tail.add_argument("--poll", type=interval, default=0.5, metavar="SECONDS",
                       help="with --follow: how often to look for new rows (default 0.5)")
     tail.add_argument("--password", default="", help="the stream's ledger password")
 

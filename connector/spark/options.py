@@ -29,6 +29,9 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 VIEWS = ("ledgers",)
 MIN_ENTRY_BYTES = 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-entry-bytes (8 MiB)
+# startingTimestamp/endingTimestamp under this are seconds mistaken for milliseconds: as milliseconds they are
+# before 1973-03-03, before anything was appended; as seconds the bound is the year 5138.
+SECONDS_BELOW = 10 ** 11
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -81,13 +84,15 @@ class LedgerOptions:
     timestamp_strategy: str = "error"       # no offset at or after startingTimestamp: error | latest
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "LedgerOptions":
+    def parse(cls, options: Mapping[str, str], streaming: Mapping[str, str] | None = None) -> "LedgerOptions":
+        """streaming: the spelling of the streaming options (stream_options.py), taken off options before, for the
+        list of known options an unknown one is answered with."""
         given = {str(k).lower(): v for k, v in options.items() if v is not None}
         unknown = sorted(set(given) - set(SPELLING))
         if unknown:
+            known = sorted({*SPELLING.values(), *(streaming or {}).values()}, key=str.lower)
             raise InvalidOptionError(
-                f"unknown option(s) {', '.join(unknown)}; the ledger data source knows "
-                f"{', '.join(sorted(SPELLING.values()))}"
+                f"unknown option(s) {', '.join(unknown)}; the ledger data source knows {', '.join(known)}"
             )
         # Each parser answers None for an option that is not given, and a None is left out: the option keeps
         # its field's default, written once, above.
@@ -103,8 +108,8 @@ class LedgerOptions:
             max_entry_bytes=integer_option(given, "maxentrybytes", minimum=MIN_ENTRY_BYTES,
                                            maximum=MAX_SENDABLE_ENTRY_BYTES),
             compression=_choice(given, "compression", COMPRESSIONS),
-            starting_offset=_offset(given, "startingoffsets", "earliest"),
-            ending_offset=_offset(given, "endingoffsets", "latest"),
+            starting_offset=offset_option(given, "startingoffsets", ("earliest",)),
+            ending_offset=offset_option(given, "endingoffsets", ("latest",)),
             include_metadata=_boolean(given, "includemetadata"),
             split_entries=integer_option(given, "splitentries", minimum=0),
             max_partition_bytes=integer_option(given, "maxpartitionbytes", minimum=0),
@@ -328,14 +333,21 @@ def check_one_start(given: Mapping[str, str]) -> None:
 
 
 def _timestamp(given: Mapping[str, str], key: str) -> int | None:
-    """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them."""
-    return _integer_where(given, key, lambda v: v >= 0,
-                          "times in milliseconds since the epoch (an integer >= 0), for example "
-                          f"{SPELLING[key]}=1700000000000 (2023-11-14 22:13:20 UTC)")
+    """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them; 0 is the epoch, and a
+    time under SECONDS_BELOW is refused as seconds given for milliseconds."""
+    name = SPELLING[key]
+    value = _integer_where(given, key, lambda v: v >= 0, "times in milliseconds since the epoch (an integer >= 0), "
+                                                         f"for example {name}=1700000000000 (2023-11-14 22:13:20 UTC)")
+    if value is not None and 0 < value < SECONDS_BELOW:
+        raise InvalidOptionError(
+            f"option {name}={given[key]!r} looks like seconds (as milliseconds it is before 1973-03-03, before any "
+            f"append); {name} takes milliseconds since the epoch: {name}={value * 1000}")
+    return value
 
 
-def _offset(given: Mapping[str, str], key: str, keyword: str) -> int | None:
+def offset_option(given: Mapping[str, str], key: str, keywords: tuple[str, ...]) -> int | None:
+    """Option key as a stream offset, or None when it is one of keywords or not given; the error lists both."""
     text = given.get(key)
-    if text is not None and str(text).strip().lower() == keyword:
+    if text is not None and str(text).strip().lower() in keywords:
         return None
-    return _integer_where(given, key, lambda v: v >= 0, f"{keyword} or a non-negative stream offset")
+    return _integer_where(given, key, lambda v: v >= 0, f"{', '.join(keywords)} or a non-negative stream offset")

@@ -29,7 +29,7 @@ from typing import Mapping
 
 from connector.checkpoint import local_path  # noqa: F401 - also imported from here
 from connector.spark.errors import InvalidOptionError
-from connector.spark.options import LedgerOptions, check_one_start, integer_option
+from connector.spark.options import LedgerOptions, check_one_start, integer_option, offset_option
 
 LATEST = "latest"
 EARLIEST = "earliest"
@@ -59,11 +59,12 @@ class StreamOptions:
         ours = {k: given.pop(k) for k in list(given) if k in SPELLING and k != "startingoffsets"}
         starting = str(given.get("startingoffsets", EARLIEST)).strip().lower()
         check_one_start(given)   # before startingOffsets=latest is taken off: with startingTimestamp, one is too many
+        offset = offset_option(given, "startingoffsets", (EARLIEST, LATEST))   # its error names latest too
         if starting == LATEST:
             given.pop("startingoffsets")
-        batch = LedgerOptions.parse(given)
+        batch = LedgerOptions.parse(given, streaming=SPELLING)
         return batch, cls(
-            starting=LATEST if starting == LATEST else (batch.starting_offset if batch.starting_offset is not None else EARLIEST),
+            starting=LATEST if starting == LATEST else (EARLIEST if offset is None else offset),
             max_records_per_trigger=_max_records(ours),
             max_bytes_per_trigger=integer_option(ours, "maxbytespertrigger", minimum=1, spelling=SPELLING),
             checkpoint_location=ours.get("checkpointlocation"),

@@ -5,6 +5,7 @@ import argparse
 import importlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,3 +64,37 @@ def test_an_unknown_argument_is_named_with_its_commands_usage(capsys, argv, comm
     error = capsys.readouterr().err
     assert error.startswith(f"usage: {command} [-h]"), error
     assert error.rstrip().endswith(f"{command}: error: unrecognized arguments: {unknown}"), error
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metadata", "zk://127.0.0.1:1/l", "list"], "--metadata goes after the command: ledger list --metadata "
+                                                   "zk://127.0.0.1:1/l"),
+    (["--metadata=zk://u:hunter2@127.0.0.1:1/l", "stream", "list"],
+     "--metadata goes after the command: ledger stream list --metadata=zk://u:***@127.0.0.1:1/l"),
+    (["--json"], "--json goes after the command: ledger COMMAND --json"),
+])
+def test_an_option_before_the_command_is_named_with_where_it_goes(capsys, argv, message):
+    """Not argparse's "invalid choice: 'zk://...'": the top level takes no option with a value."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.rstrip().endswith(f"ledger: error: {message}"), error
+    assert "hunter2" not in error
+
+
+@pytest.mark.parametrize("argv", [["node", "readonly", "n1"], ["node", "readonly", "n1", "--off"], ["list"]])
+def test_a_command_gives_up_on_an_unreachable_zookeeper_after_its_short_wait(capsys, argv):
+    """Every command waits CONNECT_TIMEOUT (2 s) for ZooKeeper; `node readonly` waited a store's default 15 s."""
+    started = time.monotonic()
+    assert cli.main([*argv, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+    assert time.monotonic() - started < 10
+    assert "cannot reach ZooKeeper at 127.0.0.1:1 within 2s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("node_id", ["..", "a b", "a/b"])
+def test_node_readonly_refuses_what_is_not_a_node_id_before_reaching_zookeeper(capsys, node_id):
+    assert cli.main(["node", "readonly", node_id, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+    assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-200 letters, "
+                                       "digits, '_', '.' or '-', starting with a letter or digit); check the id with "
+                                       "`ledger cluster status`\n")

@@ -218,9 +218,15 @@ def test_time_options_are_parsed_in_milliseconds_with_kafkas_default_strategy():
 @pytest.mark.parametrize("options, message", [
     ({"startingTimestamp": "yesterday"}, r"startingTimestamp='yesterday': allowed values are times in milliseconds"),
     ({"endingTimestamp": "-5"}, r"endingTimestamp='-5': allowed values are times in milliseconds"),
-    ({"startingTimestamp": "20", "endingTimestamp": "10"}, r"endingTimestamp=10 is before startingTimestamp=20"),
-    ({"startingTimestamp": "20", "startingOffsets": "earliest"}, r"both startingOffsets='earliest' and startingTimestamp"),
-    ({"endingTimestamp": "20", "endingOffsets": "5"}, r"both endingOffsets and endingTimestamp"),
+    ({"startingTimestamp": "1700000000020", "endingTimestamp": "1700000000010"},
+     r"endingTimestamp=1700000000010 is before startingTimestamp=1700000000020"),
+    ({"startingTimestamp": "0", "startingOffsets": "earliest"},
+     r"both startingOffsets='earliest' and startingTimestamp"),
+    ({"endingTimestamp": "0", "endingOffsets": "5"}, r"both endingOffsets and endingTimestamp"),
+    ({"startingTimestamp": "1700000000"}, r"startingTimestamp='1700000000' looks like seconds \(as milliseconds it is "
+                                          r"before 1973-03-03, before any append\); startingTimestamp takes "
+                                          r"milliseconds since the epoch: startingTimestamp=1700000000000"),
+    ({"endingTimestamp": str(10 ** 11 - 1)}, r"endingTimestamp='99999999999' looks like seconds"),
     ({"startingOffsetsByTimestampStrategy": "earliest"}, r"allowed values are error, latest"),
 ])
 def test_bad_time_options_are_refused_with_a_clear_error(options, message):
@@ -230,17 +236,19 @@ def test_bad_time_options_are_refused_with_a_clear_error(options, message):
 
 def test_times_are_refused_with_the_ledgers_option_and_on_writes():
     with pytest.raises(InvalidOptionError, match="cannot be used with the ledgers option"):
-        LedgerOptions.parse({"metadata": URI, "ledgers": "1,2", "startingtimestamp": "5"})
+        LedgerOptions.parse({"metadata": URI, "ledgers": "1,2", "startingtimestamp": "0"})
     with pytest.raises(InvalidOptionError, match="for reading; remove them from the write"):
-        parse(startingTimestamp=5).check_writable()
+        parse(startingTimestamp=0).check_writable()
 
 
 def test_a_streaming_read_takes_one_start_and_no_ending_timestamp():
-    with pytest.raises(InvalidOptionError, match="both startingOffsets='latest' and startingTimestamp='5'"):
-        StreamOptions.parse({"metadata": URI, "path": "s", "startingOffsets": "latest", "startingTimestamp": "5"})
-    opts, stream_opts = StreamOptions.parse({"metadata": URI, "path": "s", "startingTimestamp": "5",
-                                             "endingTimestamp": "9"})
-    assert opts.starting_timestamp == 5
+    with pytest.raises(InvalidOptionError, match="both startingOffsets='latest' and startingTimestamp='0'"):
+        StreamOptions.parse({"metadata": URI, "path": "s", "startingOffsets": "latest", "startingTimestamp": "0"})
+    with pytest.raises(InvalidOptionError, match="startingTimestamp='1700000000' looks like seconds"):
+        StreamOptions.parse({"metadata": URI, "path": "s", "startingTimestamp": "1700000000"})
+    opts, stream_opts = StreamOptions.parse({"metadata": URI, "path": "s", "startingTimestamp": "1700000000005",
+                                             "endingTimestamp": "1700000000009"})
+    assert opts.starting_timestamp == 1_700_000_000_005
     with pytest.raises(InvalidOptionError, match="endingTimestamp is for batch reads"):
         LedgerStreamReader(opts, stream_opts, raw_read_schema(True), raw=True)
 

@@ -38,3 +38,47 @@ def test_the_metadata_uri_defaults_to_the_environment_as_for_every_command(tmp_p
     monkeypatch.delenv("LEDGER_METADATA")
     with pytest.raises(SystemExit):
         parse_config(rest)
+
+
+CERT = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize("flag, content, lacking", [
+    ("--tls-cert", b"not a certificate", "no PEM certificate (-----BEGIN CERTIFICATE-----)"),
+    ("--tls-key", CERT, "no PEM private key (-----BEGIN PRIVATE KEY-----)"),
+    ("--tls-ca", KEY, "no PEM certificate (-----BEGIN CERTIFICATE-----)"),
+])
+def test_a_tls_file_that_is_not_pem_of_its_kind_is_refused_at_parse_time(tmp_path, flag, content, lacking):
+    files = {"--tls-cert": CERT, "--tls-key": KEY, "--tls-ca": CERT, flag: content}
+    args = []
+    for name, data in files.items():
+        (tmp_path / name.strip("-")).write_bytes(data)
+        args += [name, str(tmp_path / name.strip("-"))]
+    with pytest.raises(ConfigError) as refused:
+        parse_config(base(tmp_path) + args)
+    assert str(refused.value) == f"{flag} {tmp_path / flag.strip('-')} holds {lacking}; give a PEM file"
+
+
+@pytest.mark.parametrize("node_id", ["..", ".", "a b", "a\0b", "a/b", "", "_n", "x" * 201])
+def test_a_node_id_follows_the_stream_name_rule(tmp_path, node_id):
+    """It names the node's znodes (/nodes/ID, /cookies/ID) and, in a local cluster, its directory."""
+    args = base(tmp_path)
+    args[args.index("--node-id") + 1] = node_id
+    with pytest.raises(ConfigError, match=r"--node-id .*: use 1-200 letters, digits, '_', '.' or '-', starting with"):
+        parse_config(args)
+
+
+@pytest.mark.parametrize("node_id", ["n", "node-1", "bookie_2.rack-a", "x" * 200])
+def test_node_ids_a_cluster_gives_are_taken(tmp_path, node_id):
+    args = base(tmp_path)
+    args[args.index("--node-id") + 1] = node_id
+    assert parse_config(args).node_id == node_id
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-interval", "--disk-check-interval", "--gc-interval",
+                                  "--zk-session-timeout"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_seconds_must_be_finite(tmp_path, flag, value):
+    with pytest.raises(ConfigError, match=f"{flag} {value} must be a finite number of seconds"):
+        parse_config(base(tmp_path) + [flag, value])

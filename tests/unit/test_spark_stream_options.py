@@ -52,3 +52,24 @@ def test_local_path_takes_what_hadoop_resolves_locally():
     assert local_path("file:///ck") == "///ck"
     assert local_path("file://host/ck") is None
     assert local_path("viewfs://cluster/ck") is None
+
+
+def stream_options(**options):
+    return StreamOptions.parse({"metadata": "zk://127.0.0.1:2181/ledgers", "path": "events", **options})[1]
+
+
+@pytest.mark.parametrize("value", ["-1", "newest", "1.5"])
+def test_a_bad_starting_offset_of_a_streaming_read_is_told_latest_is_allowed_too(value):
+    with pytest.raises(InvalidOptionError, match=f"option startingOffsets='{value}': allowed values are earliest, "
+                                                 "latest or a non-negative stream offset"):
+        stream_options(startingOffsets=value)
+    starts = [stream_options(startingOffsets=v).starting for v in ("LATEST", "earliest", "7")]
+    assert starts == ["latest", "earliest", 7]
+
+
+def test_a_misspelt_streaming_option_is_answered_with_the_streaming_options_too():
+    with pytest.raises(InvalidOptionError) as refused:
+        stream_options(maxOffsetPerTrigger="5")
+    known = str(refused.value).split("knows ", 1)[1].split(", ")
+    assert str(refused.value).startswith("unknown option(s) maxoffsetpertrigger;")
+    assert {"maxOffsetsPerTrigger", "maxRecordsPerTrigger", "checkpointLocation", "entryBytes"} <= set(known)

@@ -1,0 +1,41 @@
+"""Bad values of the commands' number arguments are refused by argparse in one line that names the argument and
+what it takes (connector/commands/arguments.py), before anything is read, written or waited for."""
+import pytest
+
+from connector import cli
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["stream", "compact", "s", "--grace", "nan"], "argument --grace: 'nan' is not a number of seconds >= 0"),
+    (["stream", "compact", "s", "--grace", "inf"], "argument --grace: 'inf' is not a number of seconds >= 0"),
+    (["stream", "compact", "s", "--grace", "-5"], "argument --grace: '-5' is not a number of seconds >= 0"),
+    (["stream", "compact", "s", "--grace", "1e300"], "argument --grace: '1e300' is over 2,592,000 seconds"),
+    (["stream", "compact", "s", "--entry-bytes", "1"],
+     "argument --entry-bytes: 1 is not within 1,024..4,194,304, the sizes an arrow entry may have (as the Spark "
+     "option entryBytes)"),
+    (["stream", "compact", "s", "--entry-bytes", "4194305"], "argument --entry-bytes: 4194305 is not within"),
+    (["stream", "compact", "s", "--target-bytes", "abc"], "argument --target-bytes: 'abc' is not a positive integer"),
+    (["stream", "compact", "s", "--max-entry-bytes", "abc"], "argument --max-entry-bytes: 'abc' is not a positive"),
+    (["audit", "--watch", "-1"], "argument --watch: '-1' is not a number of seconds > 0"),
+    (["audit", "--watch", "nan"], "argument --watch: 'nan' is not a number of seconds > 0"),
+    (["audit", "--watch", "inf"], "argument --watch: 'inf' is not a number of seconds > 0"),
+    (["audit", "--watch", "0"], "argument --watch: '0' is not a number of seconds > 0"),
+    (["audit", "--watch", "1e300"], "argument --watch: '1e300' is over 86,400 seconds (a day)"),
+    (["audit", "--watch", "5", "--full-every", "nan"], "argument --full-every: 'nan' is not a number of seconds > 0"),
+    (["stream", "retention", "--apply", "--every", "1e300"], "argument --every: '1e300' is over 86,400 seconds"),
+    (["stream", "tail", "s", "--follow", "--poll", "1e300"], "argument --poll: '1e300' is over 86,400 seconds"),
+])
+def test_a_bad_number_is_named_with_what_the_argument_takes(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and "invalid" not in error, error
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-1", "0"])
+def test_soak_refuses_minutes_that_are_not_a_finite_number_above_0(monkeypatch, minutes):
+    monkeypatch.setattr("connector.commands.soak.Soak", lambda *args, **kwargs: pytest.fail("a soak started"))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["soak", "--minutes", minutes])
+    assert "--minutes" in str(exited.value.code) and "must be a finite number above 0" in str(exited.value.code)
