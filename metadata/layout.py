@@ -59,7 +59,9 @@ MARKER = "/layout"
 # Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
 # file system (a node's directory in a local cluster) reads specially.
 NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"
+NODE_ID_RULE = "1-200 letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+_NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")   # also BookKeeper's host:port bookie ids
 # The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
 # (and its marker rewritten) by the next store that opens it; a newer version is refused.
 LAYOUT_VERSION = 1
@@ -88,8 +90,13 @@ class LayoutMarker:
 
 
 def is_name(name: object) -> bool:
-    """name follows NAME_RULE: it is safe as one znode's name (a stream's, a storage node's id)."""
+    """name follows NAME_RULE: it is safe as one znode's name (a stream's)."""
     return isinstance(name, str) and _NAME.match(name) is not None
+
+
+def is_node_id(node_id: object) -> bool:
+    """node_id follows NODE_ID_RULE: it is safe as one znode's name and a local cluster's directory name."""
+    return isinstance(node_id, str) and _NODE_ID.match(node_id) is not None
 
 
 def ledger_path(ledger_id: int) -> str:

@@ -143,7 +143,7 @@ def validate(config: NodeConfig) -> None:
     MetadataUri.parse(config.metadata)
     checks = [
         (0 <= config.port <= 65535, f"--port {config.port} is not a TCP port (0..65535; 0 picks a free one)"),
-        (layout.is_name(config.node_id), f"--node-id {config.node_id!r}: use {layout.NAME_RULE}"),
+        (layout.is_node_id(config.node_id), f"--node-id {config.node_id!r}: use {layout.NODE_ID_RULE}"),
         (1 <= config.max_entry_bytes <= 512 * MiB,
          f"--max-entry-bytes {config.max_entry_bytes} must be 1..{512 * MiB}"),
         (0.0 < config.read_only_threshold <= 1.0,

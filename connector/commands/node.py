@@ -55,8 +55,8 @@ def _readonly_parser() -> argparse.ArgumentParser:
 
 
 def run_readonly(args) -> int:
-    if not layout.is_name(args.node_id):   # before ZooKeeper, which would refuse the path in its own words
-        raise LedgerError(f"{args.node_id!r} is not a storage node id (ids are {layout.NAME_RULE}); check the id "
+    if not layout.is_node_id(args.node_id):   # before ZooKeeper, which would refuse the path in its own words
+        raise LedgerError(f"{args.node_id!r} is not a storage node id (ids are {layout.NODE_ID_RULE}); check the id "
                           "with `ledger cluster status`")
     with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:

@@ -61,15 +61,15 @@ def test_a_tls_file_that_is_not_pem_of_its_kind_is_refused_at_parse_time(tmp_pat
 
 
 @pytest.mark.parametrize("node_id", ["..", ".", "a b", "a\0b", "a/b", "", "_n", "x" * 201])
-def test_a_node_id_follows_the_stream_name_rule(tmp_path, node_id):
+def test_a_node_id_follows_the_node_id_rule(tmp_path, node_id):
     """It names the node's znodes (/nodes/ID, /cookies/ID) and, in a local cluster, its directory."""
     args = base(tmp_path)
     args[args.index("--node-id") + 1] = node_id
-    with pytest.raises(ConfigError, match=r"--node-id .*: use 1-200 letters, digits, '_', '.' or '-', starting with"):
+    with pytest.raises(ConfigError, match=r"--node-id .*: use 1-200 letters, digits, '_', '.', ':' or '-', starting with"):
         parse_config(args)
 
 
-@pytest.mark.parametrize("node_id", ["n", "node-1", "bookie_2.rack-a", "x" * 200])
+@pytest.mark.parametrize("node_id", ["n", "node-1", "bookie_2.rack-a", "10.0.0.7:3181", "x" * 200])
 def test_node_ids_a_cluster_gives_are_taken(tmp_path, node_id):
     args = base(tmp_path)
     args[args.index("--node-id") + 1] = node_id
