@@ -56,15 +56,17 @@ import time
 import uuid
 from typing import Callable, Iterable, Iterator
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError
 
 from connector.client import LedgerClient
 from connector.spark.recovery import discard
 from metadata import layout, registry
-from metadata.errors import LedgerError, MetadataError, NoSuchStreamError
+from metadata.errors import LedgerError, MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import Rewrite, drop_below, iter_ledgers, list_streams, read_stream, update_stream
+from metadata.streams import (
+    Rewrite, create_directory, drop_below, iter_ledgers, list_streams, read_stream, update_stream,
+)
 
 log = logging.getLogger(__name__)
 
@@ -206,12 +208,7 @@ def _cut_front(
     finished = clean_cuts(lc, name, password=password)
     planned = Cut(uuid.uuid4().hex[:16], name, lc.writer_id)
     head = read_stream(store, name).value
-    try:
-        store.create(layout.stream_cuts_path(name))
-    except NodeExistsError:
-        pass
-    except NoNodeError as exc:
-        raise NoSuchStreamError(f"stream {name!r} was deleted meanwhile") from exc
+    create_directory(store, name, layout.stream_cuts_path(name))
     store.create(planned.path, planned.encode())
     on_step(PLANNED, planned)
     facts = _LedgerFacts(store)
@@ -283,10 +280,27 @@ def _delete(lc: LedgerClient, cut: Cut, password: bytes, on_step: Step = lambda 
             log.warning("stream %r: ledger %d left the stream but was not deleted: %s", cut.stream,
                         ledger.ledger_id, exc)
     on_step(TAIL_DELETED, cut)
-    drop_below(lc.store, StreamRecord(cut.stream), cut.to_offset, counted)
+    # The cut's record goes with its stream: while it is there, the pages under the name are this stream's.
+    drop_below(lc.store, StreamRecord(cut.stream), cut.to_offset, counted,
+               still_there=lambda: lc.store.exists(cut.path))
     if not failed:
         lc.store.delete(cut.path)
     return deleted[0]
+
+
+def overwrite_cut(replaced: StreamRecord, job_id: str) -> Cut:
+    """The cut an overwrite makes, as landed: every ledger of the head it replaced leaves (the tail's, and the pages'
+    below its next offset). The overwrite writes it in its own multi, so that its deletes are as durable as a
+    truncation's: a driver that dies before them leaves the record, which the stream's next job start (the janitor)
+    or truncation or retention run finishes (clean_cuts). Its writer names the job (a cut record's writer matters
+    only while it is planned)."""
+    return Cut(uuid.uuid4().hex[:16], replaced.name, job_id, CUT, replaced.first_offset, replaced.next_offset,
+               replaced.tail)
+
+
+def finish_cut(lc: LedgerClient, cut: Cut, password: bytes = b"") -> int:
+    """Delete what a landed cut took off the stream, then its record (step 3). Returns the ledgers deleted."""
+    return _delete(lc, cut, password)
 
 
 def clean_cuts(lc: LedgerClient, name: str, *, password: bytes = b"") -> int:

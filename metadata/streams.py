@@ -109,6 +109,7 @@ def create_stream(store: MetadataStore, record: StreamRecord) -> Versioned[Strea
     transaction.create(layout.stream_path(record.name), serde.encode_stream(record))
     transaction.create(layout.stream_pages_path(record.name))
     transaction.create(layout.stream_queries_path(record.name))
+    transaction.create(layout.stream_cuts_path(record.name))
     try:
         transaction.commit()
     except NodeExistsError as exc:
@@ -147,8 +148,9 @@ def write_stream(
                 raise MetadataConflictError(f"{path} is gone; re-read and retry") from exc
         # A stream created before pages (or query commit records) existed: those directories come with their
         # first znode.
-        for directory in (layout.stream_pages_path(head.name), layout.stream_queries_path(head.name)):
-            _create_directory(store, head.name, directory)
+        for directory in (layout.stream_pages_path(head.name), layout.stream_queries_path(head.name),
+                          layout.stream_cuts_path(head.name)):
+            create_directory(store, head.name, directory)
         try:
             version = _commit(store, head, expected_version, pages, rewrite.also)
         except NoNodeError as again:   # deleted meanwhile: the stream, or a znode of `also`
@@ -156,7 +158,7 @@ def write_stream(
     return Versioned(head, version)
 
 
-def _create_directory(store: MetadataStore, name: str, path: str) -> None:
+def create_directory(store: MetadataStore, name: str, path: str) -> None:
     """Create a directory znode of the stream, unless there; never the stream's head (a stream deleted
     meanwhile is not brought back as an empty znode)."""
     try:
@@ -484,20 +486,29 @@ def read_page(store: MetadataStore, name: str, page: StreamPage) -> tuple[Stream
 
 
 def drop_below(
-    store: MetadataStore, before: StreamRecord, first_offset: int, discard: Callable[[int], None]
+    store: MetadataStore, before: StreamRecord, first_offset: int, discard: Callable[[int], None],
+    still_there: Callable[[], bool] | None = None,
 ) -> None:
     """After the CAS that moved the stream's first offset from before's up to first_offset (an overwrite, a
     truncation): discard (by id) every ledger that left the stream, then delete the pages left with none.
     O(what left): the tail of before and the pages below first_offset (pages whose deletion failed before
     included). Best effort: a ledger that cannot be discarded is logged, and its page stays for a later call
-    (readers skip it)."""
+    (readers skip it).
+
+    Pages are found by the stream's name, so before each page still_there() (by default: the stream's head was
+    created when before's was) says the stream is the one that was cut: a call that comes late (its process
+    stalled) must not delete the pages of a stream deleted and created again under the name meanwhile."""
     name = before.name
     for ledger in before.tail:
         if ledger.last_offset is not None and ledger.last_offset < first_offset:
             _discard_quietly(name, ledger.ledger_id, discard)
+    same = still_there or (lambda: _created_at(store, name) == before.created_at)
     for page in list_pages(store, name):
         if page.first_offset >= first_offset:
             break
+        if not same():
+            log.info("stream %r was deleted (or created again) since its cut: its pages are left alone", name)
+            return
         try:
             ledgers = read_page(store, name, page)
         except OffsetsGoneError:
@@ -506,6 +517,11 @@ def drop_below(
         discarded = [_discard_quietly(name, ledger.ledger_id, discard) for ledger in gone]
         if all(discarded) and len(gone) == len(ledgers):
             store.delete(layout.stream_page_path(name, page))
+
+
+def _created_at(store: MetadataStore, name: str) -> float | None:
+    found = find_stream(store, name)
+    return None if found is None else found.value.created_at
 
 
 def _discard_quietly(name: str, ledger_id: int, discard: Callable[[int], None]) -> bool:

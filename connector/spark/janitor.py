@@ -32,6 +32,7 @@ import random
 from typing import Iterable, Sequence
 
 from connector.client import LedgerClient, NoSuchLedgerError
+from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
     Registration, TaskEntry, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry, query_ids,
@@ -171,6 +172,11 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
     changed (its keeper died, its session expired) starts a run again under the new one, and must not discard the
     batch in flight that its commit is about to register.
     Never raises (the job goes on; what is left, the next start or `ledger jobs --apply` cleans)."""
+    try:   # an overwrite (or a truncation) whose process died before its deletes: one listing, none left usually
+        if finished := clean_cuts(lc, stream, password=password):
+            log.info("stream %r: %d cuts whose process died before deleting their ledgers finished", stream, finished)
+    except LedgerError as exc:
+        log.warning("stream %r: cuts of processes that died not finished: %s", stream, exc)
     try:
         found = [f for f in find_registries(lc.store) if f.state == ABANDONED]
     except LedgerError as exc:

@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from connector.client import LedgerClient, NotEnoughNodesError, entry_time
 from connector.client.placement import writable
+from connector.retention import Cut, finish_cut, overwrite_cut
 from connector.spark.commit import (
     COMMITTED, TaskLedger, check_arrow_stream, check_last_ledger_closed, committed_job, job_outcome,
     new_stream,
@@ -45,17 +46,17 @@ from connector.spark.jobs import (
 )
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
-    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard,
+    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password,
 )
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
 from connector.spark.spans import stream_spans
 from connector.spark.task_client import driver_client, write_task_client
-from metadata import registry
+from metadata import layout, registry
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import Rewrite, drop_below, find_stream, held_ledgers, update_stream
+from metadata.streams import Rewrite, create_directory, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class LedgerWriter(DataSourceArrowWriter):
             for entry in task_entries(lc.store, job_registry(self.job_id)):
                 if entry.ledger_id not in kept:
                     drop_entry(lc, entry, opts.password)
+            if self.overwrite:   # its cut's record goes there, in the commit's multi (older streams have none)
+                create_directory(lc.store, opts.stream, layout.stream_cuts_path(opts.stream))
             replaced = self._register(lc.store, tasks)
             # The rows are committed: from here on nothing may raise (abort would run and must not follow).
             try:
@@ -116,18 +119,20 @@ class LedgerWriter(DataSourceArrowWriter):
                 log.warning("write job %s: its registry was not removed: %s", self.job_id, exc)
             if replaced is not None:
                 try:
-                    drop_below(lc.store, replaced, replaced.next_offset, lambda i: discard(lc, i, opts.password))
+                    finish_cut(lc, replaced, opts.password)
                 except LedgerError as exc:
-                    log.warning("overwrite of stream %r: replaced ledgers not all deleted: %s", opts.stream, exc)
+                    log.warning("overwrite of stream %r: replaced ledgers not all deleted (the stream's next job "
+                                "start, truncation or retention run goes on): %s", opts.stream, exc)
 
-    def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> StreamRecord | None:
-        """One CAS puts every task ledger and the job id on the stream; returns the head an overwrite replaced
-        (its ledgers, in its tail and pages, are to be deleted), None for an append.
+    def _register(self, store: MetadataStore, tasks: list[TaskLedger]) -> Cut | None:
+        """One CAS puts every task ledger and the job id on the stream; returns the cut an overwrite made (the
+        ledgers of the head it replaced, in its tail and pages, are to be deleted; its record is written in the
+        same multi), None for an append.
 
         A lost reply is read back (rule 16): if the job is found committed, the CAS that landed is the last
-        one transform built, and `replaced` still holds the head that one replaced.
+        one transform built, and `replaced` still holds the cut that one made.
         """
-        replaced: list[StreamRecord] = []
+        replaced: list[Cut] = []
         registry = job_registry(self.job_id)
         ledger_ids = [task.ledger_id for task in tasks if task.ledger_id is not None]
         attempts = [0]
@@ -152,11 +157,13 @@ class LedgerWriter(DataSourceArrowWriter):
                 raise WriteJobEndedError(
                     f"write job {self.job_id}: a sweep withdrew task ledgers of it before its commit reached stream "
                     f"{record.name!r}: none of its rows were committed; run the write again")
-            replaced[:] = [record] if self.overwrite else []
+            replaced[:] = [overwrite_cut(record, self.job_id)] if self.overwrite else []
             # In the commit's multi: the registry stamped committed at the version read (fenced or removed since, the
-            # multi fails and this runs again), and each task ledger's entry not withdrawn (no sweep deleted it).
+            # multi fails and this runs again), each task ledger's entry not withdrawn (no sweep deleted it), and an
+            # overwrite's cut record.
+            cut = tuple((cut.path, cut.encode(), None) for cut in replaced)
             return Rewrite(updated.replace(retention=self.options.retention(updated.retention)),  # retentionMs/Bytes
-                           also=(guard.stamp_committed(),) + entry_checks(registry, ledger_ids))
+                           also=(guard.stamp_committed(),) + entry_checks(registry, ledger_ids) + cut)
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None

@@ -415,3 +415,35 @@ def test_an_abort_after_a_landed_commit_whose_outcome_left_the_head_keeps_its_ro
     monkeypatch.undo()
     writer.abort(messages)   # Spark aborts the job whose commit failed
     assert stream_ids(metadata_uri) == list(range(200))
+
+
+class DriverDied(BaseException):
+    """Stands for the driver's process ending at that point (nothing after it runs)."""
+
+
+def test_the_ledgers_an_overwrite_replaced_are_deleted_after_its_driver_died_before_deleting_them(
+        cluster, store, metadata_uri, driver_uri, monkeypatch):
+    """Helper audit 2026-11-29: once an overwrite's commit landed, the ledgers of the head it replaced were named
+    nowhere (no head, no registry): a driver that died before deleting them left them for good. The overwrite's multi
+    now writes a cut record naming them, which the stream's next job start finishes."""
+    from connector.spark import write
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    base = [s.ledger_id for s in streams.iter_ledgers(store, find_stream(store, STREAM).value)]
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=True)
+    messages = run_tasks(writer, metadata_uri, range(100, 150))
+
+    def dies(*_):
+        raise DriverDied()
+
+    monkeypatch.setattr(write, "finish_cut", dies, raising=False)   # (the code before this fix deleted them here:)
+    monkeypatch.setattr(write, "drop_below", dies, raising=False)
+    with pytest.raises(DriverDied):
+        writer.commit(messages)
+    monkeypatch.undo()
+    assert stream_ids(metadata_uri) == list(range(100, 150))
+    LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)   # the stream's next job start
+    with LedgerClient(metadata_uri) as lc:
+        assert not set(base) & set(lc.list_ledgers())
+    assert stream_ids(metadata_uri) == list(range(100, 150))

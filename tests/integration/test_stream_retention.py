@@ -267,3 +267,37 @@ def test_paged_ledgers_left_by_a_run_that_died_are_deleted_by_the_next_run(lc):
     assert result.finished_cuts == 1 and result.first_offset == 595 * OFFSETS
     assert streams.list_pages(store, "events") == [] and pending_cuts(store, "events") == []
     assert not any(exists(store, i) for i in ids[:595]) and all(exists(store, i) for i in ids[595:])
+
+
+def test_a_cut_that_comes_late_leaves_the_pages_of_a_stream_created_again_under_the_name_alone(lc):
+    """Helper audit 2026-11-29: a cut finds the pages to delete by the stream's name. One whose process stalled
+    after its CAS, while the stream was deleted and created again with more than a page of ledgers, deleted the new
+    stream's paged ledgers below its offset. It now deletes pages only while its cut's record (which goes with the
+    stream) is there; an overwrite's deletes only while the head was created when the replaced head was."""
+    store = lc.store
+    appended(store, "events", closed_ledgers(store, 600))
+    new: list[int] = []
+
+    def recreated(step, cut):
+        if step == TAIL_DELETED:   # the cut's process stalls here; the stream is deleted and created again
+            streams.delete_stream(store, "events")
+            new.extend(closed_ledgers(store, 300))
+            appended(store, "events", new)
+
+    truncate_stream(lc, "events", 590 * OFFSETS, on_step=recreated)
+    assert len(streams.list_pages(store, "events")) == 1
+    assert ledger_ids(store, "events") == new and all(exists(store, i) for i in new)
+
+
+def test_an_overwrites_late_deletes_leave_the_pages_of_a_stream_created_again_under_the_name_alone(lc):
+    """The same for the deletes after an overwrite (streams.drop_below with the head the overwrite replaced): they
+    stop at a head created since."""
+    store = lc.store
+    replaced = appended(store, "events", closed_ledgers(store, 600))
+    streams.delete_stream(store, "events")
+    new = closed_ledgers(store, 300)
+    appended(store, "events", new)
+    streams.drop_below(store, replaced, replaced.next_offset, lc.delete_ledger)
+    assert len(streams.list_pages(store, "events")) == 1
+    assert ledger_ids(store, "events") == new and all(exists(store, i) for i in new)
+    assert not any(exists(store, ledger.ledger_id) for ledger in replaced.tail)   # the old stream's tail: deleted
