@@ -55,9 +55,9 @@ def lost_nodes(nodes: Iterable[str], registered: Iterable[str], decommissioned: 
 class AuditSchedule:
     """When the auditor (`ledger audit --watch`) scans every ledger's metadata, as BookKeeper's auditor does: when
     the nodes change, and in a periodic check of all ledgers. A ledger is under-replicated only through a node that
-    is gone or decommissioned, so while the nodes stay as they were at the last scan, and that scan left nothing
-    under-replicated, another finds nothing new; the scan costs a read of every ledger, which a cluster gains by
-    the thousand a day. The nodes are given as the caller read them before the scan: each registered node with
+    is gone or decommissioned, so while the nodes stay as they were at the last scan, another finds nothing new (a
+    ledger that scan could not repair is looked at again alone, Rereplicator.retrying); the scan costs a read of
+    every ledger, which a cluster gains by the thousand a day. The nodes are given as the caller read them before the scan: each registered node with
     its process id (a restart counts as a change: its disk may have been replaced) and the decommissioned ones.
     full_seconds bounds the time between scans all the same. Pure: the caller passes the nodes and the clock."""
 
@@ -65,7 +65,6 @@ class AuditSchedule:
         self.full_seconds = full_seconds
         self._nodes: object = None
         self._scanned_at = 0.0
-        self._left = False
 
     def reason(self, nodes: object, now: float) -> str | None:
         """Why to scan now, or None to skip this round."""
@@ -73,15 +72,13 @@ class AuditSchedule:
             return "the first round"
         if nodes != self._nodes:
             return "the nodes changed"
-        if self._left:
-            return "the last scan left under-replicated ledgers"
         if now - self._scanned_at >= self.full_seconds:
             return "the periodic check of every ledger"
         return None
 
-    def scanned(self, nodes: object, now: float, left: bool) -> None:
-        """A scan of every ledger started at `now` with these nodes, and left under-replicated ledgers or not."""
-        self._nodes, self._scanned_at, self._left = nodes, now, left
+    def scanned(self, nodes: object, now: float) -> None:
+        """A scan of every ledger started at `now` with these nodes."""
+        self._nodes, self._scanned_at = nodes, now
 
     def next_full_scan(self, now: float) -> float:
         return max(0.0, self._scanned_at + self.full_seconds - now)

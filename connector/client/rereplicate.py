@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Callable, Iterable, Sequence
 
 from connector.client.api import LedgerClient
@@ -45,6 +46,7 @@ from protos.digest import master_key, password_hash
 BATCH_ENTRIES = 256          # entries read, then written, per round trip: bounds the memory of a copy
 MAX_REPLANS = 10             # metadata changes under one ledger's repair before giving up on it for this round
 MAX_REPLACEMENTS = 3         # replacement nodes tried for one fragment
+NODES_READ_SECONDS = 5.0     # how stale the auditor's view of the node registry may be while it repairs
 DECOMMISSION_PASSES = 5      # scans for ledgers placed on the node just before it was marked
 
 
@@ -97,6 +99,8 @@ class Rereplicator:
         self._runtime = Runtime.shared()
         self._ctx = Context(self.store, client.transport(), timeout, add_timeout)
         self.deferred: set[int] = set()   # ledgers the last repairs left to their live writers
+        self.retrying: set[int] = set()   # ledgers whose repair failed: looked at again alone, not by a scan
+        self._lost_nodes_read: tuple[float, dict, set] | None = None   # (when, registered, decommissioned)
 
     def __enter__(self) -> "Rereplicator":
         return self
@@ -131,28 +135,42 @@ class Rereplicator:
     def repair(self, audits: Iterable[LedgerAudit], on_ledger: Callable[[LedgerRepair], None] = lambda _: None
                ) -> list[LedgerRepair]:
         """Re-replicate what audit() found; the lost nodes are re-checked per ledger, as they may be back.
-        on_ledger gets each ledger's outcome as soon as it is known (an auditor logs it then)."""
+        on_ledger gets each ledger's outcome as soon as it is known (an auditor logs it then). A ledger whose
+        repair fails is kept in `retrying`, for repair_deferred."""
         return self._repair_each([audit.meta.ledger_id for audit in audits], on_ledger)
 
-    def repair_deferred(self, on_ledger: Callable[[LedgerRepair], None] = lambda _: None) -> list[LedgerRepair]:
-        """Look again at the ledgers deferred to their live writers (a read of each, not a scan): repaired once
-        closed or dangling, gone from the set once repaired or deleted; one whose repair failed stays, to be
-        tried again in the next round."""
-        return self._repair_each(sorted(self.deferred), on_ledger, keep_failed=True)
+    @property
+    def pending(self) -> set[int]:
+        """The ledgers to look at again alone: deferred to their live writers, or whose repair failed."""
+        return self.deferred | self.retrying
 
-    def _repair_each(self, ledger_ids: list[int], on_ledger: Callable[[LedgerRepair], None],
-                     keep_failed: bool = False) -> list[LedgerRepair]:
+    def repair_deferred(self, on_ledger: Callable[[LedgerRepair], None] = lambda _: None) -> list[LedgerRepair]:
+        """Look again at the pending ledgers (a read of each, not a scan): those deferred to their live writers
+        are repaired once closed or dangling; each leaves the set once repaired or deleted; one whose repair failed
+        stays, to be tried again in the next round. So one ledger no repair can fix (its password not given, no
+        replica left to copy from) costs a read per round, not a scan of every ledger."""
+        return self._repair_each(sorted(self.pending), on_ledger)
+
+    def _repair_each(self, ledger_ids: list[int], on_ledger: Callable[[LedgerRepair], None]) -> list[LedgerRepair]:
         outcomes = []
+        self._lost_nodes_read = None   # each round reads the nodes afresh (then at most every NODES_READ_SECONDS)
         for ledger_id in ledger_ids:
             outcome = self.repair_ledger(ledger_id, self._lost_now, fence_live_writer=False)
-            kept = outcome.deferred or (keep_failed and not outcome.ok)
-            (self.deferred.add if kept else self.deferred.discard)(ledger_id)
+            (self.deferred.add if outcome.deferred else self.deferred.discard)(ledger_id)
+            (self.retrying.add if not outcome.ok and not outcome.deferred else self.retrying.discard)(ledger_id)
             outcomes.append(outcome)
             on_ledger(outcome)
         return outcomes
 
     def _lost_now(self, nodes: Iterable[str]) -> set[str]:
-        return set(lost_nodes(nodes, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store)))
+        """Those of the nodes that are gone or decommissioned now: the node registry is read again at most every
+        NODES_READ_SECONDS (a node may come back while a long repair runs), not for every ledger repaired: a read
+        of it costs one read per registered node."""
+        now = time.monotonic()
+        if self._lost_nodes_read is None or now - self._lost_nodes_read[0] >= NODES_READ_SECONDS:
+            self._lost_nodes_read = (now, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store))
+        _, registered, retired = self._lost_nodes_read
+        return set(lost_nodes(nodes, registered, retired))
 
     # -- decommission --------------------------------------------------------------------------------------------
 

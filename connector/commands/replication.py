@@ -57,7 +57,7 @@ def _passwords(args) -> list[bytes]:
 def run_audit(args) -> int:
     with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         if args.watch is None:   # exit status 1 while anything is left under-replicated, deferred ledgers too
-            return 1 if _audit_round(worker, args.repair, args.json) or worker.deferred else 0
+            return 1 if _audit_round(worker, args.repair, args.json) or worker.pending else 0
         # The auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt).
         return watch(worker, args.watch, AuditSchedule(args.full_every), rounds=1 if args.once else None,
                      as_json=args.json)
@@ -75,15 +75,16 @@ def watch(worker: Rereplicator, interval: float, schedule: AuditSchedule, rounds
             if reason is None:
                 print(f"audit skipped: no node gone, back, restarted or decommissioned since the last scan (every "
                       f"ledger is read again in {schedule.next_full_scan(now):.0f}s)")
-                if worker.deferred:   # a read of each, not a scan; logged once repaired or failed
+                if worker.pending:   # a read of each, not a scan; logged once repaired or failed
                     report = _reporter(as_json)
                     outcomes = worker.repair_deferred(
                         lambda outcome: None if outcome.deferred and not outcome.fragments else report(outcome))
                     status = 1 if any(not outcome.ok for outcome in outcomes) else 0
             else:
                 failed = _audit_round(worker, repair=True, as_json=as_json, nodes=nodes)
-                # Ledgers left to their live writers are not work left for a scan: repair_deferred reads them alone.
-                schedule.scanned(nodes, now, left=bool(failed))
+                # Ledgers left to their live writers, or whose repair failed, are not work for another scan:
+                # repair_deferred reads them alone in the next rounds.
+                schedule.scanned(nodes, now)
                 status = 1 if failed else 0
         except LedgerError as exc:  # ZooKeeper briefly away: the auditor outlives it and tries again
             print(f"audit round failed: {exc}; next round in {interval}s", file=sys.stderr, flush=True)

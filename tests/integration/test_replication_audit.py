@@ -176,3 +176,27 @@ def test_the_auditor_repairs_a_live_writers_open_ledger_without_fencing_it(start
         assert meta.last_entry_id == 89 and not {first_lost, second_lost} & meta.all_nodes()
         nodes[second_lost].stop()
         assert_every_entry_reads_back(client, {writer.ledger_id: (b"", entries)})
+
+
+def test_a_ledger_no_repair_can_fix_is_looked_at_alone_not_by_a_scan_every_round(start_node, metadata_uri, capsys):
+    """Helper audit 2026-11-29: one ledger whose repair failed (its password not given to the auditor) made every
+    later round of `ledger audit --watch` a scan of every ledger of the cluster, for as long as it stayed so. It is
+    now looked at again alone in the next rounds; the scans happen when the nodes change, or periodically."""
+    nodes = {n.node_id: n for n in (start_node(None, *FAST_EXPIRY) for _ in range(4))}
+    with LedgerClient(metadata_uri) as client:
+        with client.create_ledger(3, 3, 2, password=b"not given to the auditor") as locked:
+            append_entries(locked, 10, 1)
+        with client.create_ledger(3, 3, 2) as other:
+            append_entries(other, 10, 2)
+        lost = sorted(set(client.ledger_metadata(locked.ledger_id).all_nodes()))[0]
+        nodes[lost].kill()
+        poll_until(lambda: lost not in registry.list_nodes(client.store), 30, what=f"{lost}'s registration to expire")
+        with Rereplicator(client) as worker:
+            scans = []
+            real_audit = worker.audit
+            worker.audit = lambda nodes=None: scans.append(nodes) or real_audit(nodes)
+            assert watch(worker, 0.0, AuditSchedule(full_seconds=3600), rounds=3) == 1
+            rounds = capsys.readouterr().out
+        assert len(scans) == 1, rounds
+        assert rounds.count("none of the given passwords is this ledger's") == 3, rounds   # tried in every round
+        assert worker.retrying == {locked.ledger_id}
