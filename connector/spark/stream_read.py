@@ -62,7 +62,7 @@ from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, Re
 from connector.spark.read import offset_at_time, read_partitions
 from connector.spark.spans import batch_spans, confirmed_past, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
 
@@ -212,13 +212,25 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         at = self._stream_offset(start)
-        extent = self._extent()
-        self._check_incarnation(start, extent.created)
+        try:
+            extent = self._extent()
+        except NoSuchStreamError as exc:   # deleted, perhaps to be created again: Kafka's deleted topic
+            self._data_lost(f"stream {self.options.stream!r} is gone ({exc}); the query reads on once a stream of "
+                            "that name exists again")
+            return start
+        if self._check_incarnation(start, extent.created):
+            at = extent.first   # failOnDataLoss=false: the new stream from its start, none of which was read
         if extent.end <= at and extent.open_tail is not None and self.available_now_end is None:
             extent = self._waited(extent)
         self._side().latest_end = extent.end
         begin = self._checked_start(at, extent.first)
-        end = self._checked_extent(begin, extent.end)
+        end = extent.end
+        if end < begin and extent.open_tail is not None and extent.open_tail.first_offset <= begin:
+            # The query stands inside a live writer's OPEN ledger, whose offsets only grow: the end announced last
+            # came from a node whose LAC was ahead of the ones answering now (a restart, or Trigger.AvailableNow,
+            # which does not wait for them to catch up). Nothing new yet; not offsets taken back.
+            end = begin
+        end = self._checked_extent(begin, end)
         if self.available_now_end is not None:
             end = min(end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
@@ -262,17 +274,22 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         created = self._driver.created if self._driver is not None else 0.0
         return {"offset": offset, "stream": self.options.stream, **({"created": created} if created else {})}
 
-    def _check_incarnation(self, offset: dict, created: float) -> None:
-        """Data loss if the offset is of an earlier stream of the same name: the query would skip the new stream's
-        offsets below it, which hold rows it never read."""
+    def _check_incarnation(self, offset: dict, created: float) -> bool:
+        """Data loss if the offset is of an earlier stream of the same name: read on from it, the query would skip
+        the new stream's offsets below it, which hold rows it never read. Whether it is (then, unless this raised,
+        failOnDataLoss=false: the query reads the new stream from its first offset, as Kafka's source goes on
+        from where a recreated topic's partition starts)."""
         was = offset.get("created")
-        if was and created and was != created:
-            self._data_lost(
-                f"stream {self.options.stream!r} was deleted and created again since this query's checkpoint "
-                f"(created at {_iso(was)}, now at {_iso(created)}): its offsets started again at 0, and the new "
-                f"stream's offsets below {offset['offset']} would never be read; give the query a new "
-                "checkpointLocation to read the new stream from its start"
-            )
+        if not (was and created and was != created):
+            return False
+        self._data_lost(
+            f"stream {self.options.stream!r} was deleted and created again since this query's checkpoint "
+            f"(created at {_iso(was)}, now at {_iso(created)}): its offsets started again at 0, and the new "
+            f"stream's offsets below {offset['offset']} would never be read; give the query a new "
+            "checkpointLocation to read the new stream from its start (with failOnDataLoss=false the query reads "
+            "the new stream from its start)"
+        )
+        return True
 
     def _stream_offset(self, offset: dict) -> int:
         """The offset Spark hands back, checked to be one of this stream's (the checkpoint may be another query's)."""
@@ -291,7 +308,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
-            self._check_incarnation(start, record.created_at)
+            if self._check_incarnation(start, record.created_at):
+                lo = record.first_offset   # the offsets of the new stream (failOnDataLoss=false), from its start
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
         lo, spans, reach = self._with_client(

@@ -157,9 +157,86 @@ def test_a_query_whose_stream_was_deleted_and_created_again_does_not_skip_its_ro
                     restarted.latestOffset(end, ReadAllAvailable())
                 with pytest.raises(DataLossError, match="was deleted and created again"):
                     restarted.partitions(end, {**end, "offset": 20})
-            else:   # skipped as the user asked, with a warning; later offsets are of the new stream
+            else:   # reported with a warning, as the user asked; the new stream is read from its start
                 later = restarted.latestOffset(end, ReadAllAvailable())
                 assert later["offset"] == 25 and later["created"] != end["created"]
+                assert planned_offsets(restarted, end, later) == (0, 24)
                 restarted.latestOffset(later, ReadAllAvailable())
         finally:
             restarted.stop()
+
+
+def planned_offsets(reader: LedgerStreamReader, start: dict, end: dict) -> tuple[int, int] | None:
+    """The first and last offset the micro-batch from start to end reads."""
+    from connector.spark.planning import pieces_of
+
+    pieces = [piece for partition in reader.partitions(start, end) for piece in pieces_of(partition)]
+    return (min(p.lo for p in pieces), max(p.hi for p in pieces)) if pieces else None
+
+
+def test_a_query_reads_a_stream_created_again_shorter_than_its_offset_from_its_start(cluster, store, metadata_uri):
+    """Helper audit 2026-11-29: with failOnDataLoss=false, a query whose stream was deleted and created again stayed at
+    its old offset: it read nothing of the new stream until that passed the old offset, and then only from there,
+    skipping every row written meanwhile. It now reads the new stream from its start (Kafka's source goes on from a
+    recreated topic's start too). A stream gone (between the delete and the create) is data loss, not a failure of
+    the query, with failOnDataLoss=false."""
+    from connector.client import Streams
+    from metadata.streams import delete_stream
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("events") as writer:
+            writer.append_many([b"old %d" % i for i in range(10)])
+        options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
+                                                       "failOnDataLoss": "false"})
+        reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+        try:
+            end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+            delete_stream(store, "events")
+            assert reader.latestOffset(end, ReadAllAvailable()) == end   # gone: nothing to read, no failure
+            with Streams(lc).open_writer("events") as writer:
+                writer.append_many([b"new %d" % i for i in range(5)])
+            later = reader.latestOffset(end, ReadAllAvailable())
+            assert later["offset"] == 5 and planned_offsets(reader, end, later) == (0, 4)
+            with Streams(lc).open_writer("events") as writer:
+                writer.append_many([b"new %d" % i for i in range(5, 15)])
+            last = reader.latestOffset(later, ReadAllAvailable())
+            assert last["offset"] == 15 and planned_offsets(reader, later, last) == (5, 14)
+        finally:
+            reader.stop()
+
+
+def test_a_restarted_query_under_available_now_does_not_take_a_lagging_lac_for_offsets_taken_back(
+        cluster, store, metadata_uri):
+    """Helper audit 2026-11-29: the end a query last announced can come from one node's LAC (the long poll's); a
+    restarted query (or one whose remembered ends were dropped) reads the OPEN tail's LAC at quorum coverage, which
+    can answer less. Under Trigger.AvailableNow, which does not wait for the LAC to catch up, that failed the query
+    with "offsets were taken back" (failOnDataLoss=true). Offsets of an OPEN ledger only grow: a LAC below where the
+    query stands inside it is nothing new yet."""
+    nodes = cluster(3)
+    writer = registry.register_writer(store, WRITER)
+    sealed = sealed_ledger(metadata_uri)
+    tail = open_tail_known_to_one_node(store, nodes)
+    create_stream(store, StreamRecord("events", format="raw", tail=(
+        StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
+    options, stream_options = StreamOptions.parse(
+        {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
+
+    def reader():
+        return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+    first, restarted = reader(), reader()
+    try:
+        nodes[2].pause()
+        end = first.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
+        nodes[2].resume()
+        assert end["offset"] == SEALED + TAIL
+        nodes[0].pause()                                               # from now on LAC -1
+        restarted.prepareForTriggerAvailableNow()
+        assert restarted.latestOffset(end, ReadAllAvailable()) == end
+    finally:
+        for node in nodes:
+            node.resume()
+        first.stop()
+        restarted.stop()
+        writer.close()
