@@ -250,7 +250,8 @@ def test_ledgers_read_by_id_have_their_times_too(spark, shared_uri, stream):
 @pytest.mark.parametrize("options, message", [
     ({"startingTimestamp": "soon"}, "startingTimestamp='soon': allowed values are times in milliseconds"),
     ({"startingTimestamp": "5", "startingOffsets": "0"}, "both startingOffsets='0' and startingTimestamp='5'"),
-    ({"startingTimestamp": "5", "endingTimestamp": "4"}, "endingTimestamp=4 is before startingTimestamp=5"),
+    ({"startingTimestamp": "1700000000005", "endingTimestamp": "1700000000004"},
+     "endingTimestamp=1700000000004 is before startingTimestamp=1700000000005"),
 ])
 def test_bad_time_options_fail_the_read_with_a_clear_error(spark, shared_uri, stream, options, message):
     raw_stream(shared_uri, stream, [BASE])
