@@ -196,6 +196,11 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if starting == LATEST:
             return self._offset(extent.end)
         if isinstance(starting, int):
+            if starting > extent.end:   # offsets only grow: a query there would wait for offsets never promised
+                raise InvalidOptionError(
+                    f"startingOffsets={starting} is past the end of stream {self.options.stream!r} (its next offset "
+                    f"is {extent.end}): give an offset up to {extent.end}, or startingOffsets=latest to read only "
+                    "what is appended from now on")
             return self._offset(starting)
         return self._offset(extent.first)
 

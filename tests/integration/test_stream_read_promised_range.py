@@ -240,3 +240,21 @@ def test_a_restarted_query_under_available_now_does_not_take_a_lagging_lac_for_o
         first.stop()
         restarted.stop()
         writer.close()
+
+
+def test_a_starting_offset_past_the_streams_end_is_refused_naming_the_option(store, metadata_uri):
+    """Helper audit 2026-11-29: startingOffsets past the stream's end was taken, and the query's first trigger then
+    failed with "offsets were taken back ... set failOnDataLoss=false", which names neither the option nor the fix."""
+    from connector.spark.errors import InvalidOptionError
+
+    create_stream(store, StreamRecord("events", format="raw", first_offset=100))
+
+    def reader(starting: str) -> LedgerStreamReader:
+        options, stream_options = StreamOptions.parse({"metadata": metadata_uri, "path": "events",
+                                                       "startingOffsets": starting})
+        return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+    with pytest.raises(InvalidOptionError, match=r"startingOffsets=150 is past the end of stream 'events' \(its next "
+                                                 r"offset is 100\): give an offset up to 100, or startingOffsets=latest"):
+        reader("150").initialOffset()
+    assert without_created(reader("100").initialOffset()) == {"offset": 100, "stream": "events"}
