@@ -208,6 +208,22 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
     return cleaned
 
 
+def retire_gone_runs(store: MetadataStore, query_id: str, starting: str) -> int:
+    """At the start of a run of the query (by driver `starting`): its other runs whose drivers are gone are fenced,
+    recorded aborted and removed, as a janitor would once the whole query was abandoned. Their task entries are left
+    to the query's sweeps, which discard what no stream holds. A running query's registry is never abandoned, so
+    without this a query restarted once a day would hold a run per restart, read by every job start's janitor.
+    Returns how many it retired."""
+    gone = {driver: run for driver, run in query_runs(store, query_id).items()
+            if driver and driver != starting and not registry.writer_alive(store, driver)}
+    for driver, run in gone.items():
+        fence_run(store, query_id, driver)
+        if run.stream:
+            record_aborted(store, run.stream, run_key(query_id, driver, run.run))
+        forget_run(store, query_id, driver)
+    return len(gone)
+
+
 def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
     """Remove the registry of a query whose drivers are gone and that holds no task entries: its runs, then the
     registry (kept if an entry was registered meanwhile). Its runs are not recorded aborted, as _clean_query does

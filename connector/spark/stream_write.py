@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 from connector.client import LedgerClient
 from connector.spark.commit import ABORTED, TaskLedger, committed, job_outcome
 from connector.spark.driver import driver_registration_ahead, registered_driver
-from connector.spark.janitor import clean_stream, run_key
+from connector.spark.janitor import clean_stream, retire_gone_runs, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
@@ -94,6 +94,10 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                 clean_stream(lc, options.stream, options.password, own_query=query_id)
                 with registered_driver(lc.store, options.metadata) as driver_id:
                     run_id = start_query(lc.store, query_id, options.stream, driver_id)
+                try:
+                    retire_gone_runs(lc.store, query_id, driver_id)
+                except LedgerError as exc:   # the next start retires them
+                    log.warning("streaming query %s: runs of gone drivers not retired: %s", query_id, exc)
             elif run.value.fenced or job_outcome(head, run_key(query_id, driver_id, run.value.run)) == ABORTED:
                 log.warning("streaming query %s: a janitor fenced its run by driver %s (it found the driver's "
                             "registration gone for a while): its batches in flight are refused; a new run starts",

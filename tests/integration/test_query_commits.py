@@ -388,3 +388,26 @@ def test_a_query_whose_run_a_janitor_fenced_commits_again_under_the_same_driver(
     assert [ledger.ledger_id for ledger in head.tail] == [entry.ledger_id]
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):   # the fenced run's
         old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 2)).ledger_id, 3, 1)], 2)
+
+
+def test_a_query_restarted_again_and_again_keeps_only_its_live_runs(cluster, store, metadata_uri, monkeypatch):
+    """Review 2026-11-29 (day 300): a running query's registry is never abandoned, so the janitor never removed the
+    runs of its earlier drivers: a query restarted once a day held a run per restart, read by every job start. A run
+    that starts now retires the query's runs whose drivers are gone (fenced, recorded aborted, removed)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from connector.spark.jobs import query_runs
+    from connector.spark.stream_options import StreamOptions
+
+    cluster(3)
+    ensure_stream(store, "s")
+    gone = {f"driver-gone-{n}": start_query(store, "query-1", "s", f"driver-gone-{n}") for n in range(3)}
+    old = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                             pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-gone-0",
+                             run=gone["driver-gone-0"])
+    monkeypatch.setattr(StreamOptions, "query_id", lambda self: "query-1")
+    sink = LedgerStreamWriter.prepare(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}), StreamOptions(),
+                                      StructType([StructField("id", LongType())]))
+    assert set(query_runs(store, "query-1")) == {sink.driver_id}
+    with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):   # a gone run's commit
+        old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 0)).ledger_id, 3, 1)], 0)
