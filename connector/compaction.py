@@ -53,7 +53,7 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from connector.client import LedgerClient, NoSuchLedgerError, entry_time
 from connector.spark.commit import ARROW
@@ -69,6 +69,7 @@ from connector.spark.schema import decode_schema
 from metadata import layout, registry, streams
 from metadata.errors import LedgerError, MetadataConflictError
 from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
+from metadata.store import MetadataStore
 from metadata.streams import RunChangedError, replace_run, update_stream
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ PLAN_THREADS = 8                # metadata reads in flight while planning
 COMPACTION_TAG = "compaction"
 QUERY_TAG, BATCH_TAG = "spark.query", "spark.batch"   # as stream_write tags a sink's task ledgers
 RUNNING, SWAPPED, ABANDONED = "running", "swapped", "abandoned"
+PENDING = "pending"   # a ledger that is not a candidate now and may become one (plan_start)
 
 
 class CompactionAbandonedError(LedgerError):
@@ -216,11 +218,61 @@ def compact_stream(
 def plan_runs(
     lc: LedgerClient, record: StreamRecord, policy: CompactionPolicy, password: bytes
 ) -> list[list[list[Candidate]]]:
-    """The stream's runs to rewrite, each a list of groups (one new ledger per group), in offset order."""
-    ledgers = list(streams.iter_ledgers(lc.store, record))[:-1]   # the last ledger stays (replace_run)
+    """The stream's runs to rewrite, each a list of groups (one new ledger per group), in offset order. Looks at the
+    ledgers from where the last plan under the same policy said nothing before can change (plan_start), not at
+    every ledger of the stream (rule 15), and records where the next plan starts."""
+    start = _plan_mark(lc.store, record.name, policy)
+    ledgers = list(streams.iter_ledgers(lc.store, record, lo=start))
+    planned = ledgers[:-1]   # the last ledger stays (replace_run)
     with concurrent.futures.ThreadPoolExecutor(PLAN_THREADS) as pool:
-        candidates = list(pool.map(lambda ledger: _candidate(lc, ledger, policy, password), ledgers))
-    return runs_of(candidates, policy)
+        looked = list(pool.map(lambda ledger: _candidate(lc, ledger, policy, password), planned))
+    runs = runs_of([c if isinstance(c, Candidate) else None for c in looked], policy)
+    if ledgers:
+        _set_plan_mark(lc.store, record.name, policy, plan_start(planned, looked, runs, ledgers[-1].first_offset))
+    return runs
+
+
+def plan_start(ledgers: list[StreamLedger], looked: list["Candidate | None | str"], runs: list[list[list[Candidate]]],
+               end: int) -> int:
+    """Pure: where the next plan under the same policy starts, given this plan's ledgers (in offset order), what it
+    found of each (a Candidate; None: stays as it is for good, not being small; PENDING: not a candidate yet, as an
+    OPEN ledger or one a commit still holds) and the runs it chose; end: the first offset it
+    did not plan (the stream's last ledger). Nothing before the result can join a run later: not a pending ledger,
+    not a run being rewritten now (its new ledgers may be small), not the candidates at the end (the next ledgers
+    may join them). Candidates between ledgers that stay for good and that no run took never will be: their
+    neighbours stay as they are."""
+    starts = [end]
+    starts += [ledger.first_offset for ledger, found in zip(ledgers, looked) if found == PENDING][:1]
+    starts += [runs[0][0][0].ledger.first_offset] if runs else []
+    trailing = len(looked)
+    while trailing and isinstance(looked[trailing - 1], Candidate):
+        trailing -= 1
+    starts += [ledgers[trailing].first_offset] if trailing < len(looked) else []
+    return min(starts)
+
+
+def _plan_mark(store: MetadataStore, name: str, policy: CompactionPolicy) -> int | None:
+    """Where the last plan under this policy said the next starts; None (from the stream's start) for another."""
+    found = store.read(layout.stream_compaction_mark_path(name), json.loads)
+    if found is None or not isinstance(found.value, dict) or found.value.get("policy") != _policy_key(policy):
+        return None
+    return int(found.value["offset"])
+
+
+def _set_plan_mark(store: MetadataStore, name: str, policy: CompactionPolicy, offset: int) -> None:
+    data = json.dumps({"offset": offset, "policy": _policy_key(policy)}).encode()
+    try:
+        try:
+            store.create(layout.stream_compaction_mark_path(name), data)
+        except NodeExistsError:
+            store.set_data(layout.stream_compaction_mark_path(name), data)
+    except (NoNodeError, LedgerError) as exc:   # the stream is gone, or ZooKeeper away: the next plan looks at more
+        log.info("stream %r: where the next compaction plan starts was not recorded: %s", name, exc)
+
+
+def _policy_key(policy: CompactionPolicy) -> list[int]:
+    """What decides which ledgers a plan takes: another policy plans the whole stream again, once."""
+    return [policy.small, policy.target_bytes, policy.min_ledgers]
 
 
 def runs_of(candidates: list[Candidate | None], policy: CompactionPolicy) -> list[list[list[Candidate]]]:
@@ -263,14 +315,19 @@ def _holds_rows(candidate: Candidate) -> bool:
     return candidate.ledger.last_offset >= candidate.ledger.first_offset
 
 
-def _candidate(lc: LedgerClient, ledger: StreamLedger, policy: CompactionPolicy, password: bytes) -> Candidate | None:
+def _candidate(lc: LedgerClient, ledger: StreamLedger, policy: CompactionPolicy,
+               password: bytes) -> Candidate | None | str:
+    """The ledger as a Candidate; None if it stays as it is for good (not small); PENDING if it is not a candidate
+    now but may become one (OPEN, a commit still holds it, or it left the stream meanwhile)."""
     if ledger.last_offset is None:
-        return None
+        return PENDING
     try:
         meta = lc.ledger_metadata(ledger.ledger_id)
     except NoSuchLedgerError:
-        return None  # left the stream meanwhile (truncated): the swap would be refused anyway
-    if not meta.is_closed or meta.length >= policy.small or _committing(lc, meta):
+        return PENDING  # left the stream meanwhile (truncated): the swap would be refused anyway
+    if not meta.is_closed or _committing(lc, meta):
+        return PENDING
+    if meta.length >= policy.small:
         return None
     check_password(meta, password, f"stream ledger {ledger.ledger_id}")
     return Candidate(ledger, meta.length, (meta.ensemble_size, meta.write_quorum, meta.ack_quorum),

@@ -137,6 +137,11 @@ def stream_cuts_path(name: str) -> str:
     return f"{STREAMS}/{name}/cuts"
 
 
+def stream_compaction_mark_path(name: str) -> str:
+    """Where the stream's next compaction plan starts (connector/compaction.py plan_start)."""
+    return f"{STREAMS}/{name}/compaction-mark"
+
+
 def stream_cut_path(name: str, cut_id: str) -> str:
     return f"{stream_cuts_path(name)}/{cut_id}"
 

@@ -290,3 +290,28 @@ def test_a_row_over_the_entry_limit_stops_the_compaction_in_its_own_words_and_le
         assert stream_ledgers(lc.store, "tight") == before
         poll_until(lambda: cleaned_up(lc, "tight"), timeout=30, what="the compaction's record to be cleaned up")
         assert not compaction_ledgers(lc)
+
+
+def test_a_compaction_plan_reads_only_the_ledgers_that_can_still_change(metadata_uri, monkeypatch):
+    """Rule 15: every compaction plan read the metadata of every ledger of the stream (a cron'd compaction of a
+    stream of a million ledgers read a million znodes each run, with nothing to do). A plan now starts where the last
+    one under the same policy said nothing before can change; another policy plans the whole stream once."""
+    from tests.harness.stream_fixtures import appended, closed_ledgers
+
+    with LedgerClient(metadata_uri) as lc:
+        large = closed_ledgers(lc.store, 300, length=1 << 30)   # none of them small
+        appended(lc.store, "events", large)
+        policy = CompactionPolicy(target_bytes=1 << 20)
+        read = []
+        real = lc.ledger_metadata
+        monkeypatch.setattr(lc, "ledger_metadata", lambda ledger_id: read.append(ledger_id) or real(ledger_id))
+        assert plan_runs(lc, streams.read_stream(lc.store, "events").value, policy, b"") == []
+        assert len(read) == 299                                          # the first plan: all but the last
+        new = closed_ledgers(lc.store, 5, length=1 << 30)
+        appended(lc.store, "events", new)
+        read.clear()
+        assert plan_runs(lc, streams.read_stream(lc.store, "events").value, policy, b"") == []
+        assert sorted(read) == [large[-1]] + new[:-1]                    # what came since, and no more
+        read.clear()
+        plan_runs(lc, streams.read_stream(lc.store, "events").value, CompactionPolicy(target_bytes=1 << 21), b"")
+        assert len(read) == 304                                          # another policy: the whole stream, once
