@@ -279,7 +279,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         created = self._driver.created if self._driver is not None else 0.0
         return {"offset": offset, "stream": self.options.stream, **({"created": created} if created else {})}
 
-    def _check_incarnation(self, offset: dict, created: float) -> bool:
+    def _check_incarnation(self, offset: dict, created: float, report: bool = True) -> bool:
         """Data loss if the offset is of an earlier stream of the same name: read on from it, the query would skip
         the new stream's offsets below it, which hold rows it never read. Whether it is (then, unless this raised,
         failOnDataLoss=false: the query reads the new stream from its first offset, as Kafka's source goes on
@@ -287,6 +287,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         was = offset.get("created")
         if not (was and created and was != created):
             return False
+        if not report:
+            return True
         self._data_lost(
             f"stream {self.options.stream!r} was deleted and created again since this query's checkpoint "
             f"(created at {_iso(was)}, now at {_iso(created)}): its offsets started again at 0, and the new "
@@ -313,8 +315,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
-            if self._check_incarnation(start, record.created_at):
-                lo = record.first_offset   # the offsets of the new stream (failOnDataLoss=false), from its start
+            if self._check_incarnation(start, record.created_at):   # failOnDataLoss=false from here on
+                if self._check_incarnation(end, record.created_at, report=False):
+                    return hi + 1, [], None   # a batch planned on the old stream (replayed): its rows are gone
+                lo = record.first_offset      # a batch of the new stream, from its start
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
         lo, spans, reach = self._with_client(

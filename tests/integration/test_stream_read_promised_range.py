@@ -196,6 +196,9 @@ def test_a_query_reads_a_stream_created_again_shorter_than_its_offset_from_its_s
             assert reader.latestOffset(end, ReadAllAvailable()) == end   # gone: nothing to read, no failure
             with Streams(lc).open_writer("events") as writer:
                 writer.append_many([b"new %d" % i for i in range(5)])
+            # Review 2026-11-29: a batch planned on the old stream and replayed after the recreate (a restart)
+            # read the new stream's first offsets, which the next batch read again: it reads nothing now.
+            assert planned_offsets(reader, {**end, "offset": 0}, end) is None
             later = reader.latestOffset(end, ReadAllAvailable())
             assert later["offset"] == 5 and planned_offsets(reader, end, later) == (0, 4)
             with Streams(lc).open_writer("events") as writer:
