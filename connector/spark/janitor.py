@@ -35,8 +35,8 @@ from connector.client import LedgerClient, NoSuchLedgerError
 from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
-    Registration, TaskEntry, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry, query_ids,
-    query_registry, query_runs, read_job, remove_job, remove_query, settle, task_entries,
+    Registration, TaskEntry, commit_guard, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry,
+    query_ids, query_registry, query_runs, read_job, remove_job, remove_query, settle, task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, recover
 from metadata import layout, registry
@@ -264,11 +264,18 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
     if not _may_clean(store, {job.driver: job}, legacy, sweep.outcome):
         return
     end_job(store, found.owner, fence=True)  # from here on no task registers a ledger, and no commit lands
-    record = record_aborted(store, job.stream, found.owner) if job.stream else None
-    if record is not None and job_outcome(record, found.owner) == COMMITTED:
+    guard = commit_guard(store, job_registry(found.owner).path)
+    stamped = guard is not None and guard.committed   # it landed, whether or not the head still holds its outcome
+    if stamped or (bool(job.stream) and _recorded_committed(store, job.stream, found.owner)):   # rule 16
         log.info("write job %s: its commit had landed on stream %r before its driver died", found.owner, job.stream)
-    sweep(found.entries(store), [job.stream] if record is not None else [])
+    sweep(found.entries(store), [job.stream] if job.stream else [])
     remove_job(store, found.owner)
+
+
+def _recorded_committed(store: MetadataStore, stream: str, job_id: str) -> bool:
+    """Record the job aborted on the stream unless it committed; whether it had committed."""
+    record = record_aborted(store, stream, job_id)
+    return record is not None and job_outcome(record, job_id) == COMMITTED
 
 
 def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") -> None:

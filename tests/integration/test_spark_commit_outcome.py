@@ -447,3 +447,35 @@ def test_the_ledgers_an_overwrite_replaced_are_deleted_after_its_driver_died_bef
     with LedgerClient(metadata_uri) as lc:
         assert not set(base) & set(lc.list_ledgers())
     assert stream_ids(metadata_uri) == list(range(100, 150))
+
+
+def test_a_commit_whose_reply_is_lost_while_a_janitor_cleans_its_job_is_reported_committed(
+        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+    """Review 2026-11-29: a commit landed and its reply was lost; while the driver waited for ZooKeeper, 100 jobs ended
+    on the stream and a janitor (finding the driver's registration gone) cleaned the job: it kept the ledgers the
+    stream held and removed the registry. The read-back then found no outcome and no registry and reported "none of
+    its rows were committed ... run the write again": the rows were committed, and a rerun wrote them twice."""
+    from connector.spark import janitor
+    from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
+    from metadata import layout
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    cleaned = []
+
+    def others_end_and_a_janitor_cleans():
+        for n in range(JOBS_KEPT):
+            streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
+        store.delete(layout.writer_path(janitor.read_job(store, writer.job_id).driver))   # its session expired
+        [found] = [f for f in janitor.find_registries(store, STREAM) if f.owner == writer.job_id]
+        with LedgerClient(metadata_uri) as lc:
+            cleaned.append(janitor.clean(lc, found, [b""]))
+
+    lost = LostReply(monkeypatch, zk_proxy, store, meanwhile=others_end_and_a_janitor_cleans)
+    writer.commit(messages)   # reports success: its rows are on the stream
+    lost.check_happened()
+    assert not cleaned[0].error and cleaned[0].kept == [message.ledger_id for message in messages]
+    assert stream_ids(metadata_uri) == list(range(200))
+    assert streams.read_stream(store, STREAM).value.jobs[-1] != (writer.job_id, "aborted")   # not marked aborted
