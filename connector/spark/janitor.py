@@ -217,11 +217,17 @@ def retire_gone_runs(store: MetadataStore, query_id: str, starting: str) -> int:
     gone = {driver: run for driver, run in query_runs(store, query_id).items()
             if driver and driver != starting and not registry.writer_alive(store, driver)}
     for driver, run in gone.items():
-        fence_run(store, query_id, driver)
-        if run.stream:
-            record_aborted(store, run.stream, run_key(query_id, driver, run.run))
-        forget_run(store, query_id, driver)
+        forget_run(store, query_id, driver, _fence_run(store, query_id, driver, run))
     return len(gone)
+
+
+def _fence_run(store: MetadataStore, query_id: str, driver: str, run: Registration) -> int:
+    """Fence a run of a gone driver and record it aborted on its stream: from here on no commit of it lands. The
+    fenced run's version, for forget_run (-1 if it was gone already)."""
+    version = fence_run(store, query_id, driver)
+    if run.stream:
+        record_aborted(store, run.stream, run_key(query_id, driver, run.run))
+    return -1 if version is None else version
 
 
 def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
@@ -287,14 +293,17 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     runs = query_runs(store, found.owner)
     if not _may_clean(store, runs, legacy, sweep.outcome):
         return
-    for driver in runs:   # from here on no commit of these runs registers a ledger (the next run is not among them)
-        fence_run(store, found.owner, driver)
-    records = [record_aborted(store, run.stream, run_key(found.owner, driver, run.run))
-               for driver, run in runs.items() if run.stream]
-    names = {record.name for record in records if record is not None}
+    # From here on no commit of these runs registers a ledger (the next run is not among them).
+    fenced = {driver: _fence_run(store, found.owner, driver, run) for driver, run in runs.items()}
+    names = {run.stream for run in runs.values() if run.stream}
     sweep(entries, sorted(names | set(_legacy_streams(store, entries, legacy and not runs))))
-    for driver in runs:
-        forget_run(store, found.owner, driver)
+    if set(found.entries(store)) - set(entries):
+        # A task of a fenced run registered a ledger after the listing (the fence stops commits, not tasks): the runs
+        # stay, fenced, so that the registry is still one whose drivers are gone, and the next janitor sweeps it.
+        sweep.outcome.error = "task ledgers were registered meanwhile; the next run cleans them"
+        return
+    for driver, version in fenced.items():
+        forget_run(store, found.owner, driver, version)
     remove_query(store, found.owner)
 
 

@@ -110,28 +110,31 @@ def end_job(store: MetadataStore, job_id: str, fence: bool = False) -> None:
            {"ended": now, "fenced": now} if fence else {"ended": now})
 
 
-def fence_run(store: MetadataStore, query_id: str, driver: str) -> None:
+def fence_run(store: MetadataStore, query_id: str, driver: str) -> int | None:
     """A janitor's fence on a run of a query whose driver is gone, before it discards the run's ledgers: no commit
-    of the run registers a ledger from here on (commit_guard)."""
-    _stamp(store, run_path(query_id, driver), f"run {driver} of streaming query {query_id}", {"fenced": time.time()})
+    of the run registers a ledger from here on (commit_guard). The fenced run's version (forget_run removes that
+    one only: the driver, back, may have restarted the run since), None if the run is gone."""
+    return _stamp(store, run_path(query_id, driver), f"run {driver} of streaming query {query_id}",
+                  {"fenced": time.time()})
 
 
-def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float]) -> None:
+def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float]) -> int | None:
     """Add the stamps a registry znode lacks ("ended", "fenced"), keeping those it has: a compare-and-set, so that
-    a driver's end read before a janitor's fence and written after it cannot take the fence away. Nothing if the
-    znode is gone (removed: ended and fenced for good)."""
+    a driver's end read before a janitor's fence and written after it cannot take the fence away. Returns the
+    znode's version with the stamps; None if the znode is gone (removed: ended and fenced for good)."""
     for _ in range(100):
         try:
             found = store.read(path, _fields)
-            if found is None or all(key in found.value for key in stamps):
-                return
+            if found is None:
+                return None
+            if all(key in found.value for key in stamps):
+                return found.version
             data = json.dumps({**stamps, **found.value}).encode()   # a stamp there already is kept
-            store.compare_and_set(path, data, found.version, what)
-            return
+            return store.compare_and_set(path, data, found.version, what)
         except MetadataConflictError:
             continue   # a janitor's fence or the driver's end came first: look again
         except NoNodeError:
-            return
+            return None
     raise MetadataConflictError(f"{what} kept changing under 100 attempts; try again")
 
 
@@ -295,8 +298,14 @@ def query_runs(store: MetadataStore, query_id: str) -> dict[str, Registration]:
     return runs
 
 
-def forget_run(store: MetadataStore, query_id: str, driver: str) -> None:
-    store.delete(run_path(query_id, driver))
+def forget_run(store: MetadataStore, query_id: str, driver: str, version: int = -1) -> None:
+    """Remove the run (at that version only, given one: a fenced run, which its driver may have restarted since)."""
+    transaction = store.transaction()
+    transaction.delete(run_path(query_id, driver), version)
+    try:
+        transaction.commit()
+    except (BadVersionError, NoNodeError):
+        pass   # restarted since (it stays), or removed already
 
 
 def remove_query(store: MetadataStore, query_id: str) -> bool:

@@ -355,8 +355,9 @@ def test_a_janitor_keeps_a_ledger_a_new_run_of_the_query_committed_while_it_swep
     assert [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == [entry.ledger_id]
 
 
+@pytest.mark.parametrize("janitor_got_to", ["the removal", "the fence"])
 def test_a_query_whose_run_a_janitor_fenced_commits_again_under_the_same_driver(
-        cluster, store, metadata_uri, monkeypatch):
+        cluster, store, metadata_uri, monkeypatch, janitor_got_to):
     """Helper audit 2026-11-29: a janitor that found the driver's registration gone for a moment (a keeper's session
     expired; the keeper registers the same id again) fenced the run, recorded it aborted and removed it. Every later
     commit of the query under that driver, also after a restart from the checkpoint in the same driver, was refused
@@ -375,10 +376,12 @@ def test_a_query_whose_run_a_janitor_fenced_commits_again_under_the_same_driver(
     schema = StructType([StructField("id", LongType())])
     old = LedgerStreamWriter.prepare(options, StreamOptions(), schema)
     old.commit([], 0)
-    # A janitor, finding the driver's registration gone for a moment: the fence, the mark, the run removed.
+    # A janitor, finding the driver's registration gone for a moment: the fence, the mark, the run removed (or the
+    # janitor stopped before it removed the run: then the query's next writer restarts the fenced run).
     fence_run(store, "query-1", "driver-back")
     record_aborted(store, "s", run_key("query-1", "driver-back", old.run))
-    forget_run(store, "query-1", "driver-back")
+    if janitor_got_to == "the removal":
+        forget_run(store, "query-1", "driver-back")
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):
         old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 1)).ledger_id, 3, 1)], 1)
     new = LedgerStreamWriter.prepare(options, StreamOptions(), schema)   # the restart, under the same driver
@@ -411,3 +414,58 @@ def test_a_query_restarted_again_and_again_keeps_only_its_live_runs(cluster, sto
     assert set(query_runs(store, "query-1")) == {sink.driver_id}
     with pytest.raises(WriteJobEndedError, match="Restart the query from its checkpoint"):   # a gone run's commit
         old.commit([TaskLedger(0, register_task_ledger(store, query_registry("query-1", 0)).ledger_id, 3, 1)], 0)
+
+
+def test_a_janitor_leaves_a_run_its_driver_restarted_after_the_fence(store, metadata_uri, monkeypatch):
+    """Review 2026-11-29: the janitor removed the runs it had fenced whatever they were by then. A driver back under
+    the same id that restarted its fenced run (a new run id) in between lost the new run: its next commit was
+    refused. The janitor now removes a run only at the version it fenced."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+    from connector.spark.jobs import restart_run
+
+    started_run(store, metadata_uri, "driver-back").commit([], 0)
+    real = janitor.record_aborted
+    restarted = []
+
+    def record_aborted_then_the_driver_restarts(store_, stream, key):
+        record = real(store_, stream, key)
+        restarted.append(restart_run(store, "query-1", "s", "driver-back", run_of(store, "query-1", "driver-back")))
+        return record
+
+    monkeypatch.setattr(janitor, "record_aborted", record_aborted_then_the_driver_restarts)
+    [found] = janitor.find_registries(store, "s")
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert not outcome.error
+    run = run_of(store, "query-1", "driver-back")
+    assert run is not None and run.value.run == restarted[0] and not run.value.fenced
+
+
+def test_a_janitor_keeps_the_fenced_runs_while_tasks_of_them_register_ledgers(store, metadata_uri, monkeypatch):
+    """Review 2026-11-29: a fence stops a run's commits, not its tasks. A task that registered a ledger after the
+    janitor listed the query's entries kept the registry from being removed, while the janitor removed the runs: a
+    registry naming no driver, which no janitor cleans (only `ledger jobs --apply --legacy`). The runs now stay,
+    fenced, while entries are left, and the next janitor cleans the rest."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+    from connector.spark.jobs import query_runs
+
+    started_run(store, metadata_uri, "driver-gone").commit([], 0)
+    real = janitor.record_aborted
+    late = []
+
+    def record_aborted_while_a_task_registers(store_, stream, key):
+        late.append(register_task_ledger(store, query_registry("query-1", 1)))   # after the janitor's listing
+        return real(store_, stream, key)
+
+    monkeypatch.setattr(janitor, "record_aborted", record_aborted_while_a_task_registers)
+    [found] = janitor.find_registries(store, "s")
+    with LedgerClient(metadata_uri) as lc:
+        first = janitor.clean(lc, found, [b""])
+        assert first.error and set(query_runs(store, "query-1")) == {"driver-gone"}
+        monkeypatch.undo()
+        [found] = janitor.find_registries(store, "s")
+        assert found.state == janitor.ABANDONED
+        second = janitor.clean(lc, found, [b""])
+    assert not second.error and not store.exists(query_registry("query-1").path)
