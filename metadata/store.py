@@ -46,7 +46,7 @@ _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
 )
 # Up to the URI's last '@': a secret may hold '@' itself (it should be percent-encoded, but a leak is no way to say so).
-_USERINFO = re.compile(r"(zk://[^:@/\s]*:)\S*@")
+_USERINFO = re.compile(r"(zk://[^:\s]*:)\S*@")   # the user may hold "@" or "/" too
 _ENCODE_USERINFO = "percent-encode '@', ':' and '/' in the user or secret: '@' as %40, ':' as %3A, '/' as %2F"
 # kazoo warns when a chrooted session starts on a root that does not exist; the store reports that itself, in
 # one line that says what to do (UninitialisedRootError).

@@ -25,3 +25,13 @@ def test_a_percent_encoded_secret_parses_to_the_secret():
 
 def test_redaction_keeps_the_hosts_of_every_uri_in_a_line():
     assert redact_uri("from zk://a:x@y@h1:1/r to zk://b:z@h2:2/r") == "from zk://a:***@h1:1/r to zk://b:***@h2:2/r"
+
+
+@pytest.mark.parametrize("uri, user", [("zk://us@er:s3cret@127.0.0.1:1/l", "us@er"),
+                                       ("zk://us/er:s3cret@127.0.0.1:1/l", "us/er")])
+def test_a_secret_after_a_user_holding_at_or_slash_is_redacted(uri, user):
+    """Review 2026-11-29: the redaction took the user to end at the first '@' or '/': after such a user, the whole
+    secret showed in the error."""
+    with pytest.raises(InvalidMetadataUriError) as refused:
+        MetadataUri.parse(uri)
+    assert f"zk://{user}:***@127.0.0.1:1" in str(refused.value) and "s3cret" not in str(refused.value)
