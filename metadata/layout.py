@@ -59,9 +59,11 @@ MARKER = "/layout"
 # Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
 # file system (a node's directory in a local cluster) reads specially.
 NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"
-NODE_ID_RULE = "1-200 letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
+NODE_ID_RULE = "1-255 characters, none of them '/' or a control character (as ZooKeeper takes them), not '.' or '..'"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
-_NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")   # also BookKeeper's host:port bookie ids
+# Only what ZooKeeper (a path component) or a local cluster's directory cannot take: ids that nodes ran under before
+# this check (host:port as BookKeeper's bookies, node@rack, ...) keep working.
+_NODE_ID = re.compile(r"^(?!\.\.?$)[^/\x00-\x1f\x7f\ud800-\uf8ff\ufff0-\uffff]{1,255}$")
 # The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
 # (and its marker rewritten) by the next store that opens it; a newer version is refused.
 LAYOUT_VERSION = 1
