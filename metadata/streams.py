@@ -487,7 +487,7 @@ def read_page(store: MetadataStore, name: str, page: StreamPage) -> tuple[Stream
 
 def drop_below(
     store: MetadataStore, before: StreamRecord, first_offset: int, discard: Callable[[int], None],
-    still_there: Callable[[], bool] | None = None,
+    still_there: Callable[[], bool],
 ) -> None:
     """After the CAS that moved the stream's first offset from before's up to first_offset (an overwrite, a
     truncation): discard (by id) every ledger that left the stream, then delete the pages left with none.
@@ -495,18 +495,17 @@ def drop_below(
     included). Best effort: a ledger that cannot be discarded is logged, and its page stays for a later call
     (readers skip it).
 
-    Pages are found by the stream's name, so before each page still_there() (by default: the stream's head was
-    created when before's was) says the stream is the one that was cut: a call that comes late (its process
-    stalled) must not delete the pages of a stream deleted and created again under the name meanwhile."""
+    Pages are found by the stream's name, so before each page still_there() (the cut's record exists: it goes with
+    its stream) says the stream is the one that was cut: a call that comes late (its process stalled) must not
+    delete the pages of a stream deleted and created again under the name meanwhile."""
     name = before.name
     for ledger in before.tail:
         if ledger.last_offset is not None and ledger.last_offset < first_offset:
             _discard_quietly(name, ledger.ledger_id, discard)
-    same = still_there or (lambda: _created_at(store, name) == before.created_at)
     for page in list_pages(store, name):
         if page.first_offset >= first_offset:
             break
-        if not same():
+        if not still_there():
             log.info("stream %r was deleted (or created again) since its cut: its pages are left alone", name)
             return
         try:
@@ -517,11 +516,6 @@ def drop_below(
         discarded = [_discard_quietly(name, ledger.ledger_id, discard) for ledger in gone]
         if all(discarded) and len(gone) == len(ledgers):
             store.delete(layout.stream_page_path(name, page))
-
-
-def _created_at(store: MetadataStore, name: str) -> float | None:
-    found = find_stream(store, name)
-    return None if found is None else found.value.created_at
 
 
 def _discard_quietly(name: str, ledger_id: int, discard: Callable[[int], None]) -> bool:

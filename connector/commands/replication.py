@@ -41,8 +41,8 @@ def register(subparsers) -> None:
     audit.add_argument("--once", action="store_true", help="with --watch: run a single auditor round and exit")
     audit.add_argument("--full-every", type=seconds, default=FULL_SCAN_SECONDS, metavar="SECONDS",
                        help="with --watch: a round reads every ledger's metadata only when the nodes changed since "
-                            "the last scan (gone, back, restarted or decommissioned), when it left under-replicated "
-                            f"ledgers, or once this long has passed (default {FULL_SCAN_SECONDS:g})")
+                            "the last scan (gone, back, restarted or decommissioned), or once this long has passed "
+                            f"(default {FULL_SCAN_SECONDS:g}); a ledger a repair left is looked at alone each round")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per under-replicated ledger (and per repair), then one summary")
     decommission = command("decommission", "copy every fragment on a node to other nodes, then retire it",

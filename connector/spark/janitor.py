@@ -35,8 +35,8 @@ from connector.client import LedgerClient, NoSuchLedgerError
 from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
-    Registration, TaskEntry, commit_guard, end_job, fence_run, forget_entry, forget_run, job_ids, job_registry,
-    query_ids, query_registry, query_runs, read_job, remove_job, remove_query, settle, task_entries,
+    Registration, TaskEntry, commit_guard, end_job, fence_run, forget_run, job_ids, job_registry,
+    query_ids, query_registry, query_runs, read_job, remove_job, remove_query, sweep_entries, task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, recover
 from metadata import layout, registry
@@ -363,14 +363,10 @@ class Sweep:
 
     def __call__(self, entries: list[TaskEntry], streams: list[str]) -> None:
         """streams: those that may hold the entries' ledgers (committed just before the driver died)."""
-        held, others = settle(self.lc.store, entries, lambda ids: _held_now(self.lc.store, streams, ids))
-        for entry in held:
-            forget_entry(self.lc.store, entry)
-            self.outcome.kept.append(entry.ledger_id)
-        for entry in others:
-            if self._discard(entry.ledger_id):
-                self.outcome.deleted.append(entry.ledger_id)
-            forget_entry(self.lc.store, entry)
+        kept, deleted = sweep_entries(self.lc.store, entries, lambda ids: _held_now(self.lc.store, streams, ids),
+                                      self._discard)
+        self.outcome.kept += kept
+        self.outcome.deleted += deleted
 
     def _discard(self, ledger_id: int) -> bool:
         """Fence and recover the ledger if it is OPEN (its writer may be a task that is only paused), then

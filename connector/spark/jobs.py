@@ -19,9 +19,11 @@ ledgers of the job or micro-batch in flight, never the query's history.
 
 Each registry names the driver that runs it (driver.py: a ZooKeeper ephemeral that lives as long as the
 driver's JVM), so that the janitor (janitor.py) can tell a registry whose driver is gone from one whose
-driver is only slow: a job's znode holds {"stream", "started", "driver"}; a query, which several runs (a
-restart, possibly in another driver) share, holds one child per run, `run-<driver>` = {"stream", "driver",
-"started"}. Run children do not change the query znode's version, which its tasks check.
+driver is only slow: a job's znode holds {"stream", "started", "driver"} (and "ended", "fenced", "committed" once
+the job's end, a janitor's fence, its commit's multi stamp it); a query, which several runs (a restart, possibly in
+another driver) share, holds one child per run, `run-<driver>` = {"stream", "driver", "started", "run"} (the run's
+id, new when a fenced run is restarted; and "fenced" once a janitor fences it). Run children do not change the
+query znode's version, which its tasks check.
 """
 from __future__ import annotations
 
@@ -361,6 +363,22 @@ def settle(store: MetadataStore, entries: list[TaskEntry],
     held = held_of([entry.ledger_id for entry in withdrawn_now]) if withdrawn_now else set()
     return ([entry for entry in withdrawn_now if entry.ledger_id in held],
             [entry for entry in withdrawn_now if entry.ledger_id not in held])
+
+
+def sweep_entries(store: MetadataStore, entries: list[TaskEntry], held_of: Callable[[list[int]], set[int]],
+                  discard: Callable[[int], object]) -> tuple[list[int], list[int]]:
+    """The one sweep of registry entries (a commit's, an abort's, the janitor's): settle them, forget those of
+    ledgers a stream holds, discard (by id; False if there was no ledger to delete) the others' ledgers and then
+    forget their entries. Returns (the ledgers kept, those deleted)."""
+    held, others = settle(store, entries, held_of)
+    for entry in held:
+        forget_entry(store, entry)
+    deleted = []
+    for entry in others:
+        if discard(entry.ledger_id) is not False:
+            deleted.append(entry.ledger_id)
+        forget_entry(store, entry)
+    return [entry.ledger_id for entry in held], deleted
 
 
 def withdraw(store: MetadataStore, entry: TaskEntry) -> bool:

@@ -45,8 +45,8 @@ from connector.spark.janitor import clean_stream, retire_gone_runs, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, restart_run, run_of, run_path, settle,
-    start_query, task_entries, withdrawn,
+    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, restart_run, run_of, run_path,
+    start_query, sweep_entries, task_entries, withdrawn,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
 from connector.spark.schema import arrow_schema_of
@@ -214,13 +214,9 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         for entry in entries:
             if entry.ledger_id in registered:
                 forget_entry(lc.store, entry)
-        held, others = settle(lc.store, [e for e in entries if e.ledger_id not in registered],
-                              lambda ledger_ids: self._held(lc, ledger_ids))
-        for entry in held:
-            forget_entry(lc.store, entry)
-        for entry in others:
-            discard(lc, entry.ledger_id, self.options.password)
-            forget_entry(lc.store, entry)
+        sweep_entries(lc.store, [e for e in entries if e.ledger_id not in registered],
+                      lambda ledger_ids: self._held(lc, ledger_ids),
+                      lambda ledger_id: discard(lc, ledger_id, self.options.password))
 
     def _fenced(self, lc: LedgerClient) -> bool:
         """Whether a janitor fenced this run (it found the run's driver gone): an abort then leaves the registry to

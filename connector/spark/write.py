@@ -42,11 +42,12 @@ from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
     TaskEntry, TaskRegistry, WriteJobEndedError, commit_guard, create_task_ledger, drop_entry, end_job, entry_checks,
-    forget_entry, job_registry, register_task_ledger, remove_job, start_job, task_entries, withdraw, withdrawn,
+    forget_entry, job_registry, register_task_ledger, remove_job, start_job, sweep_entries, task_entries, withdraw,
+    withdrawn,
 )
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
-    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password,
+    ATTEMPT_TAG, JOB_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, check_password, discard,
 )
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import appendable_schema, arrow_schema_of, decode_schema
@@ -177,14 +178,12 @@ class LedgerWriter(DataSourceArrowWriter):
         with driver_client(opts) as lc:
             end_job(lc.store, self.job_id)
             record = self._decide_aborted(lc.store)
-            entries = task_entries(lc.store, job_registry(self.job_id))
-            # Looked up whatever the head says of the job: it keeps the newest JOBS_KEPT outcomes only, and a commit
-            # that landed and then failed (ZooKeeper unreachable for its read-back) may have lost its outcome since.
-            # No commit of the job lands after the abort's mark, so the record read with it is final.
-            registered = held_ledgers(lc.store, record, [e.ledger_id for e in entries]) if record and entries else set()
-            for entry in entries:
-                if entry.ledger_id not in registered:
-                    drop_entry(lc, entry, opts.password)
+            # Held ledgers are looked up whatever the head says of the job: it keeps the newest JOBS_KEPT outcomes
+            # only, and a commit that landed and then failed (ZooKeeper unreachable for its read-back) may have lost
+            # its outcome since. No commit of the job lands after the abort's mark: the record read with it is final.
+            sweep_entries(lc.store, task_entries(lc.store, job_registry(self.job_id)),
+                          lambda ledger_ids: held_ledgers(lc.store, record, ledger_ids) if record else set(),
+                          lambda ledger_id: discard(lc, ledger_id, opts.password))
             remove_job(lc.store, self.job_id)
 
     def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:

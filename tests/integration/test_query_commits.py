@@ -469,3 +469,32 @@ def test_a_janitor_keeps_the_fenced_runs_while_tasks_of_them_register_ledgers(st
         assert found.state == janitor.ABANDONED
         second = janitor.clean(lc, found, [b""])
     assert not second.error and not store.exists(query_registry("query-1").path)
+
+
+def test_a_commit_landing_right_after_a_sweep_reads_what_the_stream_holds_is_refused(store, metadata_uri, monkeypatch):
+    """Review 2026-11-29: pins the sweep's order. A commit by another run of the query that would land just after the
+    janitor read which ledgers the stream holds must find its entries withdrawn already (it is refused); read before
+    the withdraws, the sweep would delete a ledger the stream had just taken."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+
+    started_run(store, metadata_uri, "driver-gone").commit([], 0)
+    entry = register_task_ledger(store, query_registry("query-1", 1))
+    sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
+                              pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
+    real_held, refused = janitor._held_now, []
+
+    def held_then_a_commit_lands(store_, streams_, ledger_ids):
+        held = real_held(store_, streams_, ledger_ids)
+        sink.run = run_of(store, "query-1", "driver-2").value.run
+        try:
+            sink._register(lc, [TaskLedger(0, entry.ledger_id, 3, 1)], 1)
+        except WriteJobEndedError as exc:
+            refused.append(exc)
+        return held
+
+    monkeypatch.setattr(janitor, "_held_now", held_then_a_commit_lands)
+    found = _janitor_meets_a_new_run(store, monkeypatch)
+    with LedgerClient(metadata_uri) as lc:
+        janitor.clean(lc, found, [b""])
+    assert refused and [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == []

@@ -207,7 +207,7 @@ def test_overwrites_keep_offsets_growing_and_drop_the_replaced_pages_and_ledgers
     assert streams.held_ledgers(store, after, [FIRST_ID, FIRST_ID + 999, 7]) == {7}
 
     discarded = []
-    streams.drop_below(store, before, after.first_offset, discarded.append)
+    streams.drop_below(store, before, after.first_offset, discarded.append, still_there=lambda: True)
     assert sorted(discarded) == list(range(FIRST_ID, FIRST_ID + 1000))
     assert streams.list_pages(store, "events") == []
     with pytest.raises(OffsetsGoneError, match="no longer all in its pages"):

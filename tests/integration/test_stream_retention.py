@@ -290,14 +290,18 @@ def test_a_cut_that_comes_late_leaves_the_pages_of_a_stream_created_again_under_
 
 
 def test_an_overwrites_late_deletes_leave_the_pages_of_a_stream_created_again_under_the_name_alone(lc):
-    """The same for the deletes after an overwrite (streams.drop_below with the head the overwrite replaced): they
-    stop at a head created since."""
+    """The same for the deletes after an overwrite, which its commit's multi records as a cut (the record goes with
+    the stream): a driver that stalled before them must not delete a new stream's pages."""
+    from connector.retention import finish_cut, overwrite_cut
+
     store = lc.store
     replaced = appended(store, "events", closed_ledgers(store, 600))
+    cut = overwrite_cut(replaced, "job-1")
+    store.create(cut.path, cut.encode())   # as the overwrite's multi writes it
     streams.delete_stream(store, "events")
     new = closed_ledgers(store, 300)
     appended(store, "events", new)
-    streams.drop_below(store, replaced, replaced.next_offset, lc.delete_ledger)
+    finish_cut(lc, cut)
     assert len(streams.list_pages(store, "events")) == 1
     assert ledger_ids(store, "events") == new and all(exists(store, i) for i in new)
     assert not any(exists(store, ledger.ledger_id) for ledger in replaced.tail)   # the old stream's tail: deleted
