@@ -230,17 +230,20 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._side().latest_end = extent.end
         begin = self._checked_start(at, extent.first)
         end = extent.end
-        if end < begin and extent.open_tail is not None and extent.open_tail.first_offset <= begin:
-            # The query stands inside a live writer's OPEN ledger, whose offsets only grow: the end announced last
-            # came from a node whose LAC was ahead of the ones answering now (a restart, or Trigger.AvailableNow,
-            # which does not wait for them to catch up). Nothing new yet; not offsets taken back.
+        tail = extent.open_tail
+        if end < begin and tail is not None and tail.first_offset <= begin and start.get("ledger", tail.ledger_id) \
+                == tail.ledger_id:
+            # The query stands inside a live writer's OPEN ledger (the one its offset names), whose offsets only grow:
+            # the end announced last came from a node whose LAC was ahead of the ones answering now (a restart, or
+            # Trigger.AvailableNow, which does not wait for them to catch up). Nothing new yet; not offsets taken back.
+            # (Another ledger there would mean its predecessor was closed below that end: a truncation, reported.)
             end = begin
         end = self._checked_extent(begin, end)
         if self.available_now_end is not None:
             end = min(end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
             if not self._admitted(end - begin):
-                return self._offset(at)  # no new batch: the end announced last, never less (rule 17)
+                return self._offset(at, extent)  # no new batch: the end announced last, never less (rule 17)
             caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
             if isinstance(limit, ReadMaxRows):
                 caps.append(limit.max_rows)
@@ -252,7 +255,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = max(begin, end)  # a cap below begin is no cap
         if end > at:
             self.last_planned = time.monotonic()
-        return self._offset(end)
+        return self._offset(end, extent)
 
     def _admitted(self, available: int) -> bool:
         """Kafka's minOffsetsPerTrigger / maxTriggerDelay: whether a batch of the available offsets may be planned
@@ -273,11 +276,15 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now_end = self._extent().end
 
-    def _offset(self, offset: int) -> dict:
+    def _offset(self, offset: int, extent: StreamExtent | None = None) -> dict:
         """The offset as Spark checkpoints it: with the stream's creation time, which tells a stream deleted and
-        created again under the same name (its offsets start again at 0) from the one the offset is of."""
+        created again under the same name (its offsets start again at 0) from the one the offset is of; and, inside
+        a live writer's OPEN ledger (extent's), that ledger's id (latestOffset's staleness check)."""
         created = self._driver.created if self._driver is not None else 0.0
-        return {"offset": offset, "stream": self.options.stream, **({"created": created} if created else {})}
+        tail = extent.open_tail if extent is not None else None
+        inside = tail is not None and offset > tail.first_offset
+        return {"offset": offset, "stream": self.options.stream, **({"created": created} if created else {}),
+                **({"ledger": tail.ledger_id} if inside else {})}
 
     def _check_incarnation(self, offset: dict, created: float, report: bool = True) -> bool:
         """Data loss if the offset is of an earlier stream of the same name: read on from it, the query would skip

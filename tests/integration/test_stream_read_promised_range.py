@@ -261,3 +261,39 @@ def test_a_starting_offset_past_the_streams_end_is_refused_naming_the_option(sto
                                                  r"offset is 100\): give an offset up to 100, or startingOffsets=latest"):
         reader("150").initialOffset()
     assert without_created(reader("100").initialOffset()) == {"offset": 100, "stream": "events"}
+
+
+def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_names(cluster, store, metadata_uri):
+    """Review 2026-11-29: the rule above (a LAC read below where the query stands inside an OPEN ledger is nothing
+    new) also held when the OPEN ledger was another one, starting at or below that offset: that can only be if the
+    ledger the query stood in was closed below the end announced from it (a truncation, rule 13), which it hid.
+    Offsets inside an OPEN ledger name it, and the rule holds for that ledger only."""
+    from metadata.streams import update_stream
+
+    nodes = cluster(3)
+    writer = registry.register_writer(store, WRITER)
+    sealed = sealed_ledger(metadata_uri)
+    tail = open_tail_known_to_one_node(store, nodes)
+    create_stream(store, StreamRecord("events", format="raw", tail=(
+        StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
+    options, stream_options = StreamOptions.parse(
+        {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
+    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    try:
+        nodes[2].pause()
+        end = reader.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
+        nodes[2].resume()
+        assert end["offset"] == SEALED + TAIL and end["ledger"] == tail
+        # The tail taken off and another OPEN ledger put at its first offset: as if the ledger the query stood in had
+        # been closed below the end it announced.
+        other = open_ledger_on_nodes(store, nodes, 10, PASSWORD, WRITER)
+        update_stream(store, "events", lambda r: r.replace(tail=(StreamLedger(sealed, 0, SEALED - 1),
+                                                                  StreamLedger(other, SEALED))))
+        with pytest.raises(DataLossError, match="offsets were taken back"):
+            LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True
+                               ).latestOffset(end, ReadAllAvailable())
+    finally:
+        for node in nodes:
+            node.resume()
+        reader.stop()
+        writer.close()
