@@ -181,22 +181,31 @@ def commit_guard(store: MetadataStore, path: str) -> CommitGuard | None:
     return None if found is None else CommitGuard(path, found.version, found.value)
 
 
-def entry_checks(registry: TaskRegistry, ledger_ids: Iterable[int]) -> tuple[ZnodeWrite, ...]:
-    """For a commit's multi: each ledger's entry is in the registry and not withdrawn (at version 0). Every sweep (a
-    janitor's, an abort's, a later batch's) withdraws an entry before it deletes the ledger, so a commit with these
-    checks never registers a deleted ledger, whoever swept and whatever driver registration it went by."""
-    return tuple((TaskEntry(registry.path, ledger_id, registry.batch).path, None, 0) for ledger_id in ledger_ids)
+@dataclasses.dataclass
+class EntryChecks:
+    """What a commit's multi checks of the task ledgers it registers: each one's entry is in the registry and not
+    withdrawn (at version 0). Every sweep (a janitor's, an abort's, a later batch's) withdraws an entry before it
+    deletes the ledger, so a commit with these checks never registers a deleted ledger, whoever swept and whatever
+    driver registration it went by. A multi that failed may have failed on them: from the second attempt on,
+    `writes` reads the entries (one by one: a conflict on the head is the usual cause) and raises refused()."""
+
+    store: MetadataStore
+    registry: TaskRegistry
+    ledger_ids: list[int]
+    refused: Callable[[], WriteJobEndedError]
+    attempts: int = 0
+
+    def writes(self) -> tuple[ZnodeWrite, ...]:
+        self.attempts += 1
+        paths = [TaskEntry(self.registry.path, ledger_id, self.registry.batch).path for ledger_id in self.ledger_ids]
+        if self.attempts > 1 and any(_withdrawn(self.store, path) for path in paths):
+            raise self.refused()
+        return tuple((path, None, 0) for path in paths)
 
 
-def withdrawn(store: MetadataStore, registry: TaskRegistry, ledger_ids: Iterable[int]) -> list[int]:
-    """Those of the ledgers whose entry is gone or withdrawn: read one by one, so only after a commit's multi
-    failed (a conflict on the head is the usual cause, and costs nothing more)."""
-    gone = []
-    for ledger_id in ledger_ids:
-        stat = store.stat(TaskEntry(registry.path, ledger_id, registry.batch).path)
-        if stat is None or stat.version != 0:
-            gone.append(ledger_id)
-    return gone
+def _withdrawn(store: MetadataStore, path: str) -> bool:
+    stat = store.stat(path)
+    return stat is None or stat.version != 0
 
 
 def remove_job(store: MetadataStore, job_id: str) -> None:

@@ -45,8 +45,8 @@ from connector.spark.janitor import clean_stream, retire_gone_runs, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
-    WriteJobEndedError, commit_guard, entry_checks, forget_entry, query_registry, restart_run, run_of, run_path,
-    start_query, sweep_entries, task_entries, withdrawn,
+    EntryChecks, WriteJobEndedError, commit_guard, forget_entry, query_registry, restart_run, run_of, run_path,
+    start_query, sweep_entries, task_entries,
 )
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG, discard
 from connector.spark.schema import arrow_schema_of
@@ -166,11 +166,12 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
 
         ledger_ids = [t.ledger_id for t in tasks if t.ledger_id is not None]
         registering = bool(ledger_ids)
-        registry = query_registry(self.query_id, batch_id)
-        attempts = [0]
+        entries = EntryChecks(lc.store, query_registry(self.query_id, batch_id), ledger_ids, lambda: WriteJobEndedError(
+            f"streaming query {self.query_id}: a sweep (a janitor that found a driver registration of the query gone) "
+            f"withdrew task ledgers of batch {batch_id} before its commit; the batch was not committed. Restart the "
+            "query from its checkpoint"))
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            attempts[0] += 1
             run_checks = self._run_checks(lc, record, registering)
             fenced[0] = run_checks is None
             commit = read_query_commit(lc.store, record, self.query_id)
@@ -183,16 +184,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     f"registration {self.driver_id} ended) and discarded its uncommitted batches; batch {batch_id} "
                     "was not committed. Restart the query from its checkpoint"
                 )
-            if attempts[0] > 1 and withdrawn(lc.store, registry, ledger_ids):
-                raise WriteJobEndedError(
-                    f"streaming query {self.query_id}: a sweep (a janitor that found a driver registration of the "
-                    f"query gone) withdrew task ledgers of batch {batch_id} before its commit; the batch was not "
-                    "committed. Restart the query from its checkpoint")
             head, writes = committing(committed(record, tasks, self.schema, False), commit, batch_id)
             created[0] = any(version is None for _, _, version in writes)
             # Checked in the multi too: the run (fenced since, this runs again) and each task ledger's entry (withdrawn
             # by a sweep: then its ledger may be deleted).
-            writes += run_checks + entry_checks(registry, ledger_ids)
+            writes += run_checks + entries.writes()
             return Rewrite(head.replace(retention=self.options.retention(head.retention)),  # retentionMs/Bytes
                            also=writes)
 

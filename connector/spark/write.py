@@ -41,9 +41,8 @@ from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
-    TaskEntry, TaskRegistry, WriteJobEndedError, commit_guard, create_task_ledger, drop_entry, end_job, entry_checks,
+    EntryChecks, TaskEntry, TaskRegistry, WriteJobEndedError, commit_guard, create_task_ledger, drop_entry, end_job,
     forget_entry, job_registry, register_task_ledger, remove_job, start_job, sweep_entries, task_entries, withdraw,
-    withdrawn,
 )
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import (
@@ -136,10 +135,11 @@ class LedgerWriter(DataSourceArrowWriter):
         replaced: list[Cut] = []
         registry = job_registry(self.job_id)
         ledger_ids = [task.ledger_id for task in tasks if task.ledger_id is not None]
-        attempts = [0]
+        entries = EntryChecks(store, registry, ledger_ids, lambda: WriteJobEndedError(
+            f"write job {self.job_id}: a sweep withdrew task ledgers of it before its commit reached stream "
+            f"{self.options.stream!r}: none of its rows were committed; run the write again"))
 
         def transform(record: StreamRecord) -> Rewrite | None:
-            attempts[0] += 1
             guard = commit_guard(store, registry.path)
             if guard is not None and guard.committed:
                 return None   # landed: its multi stamped the registry (the head may no longer hold the job's outcome)
@@ -157,17 +157,13 @@ class LedgerWriter(DataSourceArrowWriter):
                     f"write job {self.job_id} was ended by a janitor (its driver's registration had ended) before its "
                     f"commit reached stream {record.name!r}: none of its rows were committed and its ledgers are "
                     "deleted; run the write again")
-            if attempts[0] > 1 and withdrawn(store, registry, ledger_ids):
-                raise WriteJobEndedError(
-                    f"write job {self.job_id}: a sweep withdrew task ledgers of it before its commit reached stream "
-                    f"{record.name!r}: none of its rows were committed; run the write again")
             replaced[:] = [overwrite_cut(record, self.job_id)] if self.overwrite else []
             # In the commit's multi: the registry stamped committed at the version read (fenced or removed since, the
             # multi fails and this runs again), each task ledger's entry not withdrawn (no sweep deleted it), and an
             # overwrite's cut record.
             cut = tuple((cut.path, cut.encode(), None) for cut in replaced)
             return Rewrite(updated.replace(retention=self.options.retention(updated.retention)),  # retentionMs/Bytes
-                           also=(guard.stamp_committed(),) + entry_checks(registry, ledger_ids) + cut)
+                           also=(guard.stamp_committed(),) + entries.writes() + cut)
 
         update_stream(store, self.options.stream, transform, read_back=True)
         return replaced[0] if replaced else None
