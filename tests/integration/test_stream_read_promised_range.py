@@ -43,17 +43,28 @@ def open_tail_known_to_one_node(store, nodes) -> int:
     return ledger_id
 
 
-def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_answer_less(cluster, store,
-                                                                                         metadata_uri):
+def sealed_and_open_tail(cluster, store, metadata_uri):
+    """The stream of the module docstring, its tail's writer registered (alive: nobody recovers the tail): (nodes, the
+    writer's registration, the sealed ledger, the OPEN one, a function making a source that reads the stream)."""
     nodes = cluster(3)
-    writer = registry.register_writer(store, WRITER)   # the tail's writer is alive: nobody recovers it
+    writer = registry.register_writer(store, WRITER)
     sealed = sealed_ledger(metadata_uri)
     tail = open_tail_known_to_one_node(store, nodes)
     create_stream(store, StreamRecord("events", format="raw", tail=(
         StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
     options, stream_options = StreamOptions.parse(
         {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
-    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+    def reader() -> LedgerStreamReader:
+        return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+
+    return nodes, writer, sealed, tail, reader
+
+
+def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_answer_less(cluster, store,
+                                                                                         metadata_uri):
+    nodes, writer, sealed, tail, new_reader = sealed_and_open_tail(cluster, store, metadata_uri)
+    reader = new_reader()
     start = {"offset": 50}
     try:
         nodes[2].pause()
@@ -216,17 +227,7 @@ def test_a_restarted_query_under_available_now_does_not_take_a_lagging_lac_for_o
     can answer less. Under Trigger.AvailableNow, which does not wait for the LAC to catch up, that failed the query
     with "offsets were taken back" (failOnDataLoss=true). Offsets of an OPEN ledger only grow: a LAC below where the
     query stands inside it is nothing new yet."""
-    nodes = cluster(3)
-    writer = registry.register_writer(store, WRITER)
-    sealed = sealed_ledger(metadata_uri)
-    tail = open_tail_known_to_one_node(store, nodes)
-    create_stream(store, StreamRecord("events", format="raw", tail=(
-        StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
-    options, stream_options = StreamOptions.parse(
-        {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
-
-    def reader():
-        return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    nodes, writer, sealed, tail, reader = sealed_and_open_tail(cluster, store, metadata_uri)
 
     first, restarted = reader(), reader()
     try:
@@ -270,15 +271,8 @@ def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_n
     Offsets inside an OPEN ledger name it, and the rule holds for that ledger only."""
     from metadata.streams import update_stream
 
-    nodes = cluster(3)
-    writer = registry.register_writer(store, WRITER)
-    sealed = sealed_ledger(metadata_uri)
-    tail = open_tail_known_to_one_node(store, nodes)
-    create_stream(store, StreamRecord("events", format="raw", tail=(
-        StreamLedger(sealed, 0, SEALED - 1), StreamLedger(tail, SEALED))))
-    options, stream_options = StreamOptions.parse(
-        {"metadata": metadata_uri, "path": "events", "password": PASSWORD.decode()})
-    reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
+    nodes, writer, sealed, tail, new_reader = sealed_and_open_tail(cluster, store, metadata_uri)
+    reader = new_reader()
     try:
         nodes[2].pause()
         end = reader.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
@@ -290,8 +284,7 @@ def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_n
         update_stream(store, "events", lambda r: r.replace(tail=(StreamLedger(sealed, 0, SEALED - 1),
                                                                   StreamLedger(other, SEALED))))
         with pytest.raises(DataLossError, match="offsets were taken back"):
-            LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True
-                               ).latestOffset(end, ReadAllAvailable())
+            new_reader().latestOffset(end, ReadAllAvailable())
     finally:
         for node in nodes:
             node.resume()
