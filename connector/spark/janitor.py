@@ -36,7 +36,8 @@ from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
     Registration, TaskEntry, commit_guard, end_job, fence_run, forget_run, job_ids, job_registry,
-    query_ids, query_registry, query_runs, read_job, remove_job, remove_query, sweep_entries, task_entries,
+    query_ids, query_registry, query_runs, read_job, remove_fenced_runs, remove_job, remove_query, sweep_entries,
+    task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, recover
 from metadata import layout, registry
@@ -217,17 +218,19 @@ def retire_gone_runs(store: MetadataStore, query_id: str, starting: str) -> int:
     gone = {driver: run for driver, run in query_runs(store, query_id).items()
             if driver and driver != starting and not registry.writer_alive(store, driver)}
     for driver, run in gone.items():
-        forget_run(store, query_id, driver, _fence_run(store, query_id, driver, run))
+        version = _fence_run(store, query_id, driver, run)
+        if version is not None:
+            forget_run(store, query_id, driver, version)
     return len(gone)
 
 
-def _fence_run(store: MetadataStore, query_id: str, driver: str, run: Registration) -> int:
+def _fence_run(store: MetadataStore, query_id: str, driver: str, run: Registration) -> int | None:
     """Fence a run of a gone driver and record it aborted on its stream: from here on no commit of it lands. The
-    fenced run's version, for forget_run (-1 if it was gone already)."""
-    version = fence_run(store, query_id, driver)
+    fenced run's version, for forget_run; None if the run is gone or was replaced by a new run (its driver is back)."""
+    version = fence_run(store, query_id, driver, run.run)
     if run.stream:
         record_aborted(store, run.stream, run_key(query_id, driver, run.run))
-    return -1 if version is None else version
+    return version
 
 
 def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
@@ -269,7 +272,9 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
         return
     if not _may_clean(store, {job.driver: job}, legacy, sweep.outcome):
         return
-    end_job(store, found.owner, fence=True)  # from here on no task registers a ledger, and no commit lands
+    if end_job(store, found.owner, fence=True) is None:  # from here on no task registers a ledger, nor commit lands
+        sweep.outcome.skipped = "removed meanwhile (its driver or another janitor ended it)"
+        return
     guard = commit_guard(store, job_registry(found.owner).path)
     stamped = guard is not None and guard.committed   # it landed, whether or not the head still holds its outcome
     if stamped or (bool(job.stream) and _recorded_committed(store, job.stream, found.owner)):   # rule 16
@@ -297,14 +302,12 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     fenced = {driver: _fence_run(store, found.owner, driver, run) for driver, run in runs.items()}
     names = {run.stream for run in runs.values() if run.stream}
     sweep(entries, sorted(names | set(_legacy_streams(store, entries, legacy and not runs))))
-    if set(found.entries(store)) - set(entries):
-        # A task of a fenced run registered a ledger after the listing (the fence stops commits, not tasks): the runs
-        # stay, fenced, so that the registry is still one whose drivers are gone, and the next janitor sweeps it.
-        sweep.outcome.error = "task ledgers were registered meanwhile; the next run cleans them"
-        return
-    for driver, version in fenced.items():
-        forget_run(store, found.owner, driver, version)
-    remove_query(store, found.owner)
+    # A fence stops a run's commits, not its tasks: one may have registered a ledger since the listing. The runs and
+    # the registry go in one multi, which fails if the registry holds anything else (or a run was restarted).
+    done = {driver: version for driver, version in fenced.items() if version is not None}
+    if not remove_fenced_runs(store, found.owner, done):
+        sweep.outcome.error = ("task ledgers were registered meanwhile, or a run restarted; the next janitor looks "
+                               "again")
 
 
 def _may_clean(store: MetadataStore, runs: dict[str, Registration], legacy: bool, outcome: Cleaned) -> bool:

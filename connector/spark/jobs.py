@@ -103,31 +103,35 @@ def start_job(store: MetadataStore, job_id: str, stream: str, driver: str = "") 
         pass
 
 
-def end_job(store: MetadataStore, job_id: str, fence: bool = False) -> None:
+def end_job(store: MetadataStore, job_id: str, fence: bool = False) -> int | None:
     """From here on no task of the job registers a ledger: the job znode leaves version 0 (tasks check it).
     fence (a janitor's, before it deletes anything): nor does the job's commit land, which checks in its multi that
-    the znode is not fenced, at the version it read (commit_guard)."""
+    the znode is not fenced, at the version it read (commit_guard). None if the registry is gone (removed: by the
+    job's driver, or by another janitor, which decided the job's outcome)."""
     now = time.time()
-    _stamp(store, job_registry(job_id).path, f"the registry of write job {job_id}",
-           {"ended": now, "fenced": now} if fence else {"ended": now})
+    return _stamp(store, job_registry(job_id).path, f"the registry of write job {job_id}",
+                  {"ended": now, "fenced": now} if fence else {"ended": now})
 
 
-def fence_run(store: MetadataStore, query_id: str, driver: str) -> int | None:
-    """A janitor's fence on a run of a query whose driver is gone, before it discards the run's ledgers: no commit
-    of the run registers a ledger from here on (commit_guard). The fenced run's version (forget_run removes that
-    one only: the driver, back, may have restarted the run since), None if the run is gone."""
+def fence_run(store: MetadataStore, query_id: str, driver: str, run: str) -> int | None:
+    """A janitor's fence on the run `run` (its id) of a query whose driver is gone, before it discards the run's
+    ledgers: no commit of the run registers a ledger from here on (commit_guard). The fenced run's version
+    (forget_run removes that one only), None if that run is gone: removed, or replaced by a new run of the driver,
+    back meanwhile, which is not to be fenced."""
     return _stamp(store, run_path(query_id, driver), f"run {driver} of streaming query {query_id}",
-                  {"fenced": time.time()})
+                  {"fenced": time.time()}, only=lambda fields: fields.get("run", "") == run)
 
 
-def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float]) -> int | None:
+def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float],
+           only: Callable[[dict], bool] = lambda fields: True) -> int | None:
     """Add the stamps a registry znode lacks ("ended", "fenced"), keeping those it has: a compare-and-set, so that
     a driver's end read before a janitor's fence and written after it cannot take the fence away. Returns the
-    znode's version with the stamps; None if the znode is gone (removed: ended and fenced for good)."""
+    znode's version with the stamps; None if the znode is gone (removed: ended and fenced for good), or is not the
+    one `only` accepts."""
     for _ in range(100):
         try:
             found = store.read(path, _fields)
-            if found is None:
+            if found is None or not only(found.value):
                 return None
             if all(key in found.value for key in stamps):
                 return found.version
@@ -317,6 +321,26 @@ def forget_run(store: MetadataStore, query_id: str, driver: str, version: int = 
         transaction.commit()
     except (BadVersionError, NoNodeError):
         pass   # restarted since (it stays), or removed already
+
+
+def remove_fenced_runs(store: MetadataStore, query_id: str, runs: dict[str, int]) -> bool:
+    """Delete the runs (each at the version it was fenced at) and the query's registry in one multi, all or none:
+    False, and nothing deleted, if a run changed (its driver restarted it) or anything else is in the registry (a
+    task of a fenced run registered a ledger meanwhile): the fenced runs then stay, so that the registry still
+    names drivers that are gone, and the next janitor looks at it again."""
+    transaction = store.transaction()
+    for driver, version in runs.items():
+        transaction.delete(run_path(query_id, driver), version)
+    transaction.delete(query_registry(query_id).path)
+    try:
+        transaction.commit()
+    except (BadVersionError, NoNodeError):
+        return False
+    except MetadataError as exc:
+        if isinstance(exc.__cause__, NotEmptyError):
+            return False
+        raise
+    return True
 
 
 def remove_query(store: MetadataStore, query_id: str) -> bool:

@@ -143,13 +143,14 @@ class LedgerWriter(DataSourceArrowWriter):
             guard = commit_guard(store, registry.path)
             if guard is not None and guard.committed:
                 return None   # landed: its multi stamped the registry (the head may no longer hold the job's outcome)
+            if (guard is None or guard.fenced) and ledger_ids and held_ledgers(store, record, ledger_ids):
+                return None   # landed, its reply lost; a janitor then fenced and removed the registry (it keeps what
+                #               the stream holds, and another may have marked the job aborted since): the rows are
+                #               committed (rule 16), not to be written again
             updated = committed_job(record, self.job_id, tasks, self.schema, self.overwrite)
             if updated is None:
                 return None
             if guard is None or guard.fenced:
-                if ledger_ids and held_ledgers(store, record, ledger_ids):
-                    return None   # landed, its reply lost; a janitor then fenced and removed the registry (it keeps
-                    #               what the stream holds): the rows are committed (rule 16), not to be written again
                 # A janitor found the job's driver gone: it fenced the job's registry, recorded the job aborted and
                 # discarded its ledgers, then removed the registry. The head keeps only the newest JOBS_KEPT job
                 # outcomes: once as many jobs have ended on the stream, the registry's fence (or absence) says so.

@@ -270,7 +270,7 @@ def test_a_run_cannot_commit_after_a_janitor_died_between_discarding_its_ledgers
     def dies(*_):
         raise LedgerError("the janitor's process died here")
 
-    monkeypatch.setattr(janitor, "forget_run", dies)
+    monkeypatch.setattr(janitor, "remove_fenced_runs", dies)
     [found] = janitor.find_registries(store, "s")
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
@@ -323,7 +323,7 @@ def test_a_commit_by_a_new_run_of_the_query_does_not_land_the_ledgers_a_janitor_
     found = _janitor_meets_a_new_run(store, monkeypatch)
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
-    assert not outcome.error and not outcome.kept
+    assert not outcome.kept and "a run restarted" in outcome.error   # the new run's registry stays
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
                               pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2",
                               run=run_of(store, "query-1", "driver-2").value.run)
@@ -378,7 +378,7 @@ def test_a_query_whose_run_a_janitor_fenced_commits_again_under_the_same_driver(
     old.commit([], 0)
     # A janitor, finding the driver's registration gone for a moment: the fence, the mark, the run removed (or the
     # janitor stopped before it removed the run: then the query's next writer restarts the fenced run).
-    fence_run(store, "query-1", "driver-back")
+    fence_run(store, "query-1", "driver-back", old.run)
     record_aborted(store, "s", run_key("query-1", "driver-back", old.run))
     if janitor_got_to == "the removal":
         forget_run(store, "query-1", "driver-back")
@@ -437,7 +437,7 @@ def test_a_janitor_leaves_a_run_its_driver_restarted_after_the_fence(store, meta
     [found] = janitor.find_registries(store, "s")
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
-    assert not outcome.error
+    assert "a run restarted" in outcome.error   # the registry stays, with the restarted run
     run = run_of(store, "query-1", "driver-back")
     assert run is not None and run.value.run == restarted[0] and not run.value.fenced
 
@@ -498,3 +498,32 @@ def test_a_commit_landing_right_after_a_sweep_reads_what_the_stream_holds_is_ref
     with LedgerClient(metadata_uri) as lc:
         janitor.clean(lc, found, [b""])
     assert refused and [ledger.ledger_id for ledger in streams.read_stream(store, "s").value.tail] == []
+
+
+def test_a_janitor_fences_only_the_run_it_found_gone_not_the_one_its_driver_restarted(
+        store, metadata_uri, monkeypatch):
+    """Review 2 of 2026-11-29: the janitor fenced and removed a run by its driver's name. A driver back under the same
+    id that had restarted its run (a new run id) just after the janitor read the runs lost the new run: fenced, then
+    removed, and its next commit refused. The fence now names the run id it found."""
+    from connector.client import LedgerClient
+    from connector.spark import janitor
+    from connector.spark.jobs import restart_run
+
+    started_run(store, metadata_uri, "driver-back").commit([], 0)
+    real_runs, calls, restarted = janitor.query_runs, [], []
+
+    def query_runs_then_the_driver_restarts(store_, query_id):
+        runs = real_runs(store_, query_id)
+        calls.append(query_id)
+        if len(calls) == 2:   # the janitor's look just before it cleans
+            restarted.append(restart_run(store, "query-1", "s", "driver-back", run_of(store, "query-1",
+                                                                                        "driver-back")))
+        return runs
+
+    monkeypatch.setattr(janitor, "query_runs", query_runs_then_the_driver_restarts)
+    [found] = janitor.find_registries(store, "s")
+    with LedgerClient(metadata_uri) as lc:
+        outcome = janitor.clean(lc, found, [b""])
+    assert outcome.error   # the registry stays: a run of a live driver is in it
+    run = run_of(store, "query-1", "driver-back")
+    assert run is not None and run.value.run == restarted[0] and not run.value.fenced

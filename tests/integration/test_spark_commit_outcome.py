@@ -449,12 +449,14 @@ def test_the_ledgers_an_overwrite_replaced_are_deleted_after_its_driver_died_bef
     assert stream_ids(metadata_uri) == list(range(100, 150))
 
 
-def test_a_commit_whose_reply_is_lost_while_a_janitor_cleans_its_job_is_reported_committed(
+def test_a_commit_whose_reply_is_lost_while_janitors_clean_its_job_is_reported_committed(
         cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
     """Review 2026-11-29: a commit landed and its reply was lost; while the driver waited for ZooKeeper, 100 jobs ended
     on the stream and a janitor (finding the driver's registration gone) cleaned the job: it kept the ledgers the
     stream held and removed the registry. The read-back then found no outcome and no registry and reported "none of
-    its rows were committed ... run the write again": the rows were committed, and a rerun wrote them twice."""
+    its rows were committed ... run the write again": the rows were committed, and a rerun wrote them twice. A second
+    janitor that had found the registry too recorded the job aborted once the first had removed it: the read-back then
+    found the job aborted (review 2 of 2026-11-29)."""
     from connector.spark import janitor
     from connector.spark.commit import COMMITTED, JOBS_KEPT, with_job
     from metadata import layout
@@ -470,12 +472,22 @@ def test_a_commit_whose_reply_is_lost_while_a_janitor_cleans_its_job_is_reported
             streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
         store.delete(layout.writer_path(janitor.read_job(store, writer.job_id).driver))   # its session expired
         [found] = [f for f in janitor.find_registries(store, STREAM) if f.owner == writer.job_id]
+        real_read_job = janitor.read_job
+
+        def read_job_then_another_janitor_cleans(store_, job_id):
+            job = real_read_job(store_, job_id)   # this janitor read the job; another cleans it right after
+            monkeypatch.setattr(janitor, "read_job", real_read_job)
+            cleaned.append(janitor.clean(lc, found, [b""]))
+            return job
+
         with LedgerClient(metadata_uri) as lc:
+            monkeypatch.setattr(janitor, "read_job", read_job_then_another_janitor_cleans)
             cleaned.append(janitor.clean(lc, found, [b""]))
 
     lost = LostReply(monkeypatch, zk_proxy, store, meanwhile=others_end_and_a_janitor_cleans)
     writer.commit(messages)   # reports success: its rows are on the stream
     lost.check_happened()
     assert not cleaned[0].error and cleaned[0].kept == [message.ledger_id for message in messages]
+    assert cleaned[1].skipped   # it found the registry removed: the job's outcome was decided
     assert stream_ids(metadata_uri) == list(range(200))
-    assert streams.read_stream(store, STREAM).value.jobs[-1] != (writer.job_id, "aborted")   # not marked aborted
+    assert (writer.job_id, "aborted") not in streams.read_stream(store, STREAM).value.jobs
