@@ -221,14 +221,14 @@ def plan_runs(
     """The stream's runs to rewrite, each a list of groups (one new ledger per group), in offset order. Looks at the
     ledgers from where the last plan under the same policy said nothing before can change (plan_start), not at
     every ledger of the stream (rule 15), and records where the next plan starts."""
-    start = _plan_mark(lc.store, record.name, policy)
+    start = _plan_mark(lc.store, record, policy)
     ledgers = list(streams.iter_ledgers(lc.store, record, lo=start))
     planned = ledgers[:-1]   # the last ledger stays (replace_run)
     with concurrent.futures.ThreadPoolExecutor(PLAN_THREADS) as pool:
         looked = list(pool.map(lambda ledger: _candidate(lc, ledger, policy, password), planned))
     runs = runs_of([c if isinstance(c, Candidate) else None for c in looked], policy)
     if ledgers:
-        _set_plan_mark(lc.store, record.name, policy, plan_start(planned, looked, runs, ledgers[-1].first_offset))
+        _set_plan_mark(lc.store, record, policy, plan_start(planned, looked, runs, ledgers[-1].first_offset))
     return runs
 
 
@@ -237,30 +237,34 @@ def plan_start(ledgers: list[StreamLedger], looked: list["Candidate | None | str
     """Pure: where the next plan under the same policy starts, given this plan's ledgers (in offset order), what it
     found of each (a Candidate; None: stays as it is for good, not being small; PENDING: not a candidate yet, as an
     OPEN ledger or one a commit still holds) and the runs it chose; end: the first offset it
-    did not plan (the stream's last ledger). Nothing before the result can join a run later: not a pending ledger,
-    not a run being rewritten now (its new ledgers may be small), not the candidates at the end (the next ledgers
-    may join them). Candidates between ledgers that stay for good and that no run took never will be: their
+    did not plan (the stream's last ledger). Nothing before the result can join a run later: not a pending ledger
+    nor the candidates just before it (they may join it once it is a candidate), not a run being rewritten now (its
+    new ledgers may be small), not the candidates at the end (the next ledgers may join them). Candidates between ledgers that stay for good and that no run took never will be: their
     neighbours stay as they are."""
     starts = [end]
-    starts += [ledger.first_offset for ledger, found in zip(ledgers, looked) if found == PENDING][:1]
     starts += [runs[0][0][0].ledger.first_offset] if runs else []
-    trailing = len(looked)
-    while trailing and isinstance(looked[trailing - 1], Candidate):
-        trailing -= 1
-    starts += [ledgers[trailing].first_offset] if trailing < len(looked) else []
+    pending = [n for n, found in enumerate(looked) if found == PENDING][:1]
+    for stop in pending + [len(looked)]:   # the candidates just before a pending ledger may join it, as at the end
+        first = stop
+        while first and isinstance(looked[first - 1], Candidate):
+            first -= 1
+        starts += [ledgers[first].first_offset] if first < len(looked) else []
     return min(starts)
 
 
-def _plan_mark(store: MetadataStore, name: str, policy: CompactionPolicy) -> int | None:
-    """Where the last plan under this policy said the next starts; None (from the stream's start) for another."""
-    found = store.read(layout.stream_compaction_mark_path(name), json.loads)
-    if found is None or not isinstance(found.value, dict) or found.value.get("policy") != _policy_key(policy):
+def _plan_mark(store: MetadataStore, record: StreamRecord, policy: CompactionPolicy) -> int | None:
+    """Where the last plan under this policy said the next starts; None (from the stream's start) for another, or a
+    mark left by a plan of a stream deleted and created again under the name meanwhile."""
+    found = store.read(layout.stream_compaction_mark_path(record.name), json.loads)
+    if found is None or not isinstance(found.value, dict) or found.value.get("policy") != _policy_key(policy) or \
+            found.value.get("created") != record.created_at:
         return None
     return int(found.value["offset"])
 
 
-def _set_plan_mark(store: MetadataStore, name: str, policy: CompactionPolicy, offset: int) -> None:
-    data = json.dumps({"offset": offset, "policy": _policy_key(policy)}).encode()
+def _set_plan_mark(store: MetadataStore, record: StreamRecord, policy: CompactionPolicy, offset: int) -> None:
+    name = record.name
+    data = json.dumps({"offset": offset, "policy": _policy_key(policy), "created": record.created_at}).encode()
     try:
         try:
             store.create(layout.stream_compaction_mark_path(name), data)

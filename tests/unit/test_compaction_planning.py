@@ -76,4 +76,5 @@ def test_the_next_plan_starts_where_something_before_can_still_change():
     assert start("b", "b", "c", "c") == 30             # small ones at the end: the next ledgers may join them
     assert start("b", "c", "c", "b", "b") == 20        # a run rewritten now: its new ledgers may still be small
     assert start("b", "p", "b", "c", "c", "b") == 20   # a pending ledger may become a candidate
+    assert start("b", "c", "p", "b") == 20             # ... and join the small ones just before it (review 2)
     assert start() == end
