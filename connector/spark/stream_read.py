@@ -191,18 +191,18 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             found = self._with_client(lambda lc, _: offset_at_time(lc, self.options, self.raw))
         extent = self._extent()
         if self.options.starting_timestamp is not None:   # never past the end this source announces (rule 17)
-            return self._offset(extent.end if found is None else min(found, extent.end))
+            return self._offset(extent.end if found is None else min(found, extent.end), extent)
         starting = self.stream_options.starting
         if starting == LATEST:
-            return self._offset(extent.end)
+            return self._offset(extent.end, extent)
         if isinstance(starting, int):
             if starting > extent.end:   # offsets only grow: a query there would wait for offsets never promised
                 raise InvalidOptionError(
                     f"startingOffsets={starting} is past the end of stream {self.options.stream!r} (its next offset "
                     f"is {extent.end}): give an offset up to {extent.end}, or startingOffsets=latest to read only "
                     "what is appended from now on")
-            return self._offset(starting)
-        return self._offset(extent.first)
+            return self._offset(starting, extent)
+        return self._offset(extent.first, extent)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """A cap if one is set; else ReadMinRows for admission (so that Spark's ReadAllAvailable, for
@@ -242,8 +242,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.available_now_end is not None:
             end = min(end, self.available_now_end)
         if not isinstance(limit, ReadAllAvailable):
-            if not self._admitted(end - begin):
-                return self._offset(at, extent)  # no new batch: the end announced last, never less (rule 17)
+            if not self._admitted(end - begin):   # no new batch: the end announced last, never less (rule 17)
+                return _unless_moved(start, self._offset(at, extent))
             caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
             if isinstance(limit, ReadMaxRows):
                 caps.append(limit.max_rows)
@@ -255,7 +255,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = max(begin, end)  # a cap below begin is no cap
         if end > at:
             self.last_planned = time.monotonic()
-        return self._offset(end, extent)
+        return _unless_moved(start, self._offset(end, extent))
 
     def _admitted(self, available: int) -> bool:
         """Kafka's minOffsetsPerTrigger / maxTriggerDelay: whether a batch of the available offsets may be planned
@@ -405,6 +405,14 @@ def _as_records(max_bytes: int | None, extent: StreamExtent) -> int | None:
     if max_bytes is None:
         return None
     return max(1, int(max_bytes // max(extent.bytes_per_offset, 1.0)))
+
+
+def _unless_moved(start: dict, offset: dict) -> dict:
+    """start when offset is the same place (only the OPEN ledger it names differs: the writer rolled or closed it):
+    Spark compares offsets as they are, and a differing one alone would plan an empty micro-batch."""
+    def place(o: dict) -> dict:
+        return {key: value for key, value in o.items() if key != "ledger"}
+    return start if place(start) == place(offset) else offset
 
 
 def _iso(seconds: float) -> str:

@@ -290,3 +290,24 @@ def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_n
             node.resume()
         reader.stop()
         writer.close()
+
+
+def test_an_offset_that_differs_only_in_the_ledger_it_names_plans_no_batch(cluster, store, metadata_uri):
+    """Review 2 of 2026-11-29: Spark compares offsets as they are. An offset that only gained or lost the OPEN ledger
+    it names (one of the previous version, or one from before the writer rolled or closed its ledger) made Spark plan
+    an empty micro-batch each time; with nothing new, latestOffset hands back the offset it was given."""
+    nodes, writer, sealed, tail, new_reader = sealed_and_open_tail(cluster, store, metadata_uri)
+    reader = new_reader()
+    try:
+        nodes[2].pause()
+        end = reader.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
+        nodes[2].resume()
+        assert end["ledger"] == tail
+        without_ledger = {key: value for key, value in end.items() if key != "ledger"}
+        assert reader.latestOffset(without_ledger, ReadAllAvailable()) == without_ledger
+        assert reader.latestOffset(end, ReadAllAvailable()) == end
+    finally:
+        for node in nodes:
+            node.resume()
+        reader.stop()
+        writer.close()
