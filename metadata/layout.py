@@ -59,11 +59,12 @@ MARKER = "/layout"
 # Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
 # file system (a node's directory in a local cluster) reads specially.
 NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"
-NODE_ID_RULE = "1-255 characters, none of them '/' or a control character (as ZooKeeper takes them), not '.' or '..'"
+NODE_ID_RULE = "1-200 bytes (UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or '..'"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 # Only what ZooKeeper (a path component) or a local cluster's directory cannot take: ids that nodes ran under before
 # this check (host:port as BookKeeper's bookies, node@rack, ...) keep working.
-_NODE_ID = re.compile(r"^(?!\.\.?$)[^/\x00-\x1f\x7f\ud800-\uf8ff\ufff0-\uffff]{1,255}$")
+_NODE_ID = re.compile(r"(?!\.\.?\Z)[^/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]+")
+NODE_ID_BYTES = 200   # in UTF-8, with room for what a local cluster adds to it in a file name (".log")
 # The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
 # (and its marker rewritten) by the next store that opens it; a newer version is refused.
 LAYOUT_VERSION = 1
@@ -93,12 +94,13 @@ class LayoutMarker:
 
 def is_name(name: object) -> bool:
     """name follows NAME_RULE: it is safe as one znode's name (a stream's)."""
-    return isinstance(name, str) and _NAME.match(name) is not None
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
 def is_node_id(node_id: object) -> bool:
-    """node_id follows NODE_ID_RULE: it is safe as one znode's name and a local cluster's directory name."""
-    return isinstance(node_id, str) and _NODE_ID.match(node_id) is not None
+    """node_id follows NODE_ID_RULE: it is safe as one znode's name and a local cluster's file and directory name."""
+    return isinstance(node_id, str) and _NODE_ID.fullmatch(node_id) is not None and \
+        len(node_id.encode("utf-8", "surrogatepass")) <= NODE_ID_BYTES
 
 
 def ledger_path(ledger_id: int) -> str:

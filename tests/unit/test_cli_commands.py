@@ -95,6 +95,6 @@ def test_a_command_gives_up_on_an_unreachable_zookeeper_after_its_short_wait(cap
 @pytest.mark.parametrize("node_id", ["..", "a\tb", "a/b"])
 def test_node_readonly_refuses_what_is_not_a_node_id_before_reaching_zookeeper(capsys, node_id):
     assert cli.main(["node", "readonly", node_id, "--metadata", "zk://127.0.0.1:1/l"]) == 1
-    assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-255 "
-                                       "characters, none of them '/' or a control character (as ZooKeeper takes "
-                                       "them), not '.' or '..'); check the id with `ledger cluster status`\n")
+    assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-200 bytes "
+                                       "(UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or "
+                                       "'..'); check the id with `ledger cluster status`\n")
