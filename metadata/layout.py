@@ -59,11 +59,13 @@ MARKER = "/layout"
 # Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
 # file system (a node's directory in a local cluster) reads specially.
 NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"
-NODE_ID_RULE = "1-200 bytes (UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or '..'"
+NODE_ID_RULE = ("1-200 bytes (UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or '..', not "
+                "starting with '-'")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 # Only what ZooKeeper (a path component) or a local cluster's directory cannot take: ids that nodes ran under before
 # this check (host:port as BookKeeper's bookies, node@rack, ...) keep working.
-_NODE_ID = re.compile(r"(?!\.\.?\Z)[^/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]+")
+_NOT_IN_ZNODE_NAMES = "/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff"   # ZooKeeper's path check, and '/'
+_NODE_ID = re.compile(rf"(?!\.\.?\Z)[^\-{_NOT_IN_ZNODE_NAMES}][^{_NOT_IN_ZNODE_NAMES}]*")   # not '-' first: a flag
 NODE_ID_BYTES = 200   # in UTF-8, with room for what a local cluster adds to it in a file name (".log")
 # The layout ALL_DIRS describes. A root whose marker records an older version gets the directories added since
 # (and its marker rewritten) by the next store that opens it; a newer version is refused.

@@ -276,7 +276,10 @@ def _clean_job(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep") 
         sweep.outcome.skipped = "removed meanwhile (its driver or another janitor ended it)"
         return
     guard = commit_guard(store, job_registry(found.owner).path)
-    stamped = guard is not None and guard.committed   # it landed, whether or not the head still holds its outcome
+    if guard is None:   # another janitor decided the job's outcome and removed the registry since the fence
+        sweep.outcome.skipped = "removed meanwhile (another janitor ended it)"
+        return
+    stamped = guard.committed   # it landed, whether or not the head still holds its outcome
     if stamped or (bool(job.stream) and _recorded_committed(store, job.stream, found.owner)):   # rule 16
         log.info("write job %s: its commit had landed on stream %r before its driver died", found.owner, job.stream)
     sweep(found.entries(store), [job.stream] if job.stream else [])
@@ -305,9 +308,15 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     # A fence stops a run's commits, not its tasks: one may have registered a ledger since the listing. The runs and
     # the registry go in one multi, which fails if the registry holds anything else (or a run was restarted).
     done = {driver: version for driver, version in fenced.items() if version is not None}
-    if not remove_fenced_runs(store, found.owner, done):
-        sweep.outcome.error = ("task ledgers were registered meanwhile, or a run restarted; the next janitor looks "
-                               "again")
+    if remove_fenced_runs(store, found.owner, done):
+        return
+    if not store.exists(found.path):
+        sweep.outcome.skipped = "removed meanwhile (another janitor ended it)"
+    elif any(registry.writer_alive(store, driver) for driver in query_runs(store, found.owner)):
+        sweep.outcome.skipped = "a driver of it is back (it restarted its run): its sweeps go on"
+    else:
+        sweep.outcome.error = ("its registry changed meanwhile (a task registered a ledger, or a run was restarted); "
+                               "the next janitor looks again")
 
 
 def _may_clean(store: MetadataStore, runs: dict[str, Registration], legacy: bool, outcome: Cleaned) -> bool:

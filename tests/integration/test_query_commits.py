@@ -323,7 +323,7 @@ def test_a_commit_by_a_new_run_of_the_query_does_not_land_the_ledgers_a_janitor_
     found = _janitor_meets_a_new_run(store, monkeypatch)
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
-    assert not outcome.kept and "a run restarted" in outcome.error   # the new run's registry stays
+    assert not outcome.kept and "a run was restarted" in outcome.error   # the new run's registry stays
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
                               pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2",
                               run=run_of(store, "query-1", "driver-2").value.run)
@@ -437,7 +437,7 @@ def test_a_janitor_leaves_a_run_its_driver_restarted_after_the_fence(store, meta
     [found] = janitor.find_registries(store, "s")
     with LedgerClient(metadata_uri) as lc:
         outcome = janitor.clean(lc, found, [b""])
-    assert "a run restarted" in outcome.error   # the registry stays, with the restarted run
+    assert "a run was restarted" in outcome.error   # the registry stays, with the restarted run
     run = run_of(store, "query-1", "driver-back")
     assert run is not None and run.value.run == restarted[0] and not run.value.fenced
 

@@ -449,8 +449,9 @@ def test_the_ledgers_an_overwrite_replaced_are_deleted_after_its_driver_died_bef
     assert stream_ids(metadata_uri) == list(range(100, 150))
 
 
+@pytest.mark.parametrize("step", ["read_job", "commit_guard"])   # where the second janitor is when the first ends
 def test_a_commit_whose_reply_is_lost_while_janitors_clean_its_job_is_reported_committed(
-        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch, step):
     """Review 2026-11-29: a commit landed and its reply was lost; while the driver waited for ZooKeeper, 100 jobs ended
     on the stream and a janitor (finding the driver's registration gone) cleaned the job: it kept the ledgers the
     stream held and removed the registry. The read-back then found no outcome and no registry and reported "none of
@@ -472,16 +473,15 @@ def test_a_commit_whose_reply_is_lost_while_janitors_clean_its_job_is_reported_c
             streams.update_stream(store, STREAM, lambda r, n=n: with_job(r, f"job-{n}", COMMITTED))
         store.delete(layout.writer_path(janitor.read_job(store, writer.job_id).driver))   # its session expired
         [found] = [f for f in janitor.find_registries(store, STREAM) if f.owner == writer.job_id]
-        real_read_job = janitor.read_job
+        real = getattr(janitor, step)
 
-        def read_job_then_another_janitor_cleans(store_, job_id):
-            job = real_read_job(store_, job_id)   # this janitor read the job; another cleans it right after
-            monkeypatch.setattr(janitor, "read_job", real_read_job)
+        def another_janitor_cleans_first(*args):
+            monkeypatch.setattr(janitor, step, real)   # this janitor is at `step`; another one cleans the job now
             cleaned.append(janitor.clean(lc, found, [b""]))
-            return job
+            return real(*args)
 
         with LedgerClient(metadata_uri) as lc:
-            monkeypatch.setattr(janitor, "read_job", read_job_then_another_janitor_cleans)
+            monkeypatch.setattr(janitor, step, another_janitor_cleans_first)
             cleaned.append(janitor.clean(lc, found, [b""]))
 
     lost = LostReply(monkeypatch, zk_proxy, store, meanwhile=others_end_and_a_janitor_cleans)

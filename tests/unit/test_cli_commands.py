@@ -97,4 +97,4 @@ def test_node_readonly_refuses_what_is_not_a_node_id_before_reaching_zookeeper(c
     assert cli.main(["node", "readonly", node_id, "--metadata", "zk://127.0.0.1:1/l"]) == 1
     assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-200 bytes "
                                        "(UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or "
-                                       "'..'); check the id with `ledger cluster status`\n")
+                                       "'..', not starting with '-'); check the id with `ledger cluster status`\n")

@@ -11,10 +11,11 @@ def test_a_stream_name_outside_the_rule_is_refused(name):
     assert not is_name(name)
 
 
-@pytest.mark.parametrize("node_id", ["n1\n", "a\x85b", "é" * 101])
+@pytest.mark.parametrize("node_id", ["n1\n", "a\x85b", "é" * 101, "n\U0001F600", "-n1"])
 def test_a_node_id_zookeeper_or_a_local_cluster_cannot_take_is_refused(node_id):
-    """The same for node ids; and C1 control characters (ZooKeeper refuses them too), and the rule's length is in
-    bytes, as a file name's is (a local cluster names the node's log file after it)."""
+    """The same for node ids; and C1 control characters and characters beyond U+FFFF (ZooKeeper refuses them too), a
+    leading '-' (a local cluster passes the id as an argument), and the rule's length is in bytes, as a file name's
+    is (a local cluster names the node's log file after it)."""
     assert not is_node_id(node_id)
 
 
