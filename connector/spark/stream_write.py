@@ -98,7 +98,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     retire_gone_runs(lc.store, query_id, driver_id)
                 except LedgerError as exc:   # the next start retires them
                     log.warning("streaming query %s: runs of gone drivers not retired: %s", query_id, exc)
-            elif run.value.fenced or job_outcome(head, run_key(query_id, driver_id, run.value.run)) == ABORTED:
+            elif run.value.fenced or _marked(head, query_id, driver_id, run.value.run):
                 log.warning("streaming query %s: a janitor fenced its run by driver %s (it found the driver's "
                             "registration gone for a while): its batches in flight are refused; a new run starts",
                             query_id, driver_id)
@@ -230,7 +230,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         what the commit's multi checks of the run: its znode at the version read (a commit registering ledgers)."""
         if not self.driver_id:
             return ()
-        if job_outcome(record, run_key(self.query_id, self.driver_id, self.run)) == ABORTED:
+        if _marked(record, self.query_id, self.driver_id, self.run):
             return None
         if not registering:
             return ()
@@ -244,3 +244,9 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         abort)."""
         found = find_stream(lc.store, self.options.stream)
         return held_ledgers(lc.store, found.value, ledger_ids) if found else set()
+
+
+def _marked(record: StreamRecord, query_id: str, driver: str, run: str) -> bool:
+    """Whether a janitor recorded the run aborted on the stream (janitor.run_key): with its fence on the run's znode,
+    what ends a run (prepare restarts such a run; its commits are refused)."""
+    return job_outcome(record, run_key(query_id, driver, run)) == ABORTED
