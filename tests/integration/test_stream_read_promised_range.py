@@ -6,6 +6,8 @@ The stream: a sealed raw ledger (offsets 0..99) and the OPEN ledger of a live wr
 adds all piggybacked -1). latestOffset asks nodes 1 and 2 (node 3 paused) and promises offset 400; then node 1
 pauses, so any LAC read answers -1, and partitions() must still plan, and executors read, every promised row.
 """
+import contextlib
+
 import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -59,6 +61,28 @@ def sealed_and_open_tail(cluster, store, metadata_uri):
         return LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
 
     return nodes, writer, sealed, tail, reader
+
+
+def end_from_nodes_1_and_2(nodes, reader: LedgerStreamReader, start: dict | None = None) -> dict:
+    """latestOffset while node 3 is paused: nodes 1 and 2 answer, LAC 299, so the end announced is offset 400."""
+    nodes[2].pause()
+    try:
+        return reader.latestOffset(start or {"offset": 50}, ReadAllAvailable())
+    finally:
+        nodes[2].resume()
+
+
+@contextlib.contextmanager
+def left_as_found(nodes, writer, *readers: LedgerStreamReader):
+    """Every node resumed, the readers stopped and the tail's writer gone at the end."""
+    try:
+        yield
+    finally:
+        for node in nodes:
+            node.resume()
+        for reader in readers:
+            reader.stop()
+        writer.close()
 
 
 def test_a_micro_batch_reads_every_promised_row_when_a_second_lac_read_would_answer_less(cluster, store,
@@ -230,20 +254,12 @@ def test_a_restarted_query_under_available_now_does_not_take_a_lagging_lac_for_o
     nodes, writer, sealed, tail, reader = sealed_and_open_tail(cluster, store, metadata_uri)
 
     first, restarted = reader(), reader()
-    try:
-        nodes[2].pause()
-        end = first.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
-        nodes[2].resume()
+    with left_as_found(nodes, writer, first, restarted):
+        end = end_from_nodes_1_and_2(nodes, first)
         assert end["offset"] == SEALED + TAIL
         nodes[0].pause()                                               # from now on LAC -1
         restarted.prepareForTriggerAvailableNow()
         assert restarted.latestOffset(end, ReadAllAvailable()) == end
-    finally:
-        for node in nodes:
-            node.resume()
-        first.stop()
-        restarted.stop()
-        writer.close()
 
 
 def test_a_starting_offset_past_the_streams_end_is_refused_naming_the_option(store, metadata_uri):
@@ -273,10 +289,8 @@ def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_n
 
     nodes, writer, sealed, tail, new_reader = sealed_and_open_tail(cluster, store, metadata_uri)
     reader = new_reader()
-    try:
-        nodes[2].pause()
-        end = reader.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
-        nodes[2].resume()
+    with left_as_found(nodes, writer, reader):
+        end = end_from_nodes_1_and_2(nodes, reader)
         assert end["offset"] == SEALED + TAIL and end["ledger"] == tail
         # The tail taken off and another OPEN ledger put at its first offset: as if the ledger the query stood in had
         # been closed below the end it announced.
@@ -285,11 +299,6 @@ def test_a_lagging_lac_is_nothing_new_only_inside_the_ledger_the_querys_offset_n
                                                                   StreamLedger(other, SEALED))))
         with pytest.raises(DataLossError, match="offsets were taken back"):
             new_reader().latestOffset(end, ReadAllAvailable())
-    finally:
-        for node in nodes:
-            node.resume()
-        reader.stop()
-        writer.close()
 
 
 def test_an_offset_that_differs_only_in_the_ledger_it_names_plans_no_batch(cluster, store, metadata_uri):
@@ -298,16 +307,9 @@ def test_an_offset_that_differs_only_in_the_ledger_it_names_plans_no_batch(clust
     an empty micro-batch each time; with nothing new, latestOffset hands back the offset it was given."""
     nodes, writer, sealed, tail, new_reader = sealed_and_open_tail(cluster, store, metadata_uri)
     reader = new_reader()
-    try:
-        nodes[2].pause()
-        end = reader.latestOffset({"offset": 50}, ReadAllAvailable())   # nodes 1 and 2 answer: LAC 299
-        nodes[2].resume()
+    with left_as_found(nodes, writer, reader):
+        end = end_from_nodes_1_and_2(nodes, reader)
         assert end["ledger"] == tail
         without_ledger = {key: value for key, value in end.items() if key != "ledger"}
         assert reader.latestOffset(without_ledger, ReadAllAvailable()) == without_ledger
         assert reader.latestOffset(end, ReadAllAvailable()) == end
-    finally:
-        for node in nodes:
-            node.resume()
-        reader.stop()
-        writer.close()
