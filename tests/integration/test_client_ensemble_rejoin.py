@@ -42,6 +42,7 @@ def test_a_ledger_survives_three_node_failures_on_five_nodes_by_returning_to_res
     nodes = {n.node_id: n for n in cluster(5)}
     acked: dict[int, bytes] = {}
     failed: list[str] = []
+    replaced_at: list[int] = []   # the first entry of the fragment that replaced each victim
     with LedgerClient(metadata_uri) as client:
         handle = client.create_ledger(3, 3, 2)
         _append(handle, acked, BATCH)
@@ -50,6 +51,7 @@ def test_a_ledger_survives_three_node_failures_on_five_nodes_by_returning_to_res
             failed.append(victim)
             nodes[victim].kill()
             _append_until_replaced(handle, victim, acked)
+            replaced_at.append(handle.metadata.last_fragment.first_entry_id)
             _append(handle, acked, BATCH)
             nodes[victim].start()
             poll_until(lambda: getattr(registry.list_nodes(store).get(victim), "pid", 0) == nodes[victim].pid, 30,
@@ -58,13 +60,17 @@ def test_a_ledger_survives_three_node_failures_on_five_nodes_by_returning_to_res
         meta = handle.close()
 
         assert meta.state is LedgerState.CLOSED and meta.last_entry_id == max(acked) == len(acked) - 1
-        assert len(meta.fragments) == ROUNDS + 1
+        # One fragment per failure, and perhaps more: under load a live node's add may time out, and the writer
+        # replaces that node too (seen in a CI run), which is what it should do.
+        assert len(meta.fragments) >= ROUNDS + 1
         starts = [f.first_entry_id for f in meta.fragments]
         assert starts == sorted(starts) and len(set(starts)) == len(starts)
-        for victim, fragment in zip(failed, meta.fragments[1:]):
-            assert victim not in fragment.ensemble
+        replacing = [starts.index(first) for first in replaced_at]
+        for victim, index in zip(failed, replacing):
+            assert victim not in meta.fragments[index].ensemble
         # 5 nodes, E = 3, three failures: two spare nodes, so at least one replacement is a node that failed
         # earlier and came back.
-        assert any(node in later.ensemble for k, node in enumerate(failed) for later in meta.fragments[k + 2:])
+        assert any(node in later.ensemble for node, index in zip(failed, replacing)
+                   for later in meta.fragments[index + 1:])
         stored = {e.entry_id: e.payload for e in client.open_ledger(handle.ledger_id).read(0, meta.last_entry_id)}
         assert stored == acked

@@ -16,6 +16,7 @@ import pytest
 from connector.cluster import LocalCluster
 from metadata.embedded import EmbeddedZooKeeper, listens
 from metadata.errors import ZooKeeperPortTakenError
+from tests.harness.poll import poll_until
 
 
 class _PortThief(LocalCluster):
@@ -58,18 +59,31 @@ class _ZooKeeperPortThief(LocalCluster):
         self.stolen: int | None = None
 
     def start_zookeeper(self, *args, **kwargs):
-        if self.thief is None:
-            self.thief = socket.socket()
-            self.thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a stopped ZooKeeper's TIME_WAIT
+        if self.stolen is None:
+            # Another process may hold the port for a moment (seen in CI, twice): had the thief given up then, the port
+            # could be free again when ZooKeeper binds it. It keeps trying for a while; a process that holds the
+            # port all that time takes it all the same.
             try:
-                self.thief.bind(("127.0.0.1", self.state.zk_port))
-                self.thief.listen()
-            except OSError as exc:   # another process took the port first (seen in CI): it is taken all the same
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                self.thief.close()
+                self.thief = poll_until(lambda: _bound(self.state.zk_port), 10, what="the thief to take the port")
+            except AssertionError:
+                self.thief = None
             self.stolen = self.state.zk_port
         return super().start_zookeeper(*args, **kwargs)
+
+
+def _bound(port: int) -> socket.socket | None:
+    """A listening socket on the port, or None while another process holds it."""
+    thief = socket.socket()
+    thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a stopped ZooKeeper's TIME_WAIT
+    try:
+        thief.bind(("127.0.0.1", port))
+        thief.listen()
+    except OSError as exc:
+        thief.close()
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        return None
+    return thief
 
 
 def test_a_new_cluster_whose_zookeeper_port_is_taken_moves_zookeeper_and_starts(tmp_path):
