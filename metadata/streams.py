@@ -352,6 +352,17 @@ def held_ledgers(store: MetadataStore, record: StreamRecord, ledger_ids: Iterabl
     return held
 
 
+def held_by_streams(store: MetadataStore, names: Iterable[str], ledger_ids: Iterable[int]) -> set[int]:
+    """Which of ledger_ids the named streams hold now (a stream that is gone holds none)."""
+    ledger_ids = list(ledger_ids)
+    held: set[int] = set()
+    for name in names:
+        found = find_stream(store, name)
+        if found is not None:
+            held |= held_ledgers(store, found.value, ledger_ids)
+    return held
+
+
 def live_pages(store: MetadataStore, record: StreamRecord) -> list[StreamPage]:
     """The pages holding the stream's ledgers below its tail, in offset order (listed once): of the pages up to
     the head's page_generation, those no page of a higher such generation replaced. They must cover

@@ -44,7 +44,7 @@ from metadata import layout, registry
 from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import LedgerMetadata, StreamRecord
 from metadata.store import MetadataStore
-from metadata.streams import InvalidStreamNameError, check_stream_name, find_stream, held_ledgers, update_stream
+from metadata.streams import InvalidStreamNameError, check_stream_name, held_by_streams, update_stream
 from protos.digest import password_hash
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ class Sweep:
 
     def __call__(self, entries: list[TaskEntry], streams: list[str]) -> None:
         """streams: those that may hold the entries' ledgers (committed just before the driver died)."""
-        kept, deleted = sweep_entries(self.lc.store, entries, lambda ids: _held_now(self.lc.store, streams, ids),
+        kept, deleted = sweep_entries(self.lc.store, entries, lambda ids: held_by_streams(self.lc.store, streams, ids),
                                       self._discard)
         self.outcome.kept += kept
         self.outcome.deleted += deleted
@@ -398,16 +398,6 @@ class Sweep:
         except NoSuchLedgerError:
             return False
         return True
-
-
-def _held_now(store: MetadataStore, streams: list[str], ledger_ids: list[int]) -> set[int]:
-    """Which of the ledgers the streams hold now (a stream that is gone, or not a stream name, holds none)."""
-    held: set[int] = set()
-    for name in streams:
-        found = find_stream(store, name)
-        if found is not None:
-            held |= held_ledgers(store, found.value, ledger_ids)
-    return held
 
 
 def _password_of(meta: LedgerMetadata, passwords: Sequence[bytes]) -> bytes:

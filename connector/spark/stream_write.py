@@ -57,7 +57,7 @@ from metadata import layout
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.query_commits import committing, evict, read_query_commit
-from metadata.streams import Rewrite, ZnodeWrite, find_stream, held_ledgers, update_stream
+from metadata.streams import Rewrite, ZnodeWrite, find_stream, held_by_streams, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             if entry.ledger_id in registered:
                 forget_entry(lc.store, entry)
         sweep_entries(lc.store, [e for e in entries if e.ledger_id not in registered],
-                      lambda ledger_ids: self._held(lc, ledger_ids),
+                      lambda ledger_ids: held_by_streams(lc.store, [self.options.stream], ledger_ids),
                       lambda ledger_id: discard(lc, ledger_id, self.options.password))
 
     def _fenced(self, lc: LedgerClient) -> bool:
@@ -238,12 +238,6 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         if guard is None or guard.fenced or guard.fields.get("run", "") != self.run:
             return None   # fenced, removed, or fenced and restarted as a new run
         return (guard.check(),)
-
-    def _held(self, lc: LedgerClient, ledger_ids: list[int]) -> set[int]:
-        """Those of the ledgers the stream holds (asked only when there are any: a replay, a failed attempt, an
-        abort)."""
-        found = find_stream(lc.store, self.options.stream)
-        return held_ledgers(lc.store, found.value, ledger_ids) if found else set()
 
 
 def _marked(record: StreamRecord, query_id: str, driver: str, run: str) -> bool:

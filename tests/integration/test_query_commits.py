@@ -482,7 +482,7 @@ def test_a_commit_landing_right_after_a_sweep_reads_what_the_stream_holds_is_ref
     entry = register_task_ledger(store, query_registry("query-1", 1))
     sink = LedgerStreamWriter(LedgerOptions.parse({"metadata": metadata_uri, "path": "s"}),
                               pa.schema([("id", pa.int64())]), "query-1", driver_id="driver-2")
-    real_held, refused = janitor._held_now, []
+    real_held, refused = janitor.held_by_streams, []
 
     def held_then_a_commit_lands(store_, streams_, ledger_ids):
         held = real_held(store_, streams_, ledger_ids)
@@ -493,7 +493,7 @@ def test_a_commit_landing_right_after_a_sweep_reads_what_the_stream_holds_is_ref
             refused.append(exc)
         return held
 
-    monkeypatch.setattr(janitor, "_held_now", held_then_a_commit_lands)
+    monkeypatch.setattr(janitor, "held_by_streams", held_then_a_commit_lands)
     found = _janitor_meets_a_new_run(store, monkeypatch)
     with LedgerClient(metadata_uri) as lc:
         janitor.clean(lc, found, [b""])
