@@ -222,8 +222,7 @@ def start_query(store: MetadataStore, query_id: str, stream: str = "", driver: s
     deletes a registry whose runs are all gone, possibly between the two steps: then create it again. Returns
     the run's id (a new run's, or that of the run this driver has recorded already; "" without a driver)."""
     path = query_registry(query_id).path
-    run = uuid.uuid4().hex[:16]
-    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
+    run, data = _new_run(stream, driver)
     for _ in range(100):
         store.ensure_path(path)
         if not driver:
@@ -245,14 +244,19 @@ def restart_run(store: MetadataStore, query_id: str, stream: str, driver: str, s
     gone for a while; the driver is back under the same id, as a keeper is after its session expired). The fenced
     run's commits stay refused (their run id is gone); the new run's can land, so the query is not refused for as
     long as its driver lives. Returns the new run's id (or, the run changed or removed meanwhile, start_query's)."""
-    run = uuid.uuid4().hex[:16]
-    data = json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
+    run, data = _new_run(stream, driver)
     try:
         store.compare_and_set(run_path(query_id, driver), data, stale.version,
                               f"run {driver} of streaming query {query_id}")
     except (MetadataConflictError, NoNodeError):
         return start_query(store, query_id, stream, driver)
     return run
+
+
+def _new_run(stream: str, driver: str) -> tuple[str, bytes]:
+    """A new run's id and its znode's data."""
+    run = uuid.uuid4().hex[:16]
+    return run, json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
 
 
 def run_of(store: MetadataStore, query_id: str, driver: str) -> Versioned[Registration] | None:
