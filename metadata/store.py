@@ -31,6 +31,7 @@ from metadata.errors import (
     UninitialisedRootError,
     ZooKeeperUnreachableError,
 )
+from metadata.ledger_ids import LedgerIds
 from metadata.model import LedgerMetadata, Versioned
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
@@ -200,6 +201,7 @@ class MetadataStore:
         self.wait_seconds = zk_wait_seconds() if wait_seconds is None else wait_seconds
         self._closed = False
         self.init_outcome: str | None = None  # what initialise_root() found or did
+        self._ledger_ids = LedgerIds(self)
         if _initialise:
             self._ensure_root(connect_timeout)
         self.zk = self._client(
@@ -510,25 +512,30 @@ class MetadataStore:
     # -- ledgers -------------------------------------------------------------------------------
 
     def allocate_ledger_id(self) -> int:
-        path = self._call(self.zk.create, f"{layout.IDGEN}/id-", b"", sequence=True)
-        self._call(self.zk.delete, path)
-        return int(path.rsplit("-", 1)[1])
+        """A ledger id never handed out before (metadata/ledger_ids.py)."""
+        return self._ledger_ids.take(1, 1)[0]
 
     def allocate_ledger_ids(self, count: int, per_request: int = 1000) -> list[int]:
         """count ids as allocate_ledger_id gives them, per_request at a time in two multis (create, delete):
         for tools that store many ledgers at once (the benchmarks' history fixtures)."""
-        ids: list[int] = []
-        while len(ids) < count:
-            create = self.transaction()
-            for _ in range(min(per_request, count - len(ids))):
-                create.create(f"{layout.IDGEN}/id-", sequence=True)
-            paths = create.commit()
-            delete = self.transaction()
-            for path in paths:
-                delete.delete(path)
-            delete.commit()
-            ids += [int(path.rsplit("-", 1)[1]) for path in paths]
-        return ids
+        return self._ledger_ids.take(count, per_request)
+
+    def sequence_names(self, prefix: str, count: int) -> list[str]:
+        """Create count sequential znodes named prefix + ZooKeeper's sequence number, delete them, and return their
+        paths (one create and one delete for one name; else a multi of each)."""
+        if count == 1:
+            path = self._call(self.zk.create, prefix, b"", sequence=True)
+            self._call(self.zk.delete, path)
+            return [path]
+        create = self.transaction()
+        for _ in range(count):
+            create.create(prefix, sequence=True)
+        paths = create.commit()
+        delete = self.transaction()
+        for path in paths:
+            delete.delete(path)
+        delete.commit()
+        return paths
 
     def create_ledger(self, meta: LedgerMetadata) -> Versioned[LedgerMetadata]:
         """Allocate an id and store meta under it; meta.ledger_id is ignored."""

@@ -4,7 +4,8 @@ import threading
 import pytest
 from kazoo.client import KazooClient
 
-from metadata import layout, registry, streams
+from connector.client import LedgerClient
+from metadata import layout, ledger_ids, registry, streams
 from metadata.errors import (
     InvalidMetadataUriError,
     MetadataConflictError,
@@ -122,3 +123,45 @@ def test_ephemeral_registrations_come_back_after_session_expiry(store, zookeeper
     node.close()
     assert not registry.writer_alive(store, "writer-1")
     assert store.zk.exists(layout.node_path("node-9")) is None
+
+
+def test_ledger_ids_move_to_the_next_bucket_before_zookeepers_counter_wraps(store, metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: ids were the sequence numbers of one parent, whose signed 32-bit counter ZooKeeper
+    advances on every create and delete of a child; once it wrapped, names such as id--2147483648 parsed as
+    2147483648, then 2147483646, ...: ids already handed out. Ids now come in buckets opened before the wrap."""
+    store._ledger_ids = ledger_ids.LedgerIds(store, roll_at=store.allocate_ledger_id() + 6)
+    taken = [store.allocate_ledger_id() for _ in range(4)] + store.allocate_ledger_ids(5, per_request=2)
+    taken += [store.allocate_ledger_id() for _ in range(3)]
+    assert taken == sorted(set(taken))
+    assert taken[0] < 2**31 and taken[-1] >= 2**31          # the first bucket, then the next
+    assert store.children(layout.IDGEN) == ["bucket-0000000001"]
+    assert store.children(ledger_ids.bucket_path(1)) == []
+    # another client, starting afresh, takes its ids from the highest bucket
+    with MetadataStore(metadata_uri) as other:
+        assert other.allocate_ledger_id() > taken[-1]
+    # a ledger with an id of the second bucket is written and read like any other
+    cluster(3)
+    with LedgerClient(metadata_uri, timeout=3.0) as lc:
+        with lc.create_ledger(3, 3, 2) as w:
+            assert w.ledger_id >= 2**31 and w.append(b"first") == 0
+        assert [e.payload for e in lc.open_ledger(w.ledger_id).read(0, 0)] == [b"first"]
+
+
+def test_a_wrapped_sequence_number_is_never_taken_for_an_id(store, monkeypatch):
+    """ZooKeeper's counter for a parent's sequential children wraps to -2147483648 (written id--2147483648): such
+    a name must not give an id (it gave 2147483648, then ids going down through those already used)."""
+    before = store.allocate_ledger_id()
+    real_create, wrapped = store.zk.create, iter(["-2147483648", "-2147483646"])
+
+    def create(path, *args, **kwargs):
+        if path == f"{layout.IDGEN}/id-" and (suffix := next(wrapped, None)) is not None:
+            return f"{layout.IDGEN}/id-{suffix}"   # what ZooKeeper names a child past the wrap
+        return real_create(path, *args, **kwargs)
+
+    real_delete = store.zk.delete
+    monkeypatch.setattr(store.zk, "create", create)
+    monkeypatch.setattr(store.zk, "delete", lambda path, *a, **k: None if "--" in path else real_delete(path, *a, **k))
+    taken = [store.allocate_ledger_id() for _ in range(3)]
+    assert [before] + taken == sorted(set([before] + taken))
+    assert all(ledger_id >= 2**31 for ledger_id in taken)
+    assert store.children(layout.IDGEN) == ["bucket-0000000001"]
