@@ -179,7 +179,11 @@ class SegmentWriter:
             raise JournalWriteError(f"journal fsync failed: {exc}") from exc
         self.fsync_seconds = time.perf_counter() - started
         self.size = mark_at + MARK_SIZE + total
-        self._mark_ahead()
+        if self.size < self._segment_bytes:
+            # Not in a full segment: the next group goes to a new one, and this mark, never synced, would end a
+            # segment that is no longer the last, where replay takes any damage (a power cut leaving half of it)
+            # for corruption and the node would refuse to start.
+            self._mark_ahead()
         self._drop_cold_pages()
         return self.segment, mark_at + MARK_SIZE
 

@@ -270,6 +270,30 @@ def test_the_writer_starts_the_segment_and_every_group_with_a_durable_mark(tmp_p
     assert scan.marked and scan.torn_at is None
 
 
+def test_a_sealed_segment_is_synced_whole_before_the_next_one_starts(tmp_path, monkeypatch):
+    """Storage audit 2026-11-29: every group writes the next group's mark ahead, unsynced; at a roll that mark ended
+    the sealed segment unsynced, and a power cut could leave it half there in a segment that is no longer the last,
+    where replay takes any damage for corruption: the node refused to start. A full segment gets no mark ahead."""
+    synced: dict[int, int] = {}     # inode -> file size at its last fdatasync
+
+    def datasync(fd):
+        os.fdatasync(fd)
+        stat = os.fstat(fd)
+        synced[stat.st_ino] = stat.st_size
+
+    monkeypatch.setattr(journal_module, "_datasync", datasync)
+    writer = SegmentWriter(tmp_path, FileNumbers(1), segment_bytes=1 << 20, page_cache_bytes=-1)
+    record = entry_record(7, 0, b"x" * 300_000)
+    segments = [writer.write([record], len(record))[0] for _ in range(12)]
+    writer.close()
+    assert segments[0] == 1 and segments[-1] >= 3                     # rolled at least twice
+    for number in sorted(set(segments))[:-1]:
+        path = segment_path(tmp_path, number)
+        assert synced[path.stat().st_ino] == path.stat().st_size, f"segment {number} sealed with unsynced bytes"
+        scan = SegmentScan(path, 0, is_last=False)
+        assert list(scan.records()) and scan.valid_end == path.stat().st_size
+
+
 TORN_GROUPS = {
     # the group's later page reached the disk, an earlier one did not
     "a record in the middle": lambda offsets: (offsets[4], 40),
