@@ -26,6 +26,11 @@ class MetadataConflictError(MetadataError):
     """A compare-and-set lost: someone else changed the record since it was read."""
 
 
+class PlacementChangedError(MetadataError):
+    """A write that places a ledger's copies on nodes chosen from a node list read before a node was marked
+    decommissioned: nothing was written; read the nodes again and choose again (metadata/registry.py Placement)."""
+
+
 class MetadataFormatError(MetadataError):
     """A record in ZooKeeper cannot be decoded (unknown format version or damaged JSON)."""
 

@@ -7,6 +7,7 @@ from fencing (DESIGN rule 14).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Callable
@@ -166,21 +167,41 @@ def writer_alive(store: MetadataStore, writer_id: str, watch: Callable | None = 
 
 def mark_decommissioned(store: MetadataStore, node_id: str) -> None:
     """Retire a node for good (persistent, idempotent): placement stops choosing it and the audit counts
-    every fragment on it as under-replicated until its data is copied elsewhere."""
+    every fragment on it as under-replicated until its data is copied elsewhere. The mark advances the
+    placement epoch (the data version of /decommissioned) in the same multi, so that no write of nodes chosen
+    before it can land after it (Placement)."""
+    request = store.transaction()
+    request.create(layout.decommissioned_path(node_id))
+    request.set_data(layout.DECOMMISSIONED, b"")
     try:
-        store.create(layout.decommissioned_path(node_id), makepath=True)
-    except NodeExistsError:
-        pass
+        request.commit()
+    except NodeExistsError:     # marked before: advanced again all the same (a mark made by an older version)
+        store.set_data(layout.DECOMMISSIONED, b"")
 
 
 def decommissioned_nodes(store: MetadataStore) -> set[str]:
     return set(store.children(layout.DECOMMISSIONED))
 
 
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The nodes new ensembles and replacements may use (registered, not decommissioned), and the placement
+    epoch they were read at. A write that names nodes chosen from them (a ledger's creation, an ensemble change,
+    a recovery's close that stores its write-back's changes, a re-replication) passes the epoch: the store
+    checks it in the write's own multi and refuses the write (PlacementChangedError) if a node was marked
+    decommissioned since. So once a decommission's scan finds no ledger naming the node, none ever will."""
+    nodes: dict[str, NodeRegistration]
+    epoch: int | None        # None: unchecked (a simulation's registry)
+
+
+def placement(store: MetadataStore) -> Placement:
+    retired, epoch = store.children_and_version(layout.DECOMMISSIONED)
+    return Placement({node_id: reg for node_id, reg in list_nodes(store).items() if node_id not in retired}, epoch)
+
+
 def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
     """Registered nodes that new ensembles and replacements may use: decommissioned ones are left out."""
-    retired = decommissioned_nodes(store)
-    return {node_id: reg for node_id, reg in list_nodes(store).items() if node_id not in retired}
+    return placement(store).nodes
 
 
 def set_readonly(store: MetadataStore, node_id: str, on: bool) -> None:

@@ -28,6 +28,7 @@ from metadata.errors import (
     MetadataError,
     MetadataFormatError,
     NoSuchLedgerError,
+    PlacementChangedError,
     UninitialisedRootError,
     ZooKeeperUnreachableError,
 )
@@ -441,6 +442,11 @@ class MetadataStore:
     def children(self, path: str) -> list[str]:
         return self._retried(self.zk.get_children, path)
 
+    def children_and_version(self, path: str) -> tuple[list[str], int]:
+        """The znode's children and its data version, read together."""
+        children, stat = self._retried(self.zk.get_children, path, include_data=True)
+        return children, stat.version
+
     def ensure_path(self, path: str) -> None:
         self._retried(self.zk.ensure_path, path)
 
@@ -537,24 +543,36 @@ class MetadataStore:
         delete.commit()
         return paths
 
-    def create_ledger(self, meta: LedgerMetadata) -> Versioned[LedgerMetadata]:
-        """Allocate an id and store meta under it; meta.ledger_id is ignored."""
+    def create_ledger(self, meta: LedgerMetadata, placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
+        """Allocate an id and store meta under it; meta.ledger_id is ignored. placement_epoch: that of the node
+        list meta's ensemble was chosen from (registry.Placement); PlacementChangedError if a node was marked
+        decommissioned since, and nothing is created."""
         ledger_id = self.allocate_ledger_id()
         meta = meta.replace(ledger_id=ledger_id, created_at=meta.created_at or time.time())
-        self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+        if placement_epoch is None:
+            self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+        else:
+            request = self.transaction()
+            request.check(layout.DECOMMISSIONED, placement_epoch)
+            request.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+            _placement_checked(request, placement_epoch)
         return Versioned(meta, 0)
 
-    def create_ledger_guarded(self, meta: LedgerMetadata, guard: str) -> Versioned[LedgerMetadata]:
+    def create_ledger_guarded(self, meta: LedgerMetadata, guard: str,
+                              placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
         """Store meta under meta.ledger_id (taken from allocate_ledger_id) in one multi with a check that the
         znode guard is still at version 0. Whoever bumps or deletes guard first thereby makes sure the ledger
         can never be created afterwards (the Spark task registries, connector/spark/jobs.py, rely on it).
-        A changed or missing guard raises MetadataConflictError and creates nothing."""
+        A changed or missing guard raises MetadataConflictError and creates nothing; placement_epoch as for
+        create_ledger."""
         meta = meta.replace(created_at=meta.created_at or time.time())
         request = self.transaction()
+        if placement_epoch is not None:
+            request.check(layout.DECOMMISSIONED, placement_epoch)
         request.check(guard, 0)
         request.create(layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta))
         try:
-            request.commit()
+            _placement_checked(request, placement_epoch)
         except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: /ledgers exists
             raise MetadataConflictError(
                 f"ledger {meta.ledger_id} was not created: {guard} changed or is gone (its owner withdrew the id)"
@@ -567,14 +585,25 @@ class MetadataStore:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist (deleted, or never created)")
         return found
 
-    def write_ledger(self, meta: LedgerMetadata, expected_version: int) -> Versioned[LedgerMetadata]:
+    def write_ledger(self, meta: LedgerMetadata, expected_version: int,
+                     placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
+        """Compare-and-set; placement_epoch (a write naming nodes chosen from registry.placement): in one multi
+        with a check that no node was marked decommissioned since that list was read (PlacementChangedError)."""
+        path, data = layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta)
         try:
-            version = self.compare_and_set(
-                layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta), expected_version,
-                f"ledger {meta.ledger_id} metadata",
-            )
+            if placement_epoch is None:
+                version = self.compare_and_set(path, data, expected_version, f"ledger {meta.ledger_id} metadata")
+            else:
+                request = self.transaction()
+                request.check(layout.DECOMMISSIONED, placement_epoch)
+                request.set_data(path, data, expected_version)
+                version = _placement_checked(request, placement_epoch)[-1].version
         except NoNodeError as exc:
             raise NoSuchLedgerError(f"ledger {meta.ledger_id} was deleted while being updated") from exc
+        except BadVersionError as exc:
+            raise MetadataConflictError(
+                f"ledger {meta.ledger_id} metadata changed since it was read (expected version {expected_version}); "
+                "re-read and retry") from exc
         return Versioned(meta, version)
 
     def delete_ledger(self, ledger_id: int, expected_version: int = -1) -> None:
@@ -631,7 +660,20 @@ class Transaction:
 
 def _raise_failure(results: list) -> None:
     # ZooKeeper answers a failed multi with one error per operation: RolledBackError for those before the
-    # failing one, RuntimeInconsistency for those after it.
-    for result in results:
+    # failing one, RuntimeInconsistency for those after it. The failing one's index goes with its error.
+    for index, result in enumerate(results):
         if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
+            result.failed_operation = index
             raise result
+
+
+def _placement_checked(request: Transaction, placement_epoch: int | None) -> list:
+    """Commit a multi whose first operation, when placement_epoch is given, checks the placement epoch."""
+    try:
+        return request.commit()
+    except BadVersionError as exc:
+        if placement_epoch is not None and getattr(exc, "failed_operation", None) == 0:
+            raise PlacementChangedError(
+                "a storage node was marked decommissioned after the nodes for this write were chosen; nothing "
+                "was written: choose the nodes again") from exc
+        raise

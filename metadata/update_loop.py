@@ -31,8 +31,11 @@ def update_ledger(
     transform: Transform,
     current: Versioned[LedgerMetadata] | None = None,
     max_attempts: int = 100,
+    placement_epoch: int | None = None,
 ) -> Versioned[LedgerMetadata]:
-    """Apply transform until it sticks; returns the record as stored (changed or not)."""
+    """Apply transform until it sticks; returns the record as stored (changed or not). placement_epoch: the
+    transform names nodes chosen from registry.Placement at that epoch; PlacementChangedError (nothing written)
+    once a node was marked decommissioned since: the caller chooses again."""
     lost_at = None  # when the first reply was lost
     for _ in range(max_attempts):
         try:
@@ -41,7 +44,7 @@ def update_ledger(
             updated = transform(current.value)
             if updated is None or updated == current.value:
                 return current
-            return store.write_ledger(updated, current.version)
+            return store.write_ledger(updated, current.version, placement_epoch)
         except MetadataConflictError:
             current = None
         except ZooKeeperUnreachableError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -36,6 +37,7 @@ from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
 from metadata import layout, registry
+from metadata.errors import PlacementChangedError
 from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
 from metadata.update_loop import update_ledger
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from connector.client.transport import GrpcTransport
 
 READ_BUFFER_BYTES = 16 * 1024 * 1024
+PLACEMENT_ATTEMPTS = 10   # creations refused because a node was decommissioned meanwhile, before giving up
 
 
 def default_metadata_uri() -> str:
@@ -174,17 +177,25 @@ class LedgerClient:
         if (ledger_id is None) != (guard is None):
             raise ValueError("create_ledger takes ledger_id and guard together, or neither")
         Schedule(ensemble_size, write_quorum, ack_quorum)  # refuses impossible quorums before anything is stored
-        ensemble = choose_ensemble(registry.placeable_nodes(self.store), ensemble_size)
-        meta = LedgerMetadata(
-            ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            fragments=(Fragment(0, ensemble),), password_hash=password_hash(password),
-            custom_metadata=make_custom_metadata(custom_metadata), writer_id=self.writer_id, created_at=time.time(),
-        )
-        if guard is None:
-            created = self.store.create_ledger(meta)
-        else:
-            created = self.store.create_ledger_guarded(meta.replace(ledger_id=ledger_id), guard)
-        return WriteHandle(self, created, master_key(password))
+        for attempt in itertools.count(1):
+            placement = registry.placement(self.store)
+            meta = LedgerMetadata(
+                ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
+                fragments=(Fragment(0, choose_ensemble(placement.nodes, ensemble_size)),),
+                password_hash=password_hash(password), custom_metadata=make_custom_metadata(custom_metadata),
+                writer_id=self.writer_id, created_at=time.time(),
+            )
+            try:
+                if guard is None:
+                    created = self.store.create_ledger(meta, placement.epoch)
+                else:
+                    created = self.store.create_ledger_guarded(meta.replace(ledger_id=ledger_id), guard,
+                                                               placement.epoch)
+            except PlacementChangedError:
+                if attempt == PLACEMENT_ATTEMPTS:
+                    raise
+                continue      # a node was decommissioned meanwhile: choose again
+            return WriteHandle(self, created, master_key(password))
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recover: bool = True,
                     confirmed: int | None = None, current: Versioned[LedgerMetadata] | None = None) -> "ReadHandle":

@@ -37,6 +37,7 @@ from connector.client.replication import (
 )
 from connector.client.runner import Context, Runtime, read_range, schedule_of
 from metadata import registry
+from metadata.errors import PlacementChangedError
 from metadata.model import LedgerMetadata, LedgerState
 from metadata.update_loop import update_ledger
 from protos import ledger_pb2 as pb
@@ -178,8 +179,9 @@ class Rereplicator:
                      ) -> list[LedgerRepair]:
         """Retire node_id: mark it decommissioned first, so that no new ensemble or replacement picks it while
         it drains, then move every fragment it holds. Returns the outcome per ledger; the node holds nothing
-        any more when every outcome is ok (a ledger created by a client that chose the node just before the
-        mark is caught by the next scan)."""
+        any more when every outcome is ok: a write naming nodes chosen before the mark (a creation, an ensemble
+        change, a repair) checks the placement epoch the mark advanced and is refused (registry.Placement), so a
+        scan that finds no ledger naming the node is final."""
         if (node_id not in registry.list_nodes(self.store) and registry.read_cookie(self.store, node_id) is None
                 and not any(node_id in c.value.all_nodes() for c in self.store.iter_ledgers())):
             raise ReplicationError(f"node {node_id} is unknown: not registered, no cookie, in no ledger; check the "
@@ -242,20 +244,29 @@ class Rereplicator:
     def _repair_fragment(self, meta: LedgerMetadata, repair: FragmentRepair, key: bytes) -> int:
         """Copy the fragment to replacements (another one if a replacement fails), then CAS; entries copied."""
         failed: set[str] = set()
-        nodes = registry.placeable_nodes(self.store)
+        placement = registry.placement(self.store)
         for _ in range(MAX_REPLACEMENTS):
-            new_ensemble = choose_replacements(repair, nodes, exclude=failed)
+            new_ensemble = choose_replacements(repair, placement.nodes, exclude=failed)
             copies = plan_copies(repair, schedule_of(meta), new_ensemble)
             try:
                 self._runtime.run(self._copy(meta.ledger_id, copies, key))
             except ReplicaWriteError as exc:
                 failed.add(exc.node)
                 continue
-            update_ledger(self.store, meta.ledger_id, replace_in_fragment(repair, new_ensemble))
-            return len(copies)
+            # The CAS checks the epoch the replacements were chosen at: a node decommissioned since (a
+            # decommission that already found no ledger naming it) must not be named now.
+            while True:
+                try:
+                    update_ledger(self.store, meta.ledger_id, replace_in_fragment(repair, new_ensemble),
+                                  placement_epoch=placement.epoch)
+                    return len(copies)
+                except PlacementChangedError:
+                    placement = registry.placement(self.store)
+                    if not set(new_ensemble) - set(repair.ensemble) <= set(placement.nodes):
+                        break       # a replacement was decommissioned: copy to others
         raise ReplicationError(
             f"ledger {meta.ledger_id}: no replacement node took the copies of {repair.describe()} (tried "
-            f"{', '.join(sorted(failed))}; writable now: {', '.join(writable(nodes, failed)) or 'none'}); "
+            f"{', '.join(sorted(failed))}; writable now: {', '.join(writable(placement.nodes, failed)) or 'none'}); "
             "check the nodes and retry")
 
     # -- copying (on the runtime's loop) -------------------------------------------------------------------------

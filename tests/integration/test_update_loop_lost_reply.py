@@ -25,12 +25,12 @@ class LosingStore(MetadataStore):
     lose: str | None = None
     writes = 0
 
-    def write_ledger(self, meta, expected_version):
+    def write_ledger(self, meta, expected_version, placement_epoch=None):
         self.writes += 1
         lose, self.lose = self.lose, None
         if lose == "before":
             raise MetadataError("connection lost before the request reached ZooKeeper") from ConnectionLoss()
-        stored = super().write_ledger(meta, expected_version)
+        stored = super().write_ledger(meta, expected_version, placement_epoch)
         if lose == "after":
             raise MetadataError("connection lost before the reply") from ConnectionLoss()
         return stored

@@ -15,7 +15,7 @@ class InMemoryStore:
         self._trace = trace
         self.violations: list[str] = []
 
-    def create_ledger(self, meta: LedgerMetadata) -> Versioned[LedgerMetadata]:
+    def create_ledger(self, meta: LedgerMetadata, placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
         meta = meta.replace(ledger_id=self._next_id)
         self._next_id += 1
         self._ledgers[meta.ledger_id] = Versioned(meta, 0)
@@ -26,7 +26,8 @@ class InMemoryStore:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist")
         return self._ledgers[ledger_id]
 
-    def write_ledger(self, meta: LedgerMetadata, expected_version: int) -> Versioned[LedgerMetadata]:
+    def write_ledger(self, meta: LedgerMetadata, expected_version: int,
+                     placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
         stored = self.read_ledger(meta.ledger_id)
         if stored.version != expected_version:
             raise MetadataConflictError(f"ledger {meta.ledger_id} changed (version {stored.version})")

@@ -22,6 +22,7 @@ from connector.client.ops.close import close_own
 from connector.client.runner import AddPipeline, Context, recover
 from connector.client.runner.add import IDLE_LAC_AFTER, LAC_RETRY_AFTER, TICK
 from metadata.errors import MetadataError
+from metadata.registry import Placement
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
 from metadata.update_loop import update_ledger
 from protos.digest import master_key, password_hash
@@ -93,11 +94,13 @@ class Scenario:
                 raise ProcessDied(name)
             return result
         return Context(self.store, SimTransport(self.network, name), TIMEOUT, ADD_TIMEOUT,
-                       call_metadata=call_metadata, placeable_nodes=self.registered)
+                       call_metadata=call_metadata, placement=self.registered)
 
-    def registered(self, store) -> dict[str, NodeRegistration]:
-        """The registry as clients see it: a crashed node's registration is gone, a frozen one's is not."""
-        return {n: NodeRegistration(n, f"sim:{n}") for n, node in self.network.nodes.items() if not node.down}
+    def registered(self, store) -> Placement:
+        """The registry as clients see it: a crashed node's registration is gone, a frozen one's is not (no node
+        is decommissioned in a simulation: no placement epoch)."""
+        nodes = {n: NodeRegistration(n, f"sim:{n}") for n, node in self.network.nodes.items() if not node.down}
+        return Placement(nodes, None)
 
     async def call_metadata(self, fn, *args):
         """A ZooKeeper call: slow at times, and lost before or after it took effect at others."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import threading
 
 from connector.client import metrics
@@ -13,6 +14,7 @@ from connector.client.ops.add import AddSequence, PendingAdd
 from connector.client.ops.ensemble_change import change_ensemble
 from connector.client.placement import Quarantine
 from connector.client.runner.context import Context, schedule_of
+from metadata.errors import PlacementChangedError
 from metadata.model import LedgerMetadata, Versioned
 from metadata.update_loop import Transform, update_ledger
 from protos import ledger_pb2 as pb
@@ -57,6 +59,7 @@ class AddPipeline:
         self._flush_scheduled = False
         self._changing = False
         self._quarantine = Quarantine()  # nodes that failed recently, not chosen as replacements meanwhile
+        self.placement_epoch: int | None = None   # a recovery's: that of its first ensemble change (_apply)
         self._last_append = self.loop.time()
         self._lac_sending: dict[str, float] = {}  # node -> when its explicit LAC may be sent (again)
         self._lac_timer: asyncio.TimerHandle | None = None
@@ -169,12 +172,15 @@ class AddPipeline:
         try:
             while self.seq.failed_nodes and self.seq.error is None:
                 failed = set(self.seq.failed_nodes)
-                nodes = await self.ctx.nodes()
-                now = self.loop.time()
+                placement = await self.ctx.nodes()
+                nodes, now = placement.nodes, self.loop.time()
                 self._quarantine.add(failed, nodes, now)
                 transform = change_ensemble(failed, self.seq.last_add_confirmed + 1, nodes, self.recovery,
                                             exclude=self._quarantine.held(nodes, now))
-                self.current = await self._apply(transform)
+                try:
+                    self.current = await self._apply(transform, placement.epoch)
+                except PlacementChangedError:
+                    continue    # a node was decommissioned meanwhile: choose again from the nodes as they are
                 metrics.ENSEMBLE_CHANGES.inc()
                 resends, completed = self.seq.replace_nodes(self.current.value.last_fragment.ensemble,
                                                             self.loop.time())
@@ -192,11 +198,16 @@ class AddPipeline:
             self._changing = True
             asyncio.ensure_future(self._change_ensemble())
 
-    async def _apply(self, transform: Transform) -> Versioned[LedgerMetadata]:
-        """A writer stores the change now (rule 3); a recovery keeps it for its closing CAS (rule 12)."""
+    async def _apply(self, transform: Transform, placement_epoch: int | None) -> Versioned[LedgerMetadata]:
+        """A writer stores the change now (rule 3); a recovery keeps it for its closing CAS (rule 12), which
+        checks the placement epoch of its first change (placement_epoch, the oldest: epochs only grow)."""
         if self.recovery:
-            return Versioned(transform(self.current.value) or self.current.value, self.current.version)
-        return await self.ctx.metadata(update_ledger, self.ctx.store, self.ledger_id, transform, self.current)
+            changed = transform(self.current.value)
+            if changed is not None and changed != self.current.value and self.placement_epoch is None:
+                self.placement_epoch = placement_epoch
+            return Versioned(changed or self.current.value, self.current.version)
+        update = functools.partial(update_ledger, placement_epoch=placement_epoch)
+        return await self.ctx.metadata(update, self.ctx.store, self.ledger_id, transform, self.current)
 
     # -- timers ------------------------------------------------------------------------------------------------
 

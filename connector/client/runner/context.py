@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable
 
 from connector.client.schedule import Schedule
 from connector.client.transport import Transport
 from metadata import registry
-from metadata.model import LedgerMetadata, NodeRegistration
+from metadata.model import LedgerMetadata
 from metadata.store import MetadataStore
 
 
@@ -20,14 +20,14 @@ class Context:
     timeout: float       # for one read answer, or one fencing answer
     add_timeout: float   # an add a node has not acknowledged after this long counts as that node failing
     call_metadata: Callable[..., Awaitable[Any]] = asyncio.to_thread  # runs a blocking metadata call
-    placeable_nodes: Callable[[MetadataStore], Mapping[str, NodeRegistration]] = registry.placeable_nodes
+    placement: Callable[[MetadataStore], registry.Placement] = registry.placement
 
     async def metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.call_metadata(fn, *args)
 
-    async def nodes(self) -> Mapping[str, NodeRegistration]:
-        """The nodes a new fragment may use (writable, not decommissioned)."""
-        return await self.call_metadata(self.placeable_nodes, self.store)
+    async def nodes(self) -> registry.Placement:
+        """The nodes a new fragment may use (not decommissioned), with the placement epoch to store it under."""
+        return await self.call_metadata(self.placement, self.store)
 
 
 def schedule_of(meta: LedgerMetadata) -> Schedule:

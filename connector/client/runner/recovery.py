@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 
 from connector.client import metrics
 from connector.client.errors import LedgerError, RecoveryIncompleteError, RecoveryRestartError
@@ -13,6 +14,7 @@ from connector.client.ops.recovery import RecoveryReadOp, begin_recovery, recove
 from connector.client.runner.add import AddPipeline
 from connector.client.runner.context import Context, schedule_of
 from connector.client.runner.read import read_last_add_confirmed, read_range
+from metadata.errors import PlacementChangedError
 from metadata.model import LedgerMetadata, Versioned
 from metadata.update_loop import update_ledger
 
@@ -61,7 +63,11 @@ async def _recover_once(ctx: Context, current: Versioned[LedgerMetadata], master
         write_back.stop()
     # The length in bytes of what the dead writer confirmed is not known to a recovery: -1 says so.
     close = close_recovered(op.end, -1, meta.fragments, write_back.current.value.fragments)
-    closed = await ctx.metadata(update_ledger, store, ledger_id, close, current)
+    try:
+        closed = await ctx.metadata(functools.partial(update_ledger, placement_epoch=write_back.placement_epoch),
+                                    store, ledger_id, close, current)
+    except PlacementChangedError as exc:   # its write-back chose a node decommissioned since: start over
+        raise RecoveryRestartError(f"recovery of ledger {ledger_id}: {exc}") from exc
     metrics.RECOVERIES.inc()
     return closed
 
