@@ -40,15 +40,19 @@ class ReplicaWriteError(ReplicationError):
 
 # -- what is under-replicated --------------------------------------------------------------------------------------
 
-def lost_nodes(nodes: Iterable[str], registered: Iterable[str], decommissioned: Iterable[str]) -> dict[str, str]:
-    """The nodes among `nodes` whose copies no longer count, with why."""
-    registered, decommissioned = set(registered), set(decommissioned)
+def lost_nodes(nodes: Iterable[str], registered: Iterable[str], decommissioned: Iterable[str],
+               broken: Iterable[str] = ()) -> dict[str, str]:
+    """The nodes among `nodes` whose copies no longer count, with why. A broken node (its journal failed) stays
+    registered but serves nothing until it is restarted, and may never be: its copies are made again elsewhere."""
+    registered, decommissioned, broken = set(registered), set(decommissioned), set(broken)
     lost = {}
     for node in nodes:
         if node in decommissioned:
             lost[node] = "decommissioned"
         elif node not in registered:
             lost[node] = "gone (not registered)"
+        elif node in broken:
+            lost[node] = "broken (it serves nothing until restarted)"
     return lost
 
 

@@ -114,21 +114,24 @@ class Rereplicator:
 
     # -- audit ---------------------------------------------------------------------------------------------------
 
-    def nodes_now(self) -> tuple[frozenset[tuple[str, int]], frozenset[str]]:
-        """The registered nodes with their process ids, and the decommissioned ones (AuditSchedule)."""
+    def nodes_now(self) -> tuple[frozenset[tuple[str, int, bool]], frozenset[str]]:
+        """The registered nodes with their process ids and whether they are broken, and the decommissioned ones
+        (AuditSchedule)."""
         registered = registry.list_nodes(self.store)
-        return (frozenset((node, reg.pid) for node, reg in registered.items()),
+        return (frozenset((node, reg.pid, reg.broken) for node, reg in registered.items()),
                 frozenset(registry.decommissioned_nodes(self.store)))
 
-    def audit(self, nodes: tuple[frozenset[tuple[str, int]], frozenset[str]] | None = None) -> list[LedgerAudit]:
-        """Every ledger with a fragment on a node that is gone (not registered) or decommissioned; nodes: as
-        nodes_now() read them just before (the auditor's round), else read here."""
+    def audit(self, nodes: tuple[frozenset[tuple[str, int, bool]], frozenset[str]] | None = None
+              ) -> list[LedgerAudit]:
+        """Every ledger with a fragment on a node that is gone (not registered), broken or decommissioned; nodes:
+        as nodes_now() read them just before (the auditor's round), else read here."""
         registered, retired = nodes if nodes is not None else self.nodes_now()
-        registered = {node for node, _ in registered}
+        broken = {node for node, _, is_broken in registered if is_broken}
+        registered = {node for node, _, _ in registered}
         found = []
         for current in self.store.iter_ledgers():
             meta = current.value
-            reasons = lost_nodes(meta.all_nodes(), registered, retired)
+            reasons = lost_nodes(meta.all_nodes(), registered, retired, broken)
             if reasons:
                 found.append(LedgerAudit(meta, tuple(fragments_to_repair(meta, reasons)), reasons))
         return found
@@ -171,7 +174,7 @@ class Rereplicator:
         if self._lost_nodes_read is None or now - self._lost_nodes_read[0] >= NODES_READ_SECONDS:
             self._lost_nodes_read = (now, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store))
         _, registered, retired = self._lost_nodes_read
-        return set(lost_nodes(nodes, registered, retired))
+        return set(lost_nodes(nodes, registered, retired, {node for node, reg in registered.items() if reg.broken}))
 
     # -- decommission --------------------------------------------------------------------------------------------
 

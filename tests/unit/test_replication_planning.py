@@ -41,6 +41,9 @@ def test_lost_nodes_are_the_unregistered_and_the_decommissioned():
     assert lost_nodes("abcd", registered="abd", decommissioned="d") == {
         "c": "gone (not registered)", "d": "decommissioned"}
     assert lost_nodes("ab", registered="ab", decommissioned="") == {}
+    # auditor audit 2026-11-29: a broken node stays registered but serves nothing until restarted
+    assert lost_nodes("abc", registered="abc", decommissioned="", broken="b") == {
+        "b": "broken (it serves nothing until restarted)"}
 
 
 def test_only_fragments_holding_a_lost_node_are_repaired_with_their_ranges():
