@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from typing import Callable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -120,10 +121,13 @@ def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegis
     return EphemeralRegistration(store, layout.node_path(reg.node_id), serde.encode_node(reg))
 
 
-def list_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:
+def list_nodes(store: MetadataStore, within: float | None = None) -> dict[str, NodeRegistration]:
+    """The registered nodes. within: every read is one attempt, and all of them together wait at most that long
+    (MetadataError past it), for a caller that must not wait for ZooKeeper (the client's event loop)."""
+    deadline = None if within is None else time.monotonic() + within
     nodes = {}
-    for node_id in store.children(layout.NODES):
-        found = read_node(store, node_id)
+    for node_id in store.children(layout.NODES) if within is None else store.children_within(layout.NODES, within):
+        found = read_node(store, node_id, within=None if deadline is None else deadline - time.monotonic())
         if found is not None:
             nodes[node_id] = found
     return nodes

@@ -391,6 +391,12 @@ class MetadataStore:
             return None
         return Versioned(decode(data), stat.version)
 
+    def children_within(self, path: str, seconds: float) -> list[str]:
+        """children(), in one attempt that waits at most `seconds` (as read_within)."""
+        if not self.connected:
+            raise MetadataError("ZooKeeper is not connected")
+        return self._translate(lambda: self.zk.get_children_async(path).get(timeout=seconds))
+
     def compare_and_set(self, path: str, data: bytes, expected_version: int, what: str) -> int:
         """Write data if the znode is still at expected_version; returns the new version."""
         try:

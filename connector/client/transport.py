@@ -301,7 +301,9 @@ class GrpcTransport:
         so that their addresses are known while ZooKeeper is away, when it is never read (it would hold up every
         call of the loop until it is back). A node listed before (a failed one too) is read again, because it may
         have restarted elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS,
-        after which the listed address is dialled."""
+        after which the listed address is dialled. The listing waits at most as long, and fails as the node
+        failing (NodeError: the caller moves to another node, a recovery counts its answer unknown); any other
+        error would end the caller's task instead."""
         if not self._store.connected:
             address = self._addresses.get(node) or self._address_map.get(node)
             if address is None:
@@ -318,8 +320,12 @@ class GrpcTransport:
             else:
                 self._addresses[node] = self._address_map.get(node, registration.address)
         else:
-            self._addresses = {n: self._address_map.get(n, reg.address)
-                               for n, reg in registry.list_nodes(self._store).items()}
+            try:
+                listed = registry.list_nodes(self._store, within=ADDRESS_READ_SECONDS)
+            except MetadataError as exc:
+                raise NodeError(f"storage node {node}: its address could not be read from ZooKeeper in time ({exc}); "
+                                "the client moves to another node") from exc
+            self._addresses = {n: self._address_map.get(n, reg.address) for n, reg in listed.items()}
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]

@@ -8,6 +8,7 @@ import pytest
 from connector.client import LedgerFencedError, RecoveryIncompleteError
 from connector.client.runner import AddPipeline, Context, recover
 from metadata import registry
+from metadata.errors import MetadataError
 from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration
 from protos import ledger_pb2 as pb
 from protos.digest import master_key, password_hash
@@ -240,3 +241,32 @@ def test_concurrent_recoveries_leave_no_node_a_lac_past_the_end_they_close_at(st
     assert first_close.value.last_entry_id == second_close.value.last_entry_id == 6
     assert {node.node_id: node.lac[ledger_id] for node in nodes if node.lac[ledger_id] > 6} == {}
     assert all(8 in node.stored(ledger_id) for node in nodes)   # R2 wrote 7 and 8 back, after R1's close
+
+
+def test_a_recovery_read_window_that_fails_with_any_error_counts_unknown_instead_of_waiting_forever(store):
+    """Writer/recovery audit 2026-11-29: a window whose read raised something other than a node error (the
+    transport's address lookup raised a metadata error) died without its answer; the recovery waited for it
+    forever. Its node's answer is now unknown: the attempt stops, as rule 11 says, and a retry closes."""
+    current, transport, ctx, _ = setup(store, ["a", "b", "c"], ["a", "b", "c"])
+    ledger_id = current.value.ledger_id
+    real_read_range = transport.read_range
+
+    def read_range(node, request, timeout):
+        if node == "c" and request.fence:
+            raise MetadataError("ZooKeeper unreachable while listing the nodes (scripted)")
+        return real_read_range(node, request, timeout)
+
+    async def scenario():
+        writer = AddPipeline(ctx, current, KEY)
+        await append_all(writer, [b"e%d" % i for i in range(3)])
+        writer.stop()
+        transport.nodes["b"].down = True            # b: unknown; c: its window fails with another error
+        transport.read_range = read_range
+        with pytest.raises(RecoveryIncompleteError):
+            await asyncio.wait_for(recover(ctx, store.read_ledger(ledger_id), KEY), 30)
+        transport.nodes["b"].down = False
+        transport.read_range = real_read_range
+        return await recover(ctx, store.read_ledger(ledger_id), KEY)
+
+    closed = asyncio.run(scenario())
+    assert (closed.value.state, closed.value.last_entry_id) == (LedgerState.CLOSED, 2)

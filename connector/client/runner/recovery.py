@@ -16,6 +16,7 @@ from connector.client.runner.context import Context, schedule_of
 from connector.client.runner.read import read_last_add_confirmed, read_range
 from metadata.errors import PlacementChangedError
 from metadata.model import LedgerMetadata, Versioned
+from protos import ledger_pb2 as pb
 from metadata.update_loop import update_ledger
 
 MAX_RESTARTS = 5  # closes refused because the stored fragments changed, before the caller is told to retry
@@ -87,9 +88,12 @@ async def _recovery_reads(ctx: Context, op: RecoveryReadOp, master_key: bytes,
             finished.set()
 
     async def read_window(call: RangeCall) -> None:
-        end = await read_range(ctx, op.ledger_id, call, op.on_entry, fence=True, master_key=master_key,
-                               on_message=progress)
-        op.on_range_done(call, end.status, end.reason)
+        try:
+            end = await read_range(ctx, op.ledger_id, call, op.on_entry, fence=True, master_key=master_key,
+                                   on_message=progress)
+            op.on_range_done(call, end.status, end.reason)
+        except Exception as exc:   # whatever ended this window, its node's answer is unknown: never wait on it
+            op.on_range_done(call, pb.STATUS_UNKNOWN, f"reading from node {call.node} failed: {exc!r}")
         progress()
 
     progress()
