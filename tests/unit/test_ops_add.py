@@ -199,6 +199,20 @@ def test_timed_out_nodes_are_those_that_did_not_ack_old_adds():
     assert seq.timed_out_nodes(now=12.0, timeout=10.0) == {"b", "c"}
 
 
+def test_a_node_frozen_under_old_adds_times_out_though_an_earlier_add_was_resent_since():
+    """Writer/recovery audit 2026-11-29: the scan stopped at the first add sent less than the timeout ago, but a
+    resend (an ensemble change) makes an earlier add younger than those after it: a frozen node was found up
+    to a whole timeout late, and the LAC stalled meanwhile."""
+    seq = sequence(4, 2, 2, ("a", "b", "c", "d"))       # write sets: 0 ab, 1 bc, 2 cd
+    for entry_id in range(3):
+        seq.append(b"p", now=0.0)
+    for node, entry_id in (("a", 0), ("b", 0), ("b", 1), ("d", 2)):
+        seq.on_result(node, entry_id, pb.OK)         # c is frozen: entries 1 and 2 wait for it
+    seq.on_node_failure("b")
+    seq.replace_nodes(("a", "e", "c", "d"), now=9.0)  # entry 1 is resent to e at 9
+    assert seq.timed_out_nodes(now=10.0, timeout=10.0) == {"c"}   # entry 2 has waited for c since 0
+
+
 def test_idle_writer_sends_the_lac_to_every_node_that_does_not_hold_it_until_each_does():
     seq = sequence()
     seq.append(b"p")

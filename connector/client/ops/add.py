@@ -25,6 +25,7 @@ class PendingAdd:
     write_set: tuple[str, ...]
     sent_at: float
     acked: set[str] = dataclasses.field(default_factory=set)
+    resent: bool = False     # sent again by an ensemble change: sent_at is then later than that of adds after it
 
 
 class AddSequence:
@@ -158,6 +159,8 @@ class AddSequence:
         late = set()
         for add in self.pending.values():
             if now - add.sent_at < timeout:
+                if add.resent:
+                    continue      # adds after a resent one may be older: the first young add sent once ends it
                 break
             late.update(n for n in add.write_set if n not in add.acked)
         return late - self.failed_nodes
@@ -180,7 +183,7 @@ class AddSequence:
                 continue
             add.write_set = tuple(replacement.get(n, n) for n in add.write_set)
             add.acked &= set(add.write_set)
-            add.sent_at = now
+            add.sent_at, add.resent = now, True
             resends.extend((replacement[old], add) for old in replacement if replacement[old] in add.write_set)
         return resends, self._complete()
 
