@@ -56,7 +56,8 @@ class EntryTooLargeError(LedgerError):
 class EntryRefusedError(LedgerError):
     """A node refused an entry as larger than its --max-entry-bytes (TOO_LARGE), a limit below the client's
     max_entry_bytes. Replacing the node would walk the writer through every node with that limit, so the writer
-    stops at that entry instead, and the entries before it stay."""
+    stops at that entry instead: the entries acknowledged before it stay, those still waiting for acknowledgements
+    fail with it (as for any error that stops a writer)."""
 
 
 class NodeError(LedgerError):
@@ -86,9 +87,9 @@ _STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
     pb.READ_ONLY: (NodeError, "node {node} is read-only (disk full or drained); the client moves to another node"),
     pb.BAD_REQUEST: (NodeError, "node {node} refused a malformed or damaged request for ledger {ledger}"),
     pb.TOO_LARGE: (EntryRefusedError, "node {node} refused entry {entry} of ledger {ledger}: too large for it; no "
-                                      "node is replaced for it, the writer stops at it and the entries before it "
-                                      "stay. Close the ledger and write on in a new one, with entries the nodes "
-                                      "take"),
+                                      "node is replaced for it and the writer stops: the entries acknowledged "
+                                      "before it stay, those still waiting for acknowledgements fail with it. "
+                                      "Close the ledger and write on in a new one, with entries the nodes take"),
     pb.ERROR: (NodeError, "node {node} failed on ledger {ledger}; check the node's log"),
     pb.STATUS_UNKNOWN: (NodeError, "node {node} sent no status for ledger {ledger}: broken peer"),
 }
