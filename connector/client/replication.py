@@ -56,6 +56,38 @@ def lost_nodes(nodes: Iterable[str], registered: Iterable[str], decommissioned: 
     return lost
 
 
+class Absences:
+    """When a node that is not registered counts as gone: once it has been away for `grace` seconds (BookKeeper's
+    lostBookieRecoveryDelay). A restart, or a ZooKeeper session that expired and registered again, then costs no
+    copies (which the node's garbage collection would never delete: it keeps every ledger metadata still has). A
+    node this auditor never saw registered counts as away since the auditor started. Decommissioned and broken
+    nodes are not excused. Pure: the caller passes the registered nodes and the clock."""
+
+    def __init__(self, grace: float, now: float):
+        self.grace = grace
+        self._started = now
+        self._away: dict[str, float] = {}     # node -> when this auditor first found it unregistered
+        self._registered: frozenset[str] = frozenset()
+
+    def update(self, registered: Iterable[str], now: float) -> None:
+        registered = frozenset(registered)
+        for node in self._registered - registered:
+            self._away.setdefault(node, now)
+        for node in registered:
+            self._away.pop(node, None)
+        self._registered = registered
+
+    def excused(self, node: str, now: float) -> bool:
+        """Whether node, if it is not registered, has been away for less than the grace."""
+        return node not in self._registered and now - self._away.get(node, self._started) < self.grace
+
+    def expired(self, now: float) -> frozenset[str]:
+        """What changes when an absence passes the grace (for AuditSchedule: a scan then finds the node gone): the
+        nodes away for longer, and "*" once every node this auditor never saw is."""
+        expired = {node for node, since in self._away.items() if now - since >= self.grace}
+        return frozenset(expired | ({"*"} if now - self._started >= self.grace else set()))
+
+
 class AuditSchedule:
     """When the auditor (`ledger audit --watch`) scans every ledger's metadata, as BookKeeper's auditor does: when
     the nodes change, and in a periodic check of all ledgers. A ledger is under-replicated only through a node that

@@ -22,6 +22,7 @@ from connector.client.api import LedgerClient
 from connector.client.errors import LedgerError, NoSuchLedgerError
 from connector.client.placement import writable
 from connector.client.replication import (
+    Absences,
     CopyReads,
     CopyWrites,
     EntryCopy,
@@ -93,8 +94,10 @@ class Rereplicator:
     only a hash; the nodes need the master key derived from the password)."""
 
     def __init__(self, client: LedgerClient, passwords: Sequence[bytes] = (b"",), *, timeout: float = 5.0,
-                 add_timeout: float = 10.0):
+                 add_timeout: float = 10.0, lost_after: float = 0.0):
+        """lost_after: seconds a node must stay unregistered before its copies count as lost (Absences)."""
         self.client = client
+        self._absences = Absences(lost_after, time.monotonic())
         self.store = client.store
         self._keys = {password_hash(p): p for p in passwords}
         self._runtime = Runtime.shared()
@@ -114,24 +117,26 @@ class Rereplicator:
 
     # -- audit ---------------------------------------------------------------------------------------------------
 
-    def nodes_now(self) -> tuple[frozenset[tuple[str, int, bool]], frozenset[str]]:
-        """The registered nodes with their process ids and whether they are broken, and the decommissioned ones
-        (AuditSchedule)."""
-        registered = registry.list_nodes(self.store)
+    def nodes_now(self) -> tuple[frozenset[tuple[str, int, bool]], frozenset[str], frozenset[str]]:
+        """The registered nodes with their process ids and whether they are broken, the decommissioned ones, and
+        the absences past lost_after (AuditSchedule: each is a change of the nodes)."""
+        registered, now = registry.list_nodes(self.store), time.monotonic()
+        self._absences.update(registered, now)
         return (frozenset((node, reg.pid, reg.broken) for node, reg in registered.items()),
-                frozenset(registry.decommissioned_nodes(self.store)))
+                frozenset(registry.decommissioned_nodes(self.store)), self._absences.expired(now))
 
-    def audit(self, nodes: tuple[frozenset[tuple[str, int, bool]], frozenset[str]] | None = None
+    def audit(self, nodes: tuple[frozenset[tuple[str, int, bool]], frozenset[str], frozenset[str]] | None = None
               ) -> list[LedgerAudit]:
-        """Every ledger with a fragment on a node that is gone (not registered), broken or decommissioned; nodes:
-        as nodes_now() read them just before (the auditor's round), else read here."""
-        registered, retired = nodes if nodes is not None else self.nodes_now()
+        """Every ledger with a fragment on a node that is gone (not registered for lost_after seconds), broken or
+        decommissioned; nodes: as nodes_now() read them just before (the auditor's round), else read here."""
+        registered, retired, _ = nodes if nodes is not None else self.nodes_now()
         broken = {node for node, _, is_broken in registered if is_broken}
         registered = {node for node, _, _ in registered}
-        found = []
+        found, now = [], time.monotonic()
         for current in self.store.iter_ledgers():
             meta = current.value
-            reasons = lost_nodes(meta.all_nodes(), registered, retired, broken)
+            present = registered | {n for n in meta.all_nodes() if self._absences.excused(n, now)}
+            reasons = lost_nodes(meta.all_nodes(), present, retired, broken)
             if reasons:
                 found.append(LedgerAudit(meta, tuple(fragments_to_repair(meta, reasons)), reasons))
         return found
@@ -174,7 +179,8 @@ class Rereplicator:
         if self._lost_nodes_read is None or now - self._lost_nodes_read[0] >= NODES_READ_SECONDS:
             self._lost_nodes_read = (now, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store))
         _, registered, retired = self._lost_nodes_read
-        return set(lost_nodes(nodes, registered, retired, {node for node, reg in registered.items() if reg.broken}))
+        present = set(registered) | {node for node in nodes if self._absences.excused(node, now)}
+        return set(lost_nodes(nodes, present, retired, {node for node, reg in registered.items() if reg.broken}))
 
     # -- decommission --------------------------------------------------------------------------------------------
 

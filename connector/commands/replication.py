@@ -15,10 +15,11 @@ from connector.client import LedgerError, default_metadata_uri
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
-from connector.commands.arguments import interval, seconds
+from connector.commands.arguments import interval, seconds, seconds_or_zero
 from connector.commands.command_client import open_client
 
 FULL_SCAN_SECONDS = 3600.0   # the auditor reads every ledger at least this often, nodes changed or not
+LOST_AFTER_SECONDS = 60.0    # the auditor counts an unregistered node gone after this long (a restart is not)
 
 
 def register(subparsers) -> None:
@@ -43,6 +44,11 @@ def register(subparsers) -> None:
                        help="with --watch: a round reads every ledger's metadata only when the nodes changed since "
                             "the last scan (gone, back, restarted or decommissioned), or once this long has passed "
                             f"(default {FULL_SCAN_SECONDS:g}); a ledger a repair left is looked at alone each round")
+    audit.add_argument("--lost-after", type=seconds_or_zero, default=LOST_AFTER_SECONDS, metavar="SECONDS",
+                       help="with --watch: a node that is not registered counts as gone once it has been away this "
+                            f"long (default {LOST_AFTER_SECONDS:g}): a restart costs no copies. Broken and "
+                            "decommissioned nodes count at once; `ledger audit` without --watch counts every "
+                            "unregistered node at once")
     audit.add_argument("--json", action="store_true",
                        help="one JSON object per under-replicated ledger (and per repair), then one summary")
     decommission = command("decommission", "copy every fragment on a node to other nodes, then retire it",
@@ -55,7 +61,8 @@ def _passwords(args) -> list[bytes]:
 
 
 def run_audit(args) -> int:
-    with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
+    lost_after = args.lost_after if args.watch is not None else 0.0
+    with open_client(args) as client, Rereplicator(client, _passwords(args), lost_after=lost_after) as worker:
         if args.watch is None:   # exit status 1 while anything is left under-replicated, deferred ledgers too
             return 1 if _audit_round(worker, args.repair, args.json) or worker.pending else 0
         # The auditor: repairs on its own, until interrupted (Ctrl-C ends it via KeyboardInterrupt).

@@ -79,7 +79,8 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         log = tmp_path / "auditor.log"
         with open(log, "w") as out:
             auditor = subprocess.Popen(
-                [sys.executable, "-m", "connector", "audit", "--watch", "0.5", "--metadata", metadata_uri],
+                [sys.executable, "-m", "connector", "audit", "--watch", "0.5", "--lost-after", "1", "--metadata",
+                 metadata_uri],
                 stdout=out, stderr=subprocess.STDOUT, text=True)
             try:
                 poll_until(lambda: main(["audit", "--metadata", metadata_uri]) == 0, 60,
@@ -99,6 +100,39 @@ def test_audit_finds_and_repairs_ledgers_after_a_node_is_lost(start_node, metada
         second = originals[1]
         second.kill()
         shutil.rmtree(second.data_dir)
+        assert_every_entry_reads_back(client, expected)
+
+
+def test_the_auditor_counts_a_node_gone_only_once_it_has_been_away_for_lost_after(start_node, metadata_uri, capsys):
+    """Auditor audit 2026-11-29: a node the auditor found unregistered had its copies made elsewhere at once, so a
+    restart (or a session that expired and registered again) copied its every fragment, and the node kept its own
+    copies for good (garbage collection keeps every ledger metadata still has). It now counts as gone once it has
+    been away for --lost-after seconds (BookKeeper's lostBookieRecoveryDelay)."""
+    nodes = [start_node(None, *FAST_EXPIRY) for _ in range(4)]
+    with LedgerClient(metadata_uri) as client:
+        with client.create_ledger(3, 3, 2) as writer:
+            expected = {writer.ledger_id: (b"", append_entries(writer, 40, 3))}
+        ensemble = writer.metadata.last_fragment.ensemble
+        away = next(n for n in nodes if n.node_id == ensemble[0])
+        with Rereplicator(client, lost_after=4.0) as worker:
+            schedule = AuditSchedule(full_seconds=3600)
+            assert watch(worker, 0.0, schedule, rounds=1) == 0
+            away.kill()                                   # a restart: away for less than lost_after
+            poll_until(lambda: away.node_id not in registry.list_nodes(client.store), 30,
+                       what=f"{away.node_id} to deregister")
+            assert watch(worker, 0.0, schedule, rounds=1) == 0
+            away.start()
+            poll_until(lambda: away.node_id in registry.list_nodes(client.store), 30, what="the node to come back")
+            assert watch(worker, 0.0, schedule, rounds=1) == 0
+            assert client.ledger_metadata(writer.ledger_id).last_fragment.ensemble == ensemble   # no copy made
+            assert "repaired" not in capsys.readouterr().out
+            away.kill()                                   # gone for good: moved once away for lost_after
+            poll_until(lambda: away.node_id not in registry.list_nodes(client.store), 30,
+                       what=f"{away.node_id} to deregister")
+            poll_until(lambda: watch(worker, 0.2, schedule, rounds=1) == 0
+                       and away.node_id not in client.ledger_metadata(writer.ledger_id).all_nodes(), 60,
+                       what=f"the auditor to move {away.node_id}'s copies")
+        assert "repaired 1 of 1 under-replicated ledger(s)" in capsys.readouterr().out
         assert_every_entry_reads_back(client, expected)
 
 
