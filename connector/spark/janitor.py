@@ -32,6 +32,7 @@ import random
 from typing import Iterable, Sequence
 
 from connector.client import LedgerClient, NoSuchLedgerError
+from connector.compaction import clean_compactions
 from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
@@ -178,6 +179,13 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
             log.info("stream %r: %d cuts whose process died before deleting their ledgers finished", stream, finished)
     except LedgerError as exc:
         log.warning("stream %r: cuts of processes that died not finished: %s", stream, exc)
+    try:   # a compaction run without --wait and never again: its replaced ledgers went only at the next compaction
+        done = clean_compactions(lc, stream, password=password)
+        if done.finished or done.abandoned:
+            log.info("stream %r: %d compactions past their grace finished, %d of gone processes undone", stream,
+                     len(done.finished), len(done.abandoned))
+    except LedgerError as exc:
+        log.warning("stream %r: compactions past their grace not finished: %s", stream, exc)
     try:
         found = [f for f in find_registries(lc.store) if f.state == ABANDONED]
     except LedgerError as exc:

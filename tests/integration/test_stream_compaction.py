@@ -13,7 +13,7 @@ import pytest
 from connector.cli import main
 from connector.client import LedgerClient, NoSuchLedgerError, Streams, entry_time
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
-from connector.spark import LedgerDataSource
+from connector.spark import LedgerDataSource, janitor
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
@@ -315,3 +315,22 @@ def test_a_compaction_plan_reads_only_the_ledgers_that_can_still_change(metadata
         read.clear()
         plan_runs(lc, streams.read_stream(lc.store, "events").value, CompactionPolicy(target_bytes=1 << 21), b"")
         assert len(read) == 304                                          # another policy: the whole stream, once
+
+
+def test_a_job_start_on_the_stream_deletes_what_a_compaction_replaced_once_its_grace_has_passed(metadata_uri,
+                                                                                            cluster):
+    """Day-300 audit 2026-11-29: a compaction run without --wait and never again kept the ledgers it replaced (and
+    their pages) for good: only the next compaction of the stream deleted them. A job's start on the stream (its
+    janitor) now does too."""
+    cluster(3)
+    write_jobs(metadata_uri, "events", range(20))
+    with LedgerClient(metadata_uri) as lc:
+        before = stream_ledgers(lc.store, "events")
+        result = compact_stream(lc, "events", CompactionPolicy(target_bytes=1 << 20, grace=GRACE))
+        assert [r.state for r in result.runs] == ["swapped"]
+        replaced = [s.ledger_id for s in before[:-1]]
+        janitor.clean_stream(lc, "events", b"")
+        assert all(exists(lc, i) for i in replaced)                  # still in its grace
+        poll_until(lambda: not janitor.clean_stream(lc, "events", b"") and not lc.store.children(layout.COMPACTIONS),
+                   timeout=30, what="a job start past the grace to finish the compaction")
+        assert not any(exists(lc, i) for i in replaced)
