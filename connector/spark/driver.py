@@ -131,6 +131,7 @@ class _InProcess:
 
     _lock = threading.Lock()
     _held: dict[str, "_InProcess"] = {}
+    _retired: set["_InProcess"] = set()    # no longer handed out; each ends once no registry names it
 
     def __init__(self, uri: str):
         self.store = MetadataStore(uri)
@@ -148,11 +149,14 @@ class _InProcess:
     @contextlib.contextmanager
     def for_uri(cls, store: MetadataStore, uri: str) -> Iterator[str]:
         """store: a session of the caller's, to see that the registration is in place (it is re-created
-        after a session of its own expired, which may not have happened yet: then start a new one)."""
+        after a session of its own expired, which may not have happened yet: then start a new one). The one not
+        seen is retired, not ended: jobs running under it still name it, and a janitor would take their ledgers
+        for abandoned; its thread ends it once no registry names it."""
         with cls._lock:
             held = cls._held.get(uri)
             if held is not None and not registry.writer_alive(store, held.driver_id):
-                held.end()
+                del cls._held[uri]
+                cls._retired.add(held)
                 held = None
             if held is None:
                 held = cls._held[uri] = cls(uri)
@@ -163,6 +167,7 @@ class _InProcess:
         self.ended = True
         if self._held.get(self.uri) is self:
             del self._held[self.uri]
+        self._retired.discard(self)
         _end(self.registration, self.store)
 
     def _end_when_idle(self) -> None:
@@ -185,7 +190,7 @@ def end_registrations() -> None:
     """End the registrations this process holds for itself (each would end once idle): for a program that
     drives writers directly and stops its ZooKeeper before it exits (the benchmarks)."""
     with _InProcess._lock:
-        for held in list(_InProcess._held.values()):
+        for held in [*_InProcess._held.values(), *_InProcess._retired]:
             held.end()
 
 

@@ -102,6 +102,27 @@ def test_this_processs_registration_lasts_while_a_registry_names_it_then_ends(st
     remove_job(store, "job-2")
 
 
+def test_a_registration_the_callers_session_does_not_see_yet_is_retired_not_ended(store, metadata_uri,
+                                                                                   monkeypatch):
+    """Auditor audit 2026-11-29: after an outage that expired sessions, the caller's session can be back before the
+    held registration's own session has created its znode again; the job start then ended that registration for
+    good, though a running job still named it, and the next janitor took the job's ledgers for abandoned. It is
+    now retired (new jobs get a new one) and ends once no registry names it."""
+    monkeypatch.setattr(driver, "IDLE_SECONDS", 0.4)
+    with registered_driver(store, metadata_uri) as first:
+        start_job(store, "job-1", "events", first)       # a running job names it
+    alive = registry.writer_alive
+    monkeypatch.setattr(registry, "writer_alive", lambda s, d: d != first and alive(s, d))   # not seen yet
+    with registered_driver(store, metadata_uri) as second:
+        start_job(store, "job-2", "events", second)
+    monkeypatch.setattr(registry, "writer_alive", alive)
+    assert second != first and registry.writer_alive(store, first) and registry.writer_alive(store, second)
+    remove_job(store, "job-1")                           # then the retired one ends, idle
+    poll_until(lambda: not registry.writer_alive(store, first), 30, what="the retired registration to end")
+    assert registry.writer_alive(store, second)
+    remove_job(store, "job-2")
+
+
 def test_the_driver_is_the_first_process_above_spark_workers():
     """Spark calls prepare() in its Python workers (`python -m pyspark.daemon ...` and their forks), which come
     and go: the driver is the first process above them (the JVM). Here this test process stands for the JVM,
