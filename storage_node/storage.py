@@ -22,6 +22,7 @@ from protos.digest import entry_digest
 from storage_node.checkpoint import Chain, encode_delta, encode_snapshot, save_delta, save_snapshot
 from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
+from storage_node.disk_usage import DataDirUsage
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import JournalWriteError, UncopyableRecordError
 from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
@@ -186,6 +187,7 @@ class Storage:
             self.set_read_only("startup", "started with --read-only (drained)")
         self.journal: Journal | None = None
         self._numbers: FileNumbers | None = None
+        self.files: DataDirUsage | None = None      # what the data directory takes, for the disk watch and metrics
         self._readers = SegmentReaders(self.journal_dir)
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -227,6 +229,7 @@ class Storage:
         self._fenced = sum(1 for state in self.ledgers.values() if state.fenced)
         self._newest_generation = recovered.newest_generation
         self._numbers = FileNumbers(recovered.next_segment)
+        self.files = DataDirUsage(self.data_dir, self.journal_dir, self._numbers)
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
             apply=self._apply, on_write_error=self._on_write_error,
@@ -754,6 +757,7 @@ class Storage:
                             self._changed_state(move.state)
                     self._unjournaled_changes += 1
                     copied = plan.live_bytes
+                self._numbers.finished(number)   # the copy ended: its file is complete and synced, or removed
             # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
             # full disk, where the files without live entries are to be deleted all the same).
             await self.checkpoint(only_if_changed=True)
@@ -763,7 +767,10 @@ class Storage:
             for number in deleted:
                 self._readers.forget(number)
             self._uncopyable.difference_update(deleted)
-            freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
+            try:
+                freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
+            finally:
+                self.files.look_again(deleted)      # the disk watch remembered their sizes
         self.metrics.gc_files_deleted.inc(len(deleted))
         self.metrics.gc_bytes_reclaimed.inc(max(freed - copied, 0))
         if failed is not None:
@@ -779,14 +786,10 @@ class Storage:
         return self._fenced
 
     def data_bytes(self) -> int:
-        """Bytes of journal segments and compacted files (what garbage collection shrinks)."""
-        total = 0
-        for path in self.journal_dir.glob("*.log"):
-            try:
-                total += path.stat().st_size
-            except FileNotFoundError:
-                continue
-        return total
+        """Bytes of journal segments and compacted files (what garbage collection shrinks), as the disk watch
+        measured them last (storage_node/disk_usage.py): a scrape costs nothing."""
+        files = self.files
+        return files.last.journal_bytes if files is not None else 0
 
 
 def _sealed_file_sizes(journal_dir, sealed_below: int) -> dict[int, int]:

@@ -208,11 +208,11 @@ def test_a_round_keeps_live_ledgers_and_replay_after_it_restores_exactly_them(tm
         storage = await _restart(storage, tmp_path)                      # seals the last segment
         sealed = list_segments(storage.journal_dir)[:-1]
         assert len(sealed) >= 3
-        before = storage.data_bytes()
+        before = storage.files.measure().journal_bytes
         assert await storage.delete_ledgers([2, 4, 6]) == 3
         result = await storage.compact(0.8)
         assert set(result.deleted) >= set(sealed) and result.rewritten
-        assert storage.data_bytes() < 0.6 * before
+        assert storage.files.measure().journal_bytes < 0.6 * before
         _assert_reads(storage, [1, 3, 5], 60, 8000)
         assert storage.read_entry(2, 0)[0] == pb.NO_LEDGER
         storage = await _restart(storage, tmp_path)
