@@ -44,6 +44,7 @@ DEFAULT_ZK_WAIT_SECONDS = 60.0
 # timed out. It may or may not have taken effect (DESIGN rule 16).
 NO_REPLY = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 _CONNECTED_POLL = 0.05  # seconds between looks at the session state while waiting for ZooKeeper
+_PIPELINED = 1000       # requests exist() sends before it awaits their replies
 _URI = re.compile(
     r"^zk://(?:(?P<user>[^:@/]+):(?P<secret>[^@/]+)@)?(?P<hosts>[^/@]+)(?P<root>(/[A-Za-z0-9_.\-]+)+)/?$"
 )
@@ -452,6 +453,19 @@ class MetadataStore:
         """The znode's children and its data version, read together."""
         children, stat = self._retried(self.zk.get_children, path, include_data=True)
         return children, stat.version
+
+    def exist(self, paths: list[str]) -> list[bool]:
+        """Whether each znode is there: an exists request each, pipelined (sent _PIPELINED at a time before their
+        replies are awaited), so a few znodes cost a few small requests and about one round trip, not a listing
+        of their parent."""
+        found: list[bool] = []
+        for start in range(0, len(paths), _PIPELINED):
+            found += self._retried(self._exist, paths[start:start + _PIPELINED])
+        return found
+
+    def _exist(self, paths: list[str]) -> list[bool]:
+        sent = [self.zk.exists_async(path) for path in paths]
+        return [reply.get() is not None for reply in sent]
 
     def ensure_path(self, path: str) -> None:
         self._retried(self.zk.ensure_path, path)

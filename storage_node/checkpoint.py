@@ -319,14 +319,18 @@ def newest_generation(data_dir: pathlib.Path) -> int:
     return max((g for _, (g, _) in _delta_files(data_dir)), default=0)
 
 
+def delta_of(name: str) -> tuple[int, int] | None:
+    """(generation, number) of the delta file named `name`, None for any other name (a temporary file too). A delta
+    file is complete once it has its name (renamed into place) and never written again: a name is never reused."""
+    if not name.startswith(DELTA_PREFIX):
+        return None
+    generation, _, number = name[len(DELTA_PREFIX):].partition("-")
+    return (int(generation), int(number)) if generation.isdigit() and number.isdigit() else None
+
+
 def _delta_files(data_dir: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int]]]:
     """The delta files in data_dir with their (generation, number), in no order."""
-    found = []
-    for path in data_dir.glob(DELTA_PREFIX + "*"):
-        generation, _, number = path.name[len(DELTA_PREFIX):].partition("-")
-        if generation.isdigit() and number.isdigit():
-            found.append((path, (int(generation), int(number))))
-    return found
+    return [(path, key) for path in data_dir.glob(DELTA_PREFIX + "*") if (key := delta_of(path.name)) is not None]
 
 
 def load_checkpoints(data_dir: pathlib.Path) -> tuple[Position, dict[int, LedgerState], Chain] | None:

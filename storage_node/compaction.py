@@ -3,9 +3,9 @@ entries nobody can read any more (their ledger was garbage collected, or a recov
 
 One round, run by storage.Storage.compact on the event loop (only the copy runs in a worker thread):
 
-1. plan: live bytes per file, counted from the in-memory index; candidates are journal segments below
-   the durable position's segment (sealed and fully applied) and every compacted file. A file with
-   no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten. Small
+1. plan: live bytes per file, as the in-memory index keeps them (entry_index.py LiveBytes); candidates are
+   journal segments below the durable position's segment (sealed and fully applied) and every compacted file. A
+   file with no live bytes is simply deleted; one whose live fraction is below the threshold is rewritten. Small
    files are merged: once MERGE_SMALL_FILES of the files kept are below a quarter of a journal segment,
    the smallest of them, up to a segment's worth, are rewritten as well. Every round that copies anything
    writes a compacted file, which stays as long as what it holds is live (a stream kept for good), and a
@@ -99,16 +99,6 @@ def plan_compaction(sizes: dict[int, int], live: dict[int, int], threshold: floa
     return CompactionPlan(tuple(rewrite), tuple(drop), live_total, reclaim - live_total)
 
 
-def live_bytes_by_file(ledgers: Iterable[LedgerState]) -> dict[int, int]:
-    """Bytes of index-referenced records per file number: a pass over the ledgers, not their entries (each
-    index keeps its own tally, entry_index.py)."""
-    live: dict[int, int] = {}
-    for state in ledgers:
-        for number, size in state.index.bytes_by_file.items():
-            live[number] = live.get(number, 0) + size
-    return live
-
-
 class Move(NamedTuple):
     location: int
     length: int
@@ -117,8 +107,9 @@ class Move(NamedTuple):
 
 
 def moves_out_of(ledgers: Iterable[LedgerState], sources: set[int]) -> list[Move]:
-    """Every indexed record stored in one of the source files, in file order (a sequential copy). Only the
-    ledgers with records there are searched."""
+    """Every indexed record of `ledgers` stored in one of the source files, in file order (a sequential copy). The
+    caller passes the ledgers with records there (LiveBytes.holding), and only their slots in those files are
+    searched."""
     moves = [Move(location, length, state, entry_id)
              for state in ledgers
              for entry_id, location, length in state.index.records_in(sources)]

@@ -1,21 +1,22 @@
 """Garbage collection: every --gc-interval seconds, drop the ledgers deleted from metadata, then compact.
 
 A ledger is dropped only when the metadata store says twice that it does not exist: once in the
-listing, and again by reading its own znode right before the drop. Ledger ids are never reused and
-metadata is always created before any entry is written, so a node that holds entries of a ledger
-whose znode is gone holds data of a deleted ledger. Any ZooKeeper error ends the round without
-touching anything: "don't know" never deletes (the same rule as rule 8, for metadata).
+listing of /ledgers or by an exists request for its znode, and again by reading its znode right before
+the drop. Ledger ids are never reused and metadata is always created before any entry is written, so a
+node that holds entries of a ledger whose znode is gone holds data of a deleted ledger. Any ZooKeeper
+error ends the round without touching anything: "don't know" never deletes (the same rule as rule 8, for
+metadata).
 
 DESIGN rule 8: garbage collection drops a ledger only after a ZooKeeper `sync` shows it deleted, and
 never one the node first saw less than a grace period ago. The node's session may sit on a follower
 that has not yet applied a ledger's creation; without the sync, a listing and a re-read there both say
 "no such ledger" for one this node has just acknowledged entries of, and the node would drop it and
 answer NO_LEDGER, which recovery counts as a negative (a truncation). So the ledgers directory is
-synced before the listing and before every re-check, and a ledger the node first saw (its first add,
-fence or LAC here, or the replay after a restart) less than --gc-grace seconds ago is not even
-considered. The grace is the second line of defence: whatever else makes ZooKeeper briefly disagree
-with what a writer saw (an ensemble restored from a backup, a server that lost its state) cannot drop
-a ledger the node has just taken writes for.
+synced before the listing (or the exists requests) and before every re-check, and a ledger the node
+first saw (its first add, fence or LAC here, or the replay after a restart) less than --gc-grace seconds
+ago is not even considered. The grace is the second line of defence: whatever else makes ZooKeeper
+briefly disagree with what a writer saw (an ensemble restored from a backup, a server that lost its state)
+cannot drop a ledger the node has just taken writes for.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ from metadata.store import MetadataStore
 from storage_node.storage import CompactionResult, Storage
 
 _log = logging.getLogger(__name__)
+# An exists request and its reply take about as many bytes as 8 names in a listing of /ledgers (some 120 bytes
+# against 15), and ZooKeeper copies every name for a listing: the held ledgers are checked one by one while they
+# are at most an 8th of the ledgers in metadata.
+EXISTS_PER_NAME = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +47,25 @@ class GcRound:
 def deleted_ledgers(store: MetadataStore, held: list[int]) -> list[int]:
     """The held ledgers that no longer exist in metadata, each re-checked (blocking: run in a thread).
 
-    Both the listing and every re-check follow a ZooKeeper sync (rule 8). Raises MetadataError when
-    ZooKeeper cannot answer: the caller then does nothing this round.
+    What a round asks ZooKeeper follows what the node holds, not the cluster: nothing at all when it holds no
+    ledger past the grace; an exists request for each held ledger (pipelined) while they are few against the
+    ledgers in metadata (the count of /ledgers' children, from its stat); the listing of /ledgers only when that
+    is cheaper (EXISTS_PER_NAME). The checks and every re-check follow a ZooKeeper sync (rule 8). Raises
+    MetadataError when ZooKeeper cannot answer: the caller then does nothing this round.
     """
+    if not held:
+        return []
     store.sync(layout.LEDGERS)
-    existing = set(store.list_ledgers())
-    return [ledger_id for ledger_id in held if ledger_id not in existing and _still_deleted(store, ledger_id)]
+    ledgers = store.stat(layout.LEDGERS)
+    if ledgers is None:                     # not "every ledger is deleted": a metadata root that is not there
+        raise MetadataError(f"{layout.LEDGERS} is missing from the metadata root")
+    if len(held) * EXISTS_PER_NAME <= ledgers.numChildren:
+        there = store.exist([layout.ledger_path(ledger_id) for ledger_id in held])
+        missing = [ledger_id for ledger_id, found in zip(held, there) if not found]
+    else:
+        existing = set(store.list_ledgers())
+        missing = [ledger_id for ledger_id in held if ledger_id not in existing]
+    return [ledger_id for ledger_id in missing if _still_deleted(store, ledger_id)]
 
 
 def _still_deleted(store: MetadataStore, ledger_id: int) -> bool:

@@ -28,9 +28,9 @@ from array import array
 from typing import Callable
 
 from storage_node.checkpoint import encode_delta, encode_snapshot
-from storage_node.compaction import live_bytes_by_file, moves_out_of, plan_compaction
+from storage_node.compaction import moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
-from storage_node.entry_index import pack
+from storage_node.entry_index import LiveBytes, pack
 from storage_node.ledger_state import LedgerState
 from storage_node.records import ENTRY_PAYLOAD_OFFSET
 from storage_node.segments import Position
@@ -53,6 +53,9 @@ class NodeHistory:
 
     def __init__(self, entries: int, segment_bytes: int):
         self.ledgers = {ledger_id: LedgerState(ledger_id, b"k" * 32) for ledger_id in range(LEDGERS)}
+        self.live = LiveBytes()                 # as Storage keeps it
+        for state in self.ledgers.values():
+            self.live.attach(state.index, state)
         self.sizes: dict[int, int] = {}
         self.segment_bytes = segment_bytes
         self.segment, self.offset, self.entries, turn = 1, 0, 0, 0
@@ -82,8 +85,8 @@ class NodeHistory:
 
     def plan_round(self) -> int:
         """What storage.compact works out on the event loop before it copies; the number of records to move."""
-        plan = plan_compaction(self.sizes, live_bytes_by_file(self.ledgers.values()), THRESHOLD)
-        return len(moves_out_of(list(self.ledgers.values()), set(plan.rewrite)))
+        plan = plan_compaction(self.sizes, self.live.by_file, THRESHOLD)
+        return len(moves_out_of(self.live.holding(plan.rewrite), set(plan.rewrite)))
 
     def whole_checkpoint(self) -> int:
         """The bytes of a whole snapshot, encoded as Storage.checkpoint does on the event loop (copied: a worker thread

@@ -135,6 +135,8 @@ class SegmentWriter:
     def _create_segment(self, number: int) -> None:
         """Create segment `number` with its first mark, synced (its directory entry is not yet)."""
         self.close()
+        if self.segment != number:      # not a roll again to a number a full disk stopped
+            self._numbers.finished(self.segment)    # never written again (FileNumbers: the disk watch)
         self.segment = number
         self.size = self._dropped = 0
         self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

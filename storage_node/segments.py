@@ -80,18 +80,43 @@ def list_compacted(directory: pathlib.Path) -> list[int]:
     return _list_numbered(directory, "compacted")
 
 
+def data_file_number(name: str) -> int | None:
+    """The number of a journal segment or compacted file named `name`, None for any other name."""
+    match = _DATA_FILE_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+_DATA_FILE_NAME = re.compile(r"(?:segment|compacted)-(\d+)\.log")
+
+
 class FileNumbers:
-    """Hands out file numbers to the journal writer and to compaction, never the same one twice."""
+    """Hands out file numbers to the journal writer and to compaction, never the same one twice, and knows which
+    of them may still be written to: a number is being written from take() until its taker's finished() (the
+    writer rolled past the segment; compaction's copy ended). The disk watch stats the files of the other numbers
+    only once (storage_node/disk_usage.py); a finished() never said only costs it a stat at every check."""
 
     def __init__(self, first: int):
         self._next = first
+        self._writing: set[int] = set()
         self._lock = threading.Lock()
 
     def take(self) -> int:
         with self._lock:
             number = self._next
             self._next += 1
+            self._writing.add(number)
             return number
+
+    def finished(self, number: int) -> None:
+        """Nothing writes to file `number` any more."""
+        with self._lock:
+            self._writing.discard(number)
+
+    def written(self) -> tuple[int, frozenset[int]]:
+        """(taken_below, writing), read at one moment: the file of a number below taken_below and not in writing
+        never changes again (it may be deleted)."""
+        with self._lock:
+            return self._next, frozenset(self._writing)
 
 
 def fsync_directory(directory: pathlib.Path) -> None:

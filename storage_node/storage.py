@@ -20,9 +20,10 @@ from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 from storage_node.checkpoint import Chain, encode_delta, encode_snapshot, save_delta, save_snapshot
-from storage_node.compaction import copy_records, live_bytes_by_file, moves_out_of, plan_compaction
+from storage_node.compaction import copy_records, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
-from storage_node.entry_index import pack, unpack
+from storage_node.disk_usage import DataDirUsage
+from storage_node.entry_index import LiveBytes, pack, unpack
 from storage_node.errors import JournalWriteError, UncopyableRecordError
 from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
 from storage_node.ledger_state import LedgerState, Refusal, Verdict
@@ -177,6 +178,9 @@ class Storage:
         self.journal_dir = config.data_dir / JOURNAL_DIR
         self.metrics = metrics or NodeMetrics()
         self.ledgers: dict[int, LedgerState] = {}
+        # The live bytes per file over the indexes of every ledger in self.ledgers, and who holds records where
+        # (compaction's plan): a ledger's index is counted from when it joins self.ledgers until it leaves.
+        self._live = LiveBytes()
         self.ready = False
         # Why the node is read-only, by source (startup flag, disk, operator flag); read_only_reason joins
         # them, kept as a plain string because every add checks it.
@@ -186,6 +190,7 @@ class Storage:
             self.set_read_only("startup", "started with --read-only (drained)")
         self.journal: Journal | None = None
         self._numbers: FileNumbers | None = None
+        self.files: DataDirUsage | None = None      # what the data directory takes, for the disk watch and metrics
         self._readers = SegmentReaders(self.journal_dir)
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -223,10 +228,13 @@ class Storage:
         for note in recovered.notes:
             _log.warning("%s", note)
         self.ledgers = recovered.ledgers
+        for state in self.ledgers.values():
+            self._live.attach(state.index, state)
         self._entries = sum(state.index.count for state in self.ledgers.values())
         self._fenced = sum(1 for state in self.ledgers.values() if state.fenced)
         self._newest_generation = recovered.newest_generation
         self._numbers = FileNumbers(recovered.next_segment)
+        self.files = DataDirUsage(self.data_dir, self.journal_dir, self._numbers)
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
             apply=self._apply, on_write_error=self._on_write_error,
@@ -464,6 +472,7 @@ class Storage:
 
     def _create(self, ledger_id: int, key: bytes) -> LedgerState:
         state = self.ledgers[ledger_id] = LedgerState(ledger_id, bytes(key))
+        self._live.attach(state.index, state)
         self._changed.add(ledger_id)
         return state
 
@@ -699,6 +708,7 @@ class Storage:
                 # KEY record follows the DELETE record in the journal.
                 state = self.ledgers.pop(ledger_id, None)
                 if state is not None:
+                    self._live.detach(state.index)
                     self._entries -= state.index.count
                     self._fenced -= state.fenced
                     self._changed.discard(ledger_id)
@@ -728,12 +738,12 @@ class Storage:
             sealed_below = self.journal.durable.segment
             sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)
             segment_bytes = self.config.journal_segment_bytes
-            plan = plan_compaction(sizes, live_bytes_by_file(self.ledgers.values()), threshold,
+            plan = plan_compaction(sizes, self._live.by_file, threshold,
                                    small_bytes=segment_bytes // 4, merge_bytes=segment_bytes,
                                    uncopyable=frozenset(self._uncopyable))
             if not plan:
                 return CompactionResult((), (), 0, 0)
-            moves = moves_out_of(list(self.ledgers.values()), set(plan.rewrite))
+            moves = moves_out_of(self._live.holding(plan.rewrite), set(plan.rewrite))
             copied, failed = 0, None
             if moves:
                 number = self._numbers.take()
@@ -754,16 +764,19 @@ class Storage:
                             self._changed_state(move.state)
                     self._unjournaled_changes += 1
                     copied = plan.live_bytes
+                self._numbers.finished(number)   # the copy ended: its file is complete and synced, or removed
             # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
             # full disk, where the files without live entries are to be deleted all the same).
             await self.checkpoint(only_if_changed=True)
             # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
-            still_live = live_bytes_by_file(self.ledgers.values())
-            deleted = tuple(n for n in plan.sources if not still_live.get(n))
+            deleted = tuple(n for n in plan.sources if not self._live.by_file.get(n))
             for number in deleted:
                 self._readers.forget(number)
             self._uncopyable.difference_update(deleted)
-            freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
+            try:
+                freed = await loop.run_in_executor(None, _delete_files, self.journal_dir, deleted)
+            finally:
+                self.files.look_again(deleted)      # the disk watch remembered their sizes
         self.metrics.gc_files_deleted.inc(len(deleted))
         self.metrics.gc_bytes_reclaimed.inc(max(freed - copied, 0))
         if failed is not None:
@@ -779,14 +792,10 @@ class Storage:
         return self._fenced
 
     def data_bytes(self) -> int:
-        """Bytes of journal segments and compacted files (what garbage collection shrinks)."""
-        total = 0
-        for path in self.journal_dir.glob("*.log"):
-            try:
-                total += path.stat().st_size
-            except FileNotFoundError:
-                continue
-        return total
+        """Bytes of journal segments and compacted files (what garbage collection shrinks), as the disk watch
+        measured them last (storage_node/disk_usage.py): a scrape costs nothing."""
+        files = self.files
+        return files.last.journal_bytes if files is not None else 0
 
 
 def _sealed_file_sizes(journal_dir, sealed_below: int) -> dict[int, int]:

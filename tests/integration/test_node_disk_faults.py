@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import time
 
@@ -27,12 +28,16 @@ from metadata import layout, registry, serde
 from metadata.model import NodeState
 from protos import ledger_pb2 as pb
 from storage_node.journal import FSYNC_FAULT_ENV
-from storage_node.node import directory_bytes
 from tests.harness.background_writer import BackgroundWriter
 from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 FAULT = "fail-fsync"        # relative: inside each node's data directory, so one node fails and the others do not
+
+
+def directory_bytes(path) -> int:
+    """What the files under path take, as du counts them (what a node registers as its disk use)."""
+    return sum(os.lstat(os.path.join(root, name)).st_blocks * 512 for root, _, names in os.walk(path) for name in names)
 
 
 def registration(store, node):

@@ -3,17 +3,24 @@ the remaining ledgers reads back byte-identical (also while compaction runs, and
 node first saw within --gc-grace stays, and ZooKeeper is synced before it is believed (rule 8)."""
 from __future__ import annotations
 
+import asyncio
+import collections
 import random
 import threading
 import time
+
+import pytest
 
 from metadata import layout
 from metadata.model import Fragment, LedgerMetadata
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
-from storage_node.gc import deleted_ledgers
+from storage_node.config import NodeConfig
+from storage_node.gc import collect_garbage, deleted_ledgers
+from storage_node.storage import Storage
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
+from tests.harness.stream_fixtures import closed_ledgers
 
 MiB = 1 << 20
 ENTRY_BYTES = 8000
@@ -175,16 +182,91 @@ class SyncRecordingStore(MetadataStore):
         self.calls.append(("read", path))
         return super().read(path, decode)
 
+    def stat(self, path):
+        self.calls.append(("stat", path))
+        return super().stat(path)
 
-def test_zookeeper_is_synced_before_the_listing_and_before_every_recheck(metadata_uri):
+    def exist(self, paths):
+        self.calls.append(("exist", *paths))
+        return super().exist(paths)
+
+
+@pytest.mark.parametrize("other_ledgers", [0, 30])
+def test_zookeeper_is_synced_before_the_existence_checks_and_before_every_recheck(metadata_uri, other_ledgers):
     """A follower that has not applied a ledger's creation cannot be staged with one ZooKeeper server, so
-    this checks the order of calls against a real one: sync, list, then sync before each re-read."""
+    this checks the order of calls against a real one: sync, then the listing (three held ledgers of one in
+    metadata) or an exists request for each (three held of 31: fewer than an 8th), then sync before each
+    re-read."""
     with SyncRecordingStore(metadata_uri) as store:
+        closed_ledgers(store, other_ledgers)
         kept, deleted = create_ledgers(store, "gc-node", 2)
         store.delete_ledger(deleted)
         never_created = deleted + 1000
+        held = [kept, deleted, never_created]
         store.calls.clear()
-        assert deleted_ledgers(store, [kept, deleted, never_created]) == [deleted, never_created]
+        assert deleted_ledgers(store, held) == [deleted, never_created]
     sync = ("sync", layout.LEDGERS)
-    assert store.calls == [sync, ("list",), sync, ("read", layout.ledger_path(deleted)),
+    checks = ("exist", *map(layout.ledger_path, held)) if other_ledgers else ("list",)
+    assert store.calls == [sync, ("stat", layout.LEDGERS), checks, sync, ("read", layout.ledger_path(deleted)),
                            sync, ("read", layout.ledger_path(never_created))]
+
+
+class ZooKeeperRequests:
+    """Counts the requests a MetadataStore's kazoo client sends, by kind, and the names its listings return (every
+    synchronous kazoo call sends its request through the *_async method of its kind)."""
+
+    def __init__(self, store: MetadataStore, monkeypatch):
+        self.sent: collections.Counter[str] = collections.Counter()
+        self.names_listed = 0
+        zk = store.zk
+        for kind in ("sync_async", "exists_async", "get_async", "get_children_async"):
+            monkeypatch.setattr(zk, kind, self._counted(kind, getattr(zk, kind)))
+        listing = zk.get_children
+
+        def get_children(*args, **kwargs):
+            names = listing(*args, **kwargs)
+            self.names_listed += len(names)
+            return names
+
+        monkeypatch.setattr(zk, "get_children", get_children)
+
+    def _counted(self, kind: str, send):
+        def counted(*args, **kwargs):
+            self.sent[kind] += 1
+            return send(*args, **kwargs)
+        return counted
+
+
+def test_a_round_asks_zookeeper_what_the_node_holds_not_what_the_cluster_holds(metadata_uri, tmp_path,
+                                                                              monkeypatch):
+    """The same four held ledgers (two of them deleted) against 50 and against 2,000 other ledgers in metadata:
+    one garbage collection round sends the same requests and lists no names; it drops the deleted two and keeps
+    the others. A round whose held ledgers are all within the grace asks ZooKeeper nothing."""
+    async def one_round(store: MetadataStore, data_dir, others: int) -> tuple[dict, int]:
+        closed_ledgers(store, others)
+        storage = Storage(NodeConfig(data_dir=data_dir, port=0, metadata=metadata_uri, node_id="gc-node"))
+        await storage.open()
+        held = create_ledgers(store, "gc-node", 4)
+        results, group = storage.add_batch([make_entry(l, 0, payload_for(l, 0)) for l in held])
+        assert all(r.status == pb.OK for r in results) and await group.done is None
+        for ledger_id in held[:2]:
+            store.delete_ledger(ledger_id)
+        within_grace = ZooKeeperRequests(store, monkeypatch)
+        assert (await collect_garbage(store, storage, 0.8, grace=3600)).ledgers_deleted == 0
+        assert not within_grace.sent
+        monkeypatch.undo()
+        requests = ZooKeeperRequests(store, monkeypatch)
+        assert (await collect_garbage(store, storage, 0.8, grace=0)).ledgers_deleted == 2
+        monkeypatch.undo()
+        assert sorted(storage.ledgers) == held[2:]
+        assert [storage.read_entry(l, 0).status for l in held] == [pb.NO_LEDGER] * 2 + [pb.OK] * 2
+        await storage.close()
+        return dict(requests.sent), requests.names_listed
+
+    async def scenario():
+        with MetadataStore(metadata_uri) as store:
+            few = await one_round(store, tmp_path / "few", 50)
+            many = await one_round(store, tmp_path / "many", 2000 - 50)
+        assert few == many, f"with 50 other ledgers: {few}; with 2,000: {many}"
+
+    asyncio.run(scenario())

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_node.checkpoint import decode_snapshot, encode_snapshot
-from storage_node.compaction import live_bytes_by_file, moves_out_of
-from storage_node.entry_index import ABSENT, LedgerIndex, file_of, pack
+from storage_node.compaction import moves_out_of
+from storage_node.entry_index import ABSENT, LedgerIndex, LiveBytes, file_of, pack
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import Position
 
@@ -89,10 +89,21 @@ def assert_spans_hold_every_dense_record(index: LedgerIndex) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(changes, min_size=1, max_size=4), st.sets(st.integers(1, 7)), st.sampled_from([0, 1 << 40]))
 def test_live_bytes_and_moves_match_the_pass_over_every_slot(ledger_changes, sources, far):
+    """The node's LiveBytes, counting ledgers from their creation (even ids) or from after their changes (odd ids,
+    as replay's ledgers), and the moves out of the files it says they hold records in; a dropped ledger leaves it,
+    and changes to it afterwards (a group applied after the drop) are not counted."""
+    live = LiveBytes()
     ledgers = []
     for ledger_id, change_list in enumerate(ledger_changes):
         ledgers.append(LedgerState(ledger_id, b"k" * 32))
+        if ledger_id % 2 == 0:
+            live.attach(ledgers[-1].index, ledgers[-1])
         apply(ledgers[-1].index, change_list, far)
+        if ledger_id % 2 == 1:
+            live.attach(ledgers[-1].index, ledgers[-1])
+    dropped = ledgers.pop()
+    live.detach(dropped.index)
+    apply(dropped.index, ledger_changes[0], far)
     expected_live: dict[int, int] = {}
     expected_moves = []
     for state in ledgers:
@@ -100,8 +111,10 @@ def test_live_bytes_and_moves_match_the_pass_over_every_slot(ledger_changes, sou
         for number, size in tally_of(records).items():
             expected_live[number] = expected_live.get(number, 0) + size
         expected_moves += [(state.ledger_id, *record) for record in records if file_of(record[1]) in sources]
-    assert live_bytes_by_file(ledgers) == expected_live
-    moves = moves_out_of(ledgers, sources)
+    assert live.by_file == expected_live
+    holding = live.holding(sources)
+    assert sorted(state.ledger_id for state in holding) == sorted({move[0] for move in expected_moves})
+    moves = moves_out_of(holding, sources)
     assert sorted((m.state.ledger_id, m.entry_id, m.location, m.length) for m in moves) == sorted(expected_moves)
     assert [m.location for m in moves] == sorted(m.location for m in moves)
 

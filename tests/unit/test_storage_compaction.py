@@ -14,12 +14,11 @@ from storage_node.checkpoint import SNAPSHOT_NAME
 from storage_node.compaction import (
     MERGE_SMALL_FILES,
     copy_records,
-    live_bytes_by_file,
     moves_out_of,
     plan_compaction,
 )
 from storage_node.config import NodeConfig
-from storage_node.entry_index import pack, unpack
+from storage_node.entry_index import LedgerIndex, pack, unpack
 from storage_node.errors import JournalCorruptError, UncopyableRecordError
 from storage_node.ledger_state import LedgerState
 from storage_node.replay import recover
@@ -119,7 +118,7 @@ def test_a_damaged_record_in_a_small_file_stops_one_round_not_every_later_one(tm
         await _write(storage, range(90, 91), entries=140, size=size)    # a ledger of whole segments of its own
         storage = await _restart(storage, tmp_path)                      # seals them
         dead = [n for n in list_segments(storage.journal_dir)[:-1]
-                if not live_bytes_by_file([storage.ledgers[kept]]).get(n)]
+                if not storage.ledgers[kept].index.bytes_by_file.get(n)]
         assert dead and await storage.delete_ledgers([90]) == 1
         written = await _small_files(storage, kept, 1, size, written)    # the sixteenth small file
         await storage.checkpoint()
@@ -167,7 +166,7 @@ def test_live_bytes_and_moves_count_dense_and_overflow_slots_once():
     state.index.put(0, pack(1, 0), 100)
     state.index.put(2, pack(2, 0), 50)
     state.index.put(1 << 40, pack(1, 100), 70)       # far away: overflow
-    assert live_bytes_by_file([state]) == {1: 170, 2: 50}
+    assert state.index.bytes_by_file == {1: 170, 2: 50}
     moves = moves_out_of([state], {1})
     assert [(m.entry_id, unpack(m.location), m.length) for m in moves] == [(0, (1, 0), 100), (1 << 40, (1, 100), 70)]
 
@@ -208,11 +207,11 @@ def test_a_round_keeps_live_ledgers_and_replay_after_it_restores_exactly_them(tm
         storage = await _restart(storage, tmp_path)                      # seals the last segment
         sealed = list_segments(storage.journal_dir)[:-1]
         assert len(sealed) >= 3
-        before = storage.data_bytes()
+        before = storage.files.measure().journal_bytes
         assert await storage.delete_ledgers([2, 4, 6]) == 3
         result = await storage.compact(0.8)
         assert set(result.deleted) >= set(sealed) and result.rewritten
-        assert storage.data_bytes() < 0.6 * before
+        assert storage.files.measure().journal_bytes < 0.6 * before
         _assert_reads(storage, [1, 3, 5], 60, 8000)
         assert storage.read_entry(2, 0)[0] == pb.NO_LEDGER
         storage = await _restart(storage, tmp_path)
@@ -393,5 +392,71 @@ def test_a_drop_whose_delete_record_failed_is_checkpointed_before_compaction_del
         await restarted.open()
         assert restarted.read_entry(1, 0)[0] == pb.NO_LEDGER and 1 not in restarted.ledgers
         assert restarted.read_entry(2, 59)[3] == payload_for(2, 59, 8000)
+
+    asyncio.run(scenario())
+
+
+class _CountedLedgers(dict):
+    """storage.ledgers, counting the ledger states a pass over it yields (while `counting`)."""
+
+    def __init__(self, ledgers):
+        super().__init__(ledgers)
+        self.yielded = 0
+        self.counting = True
+
+    def _counted(self, states):
+        for state in states:
+            self.yielded += self.counting
+            yield state
+
+    def values(self):
+        return self._counted(super().values())
+
+    def items(self):
+        return self._counted(super().items())
+
+    def __iter__(self):
+        return self._counted(super().__iter__())
+
+
+def test_a_rounds_planning_looks_only_at_the_ledgers_in_the_files_it_rewrites(tmp_path, monkeypatch):
+    """Three ledgers fill some segments, two are deleted, so a round rewrites those segments and moves the third's
+    records; 10 or 2,000 other ledgers have an entry each in a segment the round keeps. The round looks at the same
+    ledgers either way: none by a pass over every ledger the node holds (its checkpoint aside, which costs what
+    changed), one searched for records to move."""
+    async def ledgers_looked_at(others: int, data_dir) -> tuple[int, int]:
+        storage = Storage(_config(data_dir))
+        await storage.open()
+        await _write(storage, range(1, 4), entries=60, size=8000)         # ~1.4 MB: segments of these three only
+        storage = await _restart(storage, data_dir)                       # seals them
+        await _write(storage, range(10, 10 + others), entries=1, size=100)
+        storage = await _restart(storage, data_dir)
+        assert await storage.delete_ledgers([2, 3]) == 2
+        storage.ledgers = ledgers = _CountedLedgers(storage.ledgers)
+        searched = []
+        records_in = LedgerIndex.records_in
+        monkeypatch.setattr(LedgerIndex, "records_in", lambda index, numbers: searched.append(index)
+                            or records_in(index, numbers))
+        checkpoint = storage.checkpoint
+
+        async def uncounted_checkpoint(**kwargs):
+            ledgers.counting = False
+            try:
+                return await checkpoint(**kwargs)
+            finally:
+                ledgers.counting = True
+
+        storage.checkpoint = uncounted_checkpoint
+        result = await storage.compact(0.5)                # a third live: rewritten; the others' file is kept
+        monkeypatch.undo()
+        assert result.rewritten and result.copied_bytes
+        _assert_reads(storage, [1], 60, 8000)
+        await storage.close()
+        return ledgers.yielded, len(searched)
+
+    async def scenario():
+        few, many = await ledgers_looked_at(10, tmp_path / "few"), await ledgers_looked_at(2000, tmp_path / "many")
+        assert few == many, (f"(ledgers passed over, ledgers searched for moves): {few} with 10 other ledgers, "
+                             f"{many} with 2,000")
 
     asyncio.run(scenario())
