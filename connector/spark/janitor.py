@@ -63,6 +63,7 @@ class PasswordNeededError(LedgerError):
 
 STOPPED_QUERIES_PER_START = 16   # registries of other streams' stopped queries a start removes at most
 STOPPED_QUERIES_LOOKED_AT = 64   # and looks at (a listing of the entries each), in random order
+ABANDONED_ELSEWHERE_PER_START = 1   # abandoned registries of other streams a start cleans (ledgers and all)
 
 
 def run_key(query_id: str, driver: str, run: str = "") -> str:
@@ -203,17 +204,31 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
     # In random order, so that registries this cannot remove (a query's driver died with task ledgers left,
     # which its own stream's next start discards) do not take every start's turn.
     stopped = [f for f in found if f.kind == QUERY and stream not in f.streams]
-    removed = 0
+    removed, stopped_removed = 0, set()
     for query in random.sample(stopped, min(len(stopped), STOPPED_QUERIES_LOOKED_AT)):
         if removed == STOPPED_QUERIES_PER_START:
             break
         try:
             if remove_stopped_query(lc.store, query):
                 removed += 1
+                stopped_removed.add(query.owner)
                 log.info("query %s on %s: stopped and its driver gone, its registry removed", query.owner,
                          ", ".join(map(repr, query.streams)))
         except LedgerError as exc:
             log.info("query %s: registry not removed (the next start tries again): %s", query.owner, exc)
+    # Abandoned registries that hold task entries, of streams no job may ever start on again (a notebook's write
+    # to a scratch stream killed mid-job, a query killed mid-batch): cleaned by their stream's next start, or
+    # `ledger jobs --apply`, else kept for good, and every start and keeper reads every registry. A start cleans
+    # one of them too, with its own password (one whose ledgers have another is left for `ledger jobs --apply`).
+    elsewhere = [f for f in found if stream not in f.streams and (f.kind == JOB or f.owner not in stopped_removed)]
+    for other in random.sample(elsewhere, min(len(elsewhere), ABANDONED_ELSEWHERE_PER_START)):
+        outcome = clean(lc, other, [password], patient=False)
+        if outcome.error:
+            log.info("%s %s of a gone driver on %s not cleaned: %s", other.kind, other.owner,
+                     ", ".join(map(repr, other.streams)), outcome.error)
+        elif not outcome.skipped:
+            log.info("%s %s of a gone driver on %s cleaned: %d ledgers deleted, %d committed kept", other.kind,
+                     other.owner, ", ".join(map(repr, other.streams)), len(outcome.deleted), len(outcome.kept))
     return cleaned
 
 
