@@ -24,9 +24,10 @@ from typing import Iterable
 
 from connector.client import entry_time, time_search
 from connector.client.api import LedgerClient, WriteHandle
-from connector.client.errors import LedgerClosedError, LedgerError, LedgerFencedError, check_entry_sizes
+from connector.client.errors import (LedgerClosedError, LedgerError, LedgerFencedError, NoSuchLedgerError,
+                                     check_entry_sizes)
 from metadata import layout, streams
-from metadata.model import StreamLedger, StreamRecord
+from metadata.model import LedgerState, StreamLedger, StreamRecord
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class StreamWriter:
         self._ledger_entries = 0
         self._ledger_started = 0.0
         self._closed = False
+        self._roll_due = False     # a roll failed: the next append makes it again
         self._take_ownership()
 
     # -- ownership -----------------------------------------------------------------------------
@@ -89,7 +91,10 @@ class StreamWriter:
             if created and self._landed(record, created[0].ledger_id):
                 return None   # this takeover landed, its reply was lost
             sealed = self._seal_open_tail(record)
-            previous[:] = [sealed.last_ledger] if sealed.last_ledger is not None else []
+            # The last ledger with entries: an empty one (an owner that died before appending) has no last time,
+            # and the floor must not fall back to its metadata's time below its predecessors' (a clock ahead).
+            previous[:] = [ledger for ledger in reversed(sealed.tail) if ledger.last_offset is not None
+                           and ledger.last_offset >= ledger.first_offset][:1]
             if not created:  # one new ledger, kept when the CAS is retried (the stream changed meanwhile)
                 created.append(self._new_ledger())
             ledger_id = created[0].ledger_id
@@ -141,6 +146,16 @@ class StreamWriter:
             return True
         if ledger_id in streams.held_ledgers(self._store, record, [ledger_id]):
             raise self._fenced(record)
+        # Not held: never landed, or landed and then taken over (its ledger recovered) and taken off the stream
+        # since (a truncation, a delete of the stream). Only this writer writes its ledger: anyone else having
+        # recovered or deleted it means the takeover landed, and putting it back would name a ledger that is
+        # gone or closed, after fencing the owner that took over.
+        try:
+            meta = self._client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            raise self._fenced(record) from None
+        if meta.state is not LedgerState.OPEN:
+            raise self._fenced(record)
         return False
 
     def _fenced(self, record: StreamRecord) -> LedgerFencedError:
@@ -175,6 +190,7 @@ class StreamWriter:
 
     def _start_ledger(self, ledger: WriteHandle, first_offset: int) -> None:
         self._ledger = ledger
+        self._roll_due = False
         self._times = entry_time.Stamper(self._clock)
         self._first_offset = first_offset
         self._ledger_bytes = 0
@@ -245,6 +261,8 @@ class StreamWriter:
         check_entry_sizes(payloads, self._client.max_entry_bytes, overhead=entry_time.FRAME.size)
 
     def _should_roll(self) -> bool:
+        if self._roll_due:
+            return True
         if self._ledger_entries == 0:
             return False
         return (
@@ -254,7 +272,9 @@ class StreamWriter:
         )
 
     def roll(self) -> None:
-        """Close the current ledger and continue on a new one, in one stream CAS."""
+        """Close the current ledger and continue on a new one, in one stream CAS. A roll that fails (its ledger
+        may be closed already) is made again by the next append, whatever the roll limits say."""
+        self._roll_due = True
         closed = self._close_ledger()
         ledger = self._new_ledger()
         try:

@@ -22,7 +22,11 @@ the search then finds an offset whose time reaches T and whose ledger's predeces
 after it may carry earlier times (as Kafka's records of several producers may). Ledgers written before entry
 times existed have no times: the search places them by their close time (the ledger znode's last write, as
 retention by age does), taking all of such a ledger as at or after T once it closed at or after T. A ledger
-without entries is placed by its close time too and holds no offset: the search goes on to the next one.
+without entries (its owner died before appending) reaches any time, as an OPEN one does, and holds no offset:
+the search goes on to the next one. It used to be placed by its close time, which could lie below the times of
+the ledgers before it (a writer whose clock ran ahead), and the search then skipped their entries; reaching any
+time keeps the search right (it only ever lands on such a ledger when every ledger with entries before it ends
+before T), at the cost of taking the ledgers after it in order when T lies past them.
 """
 from __future__ import annotations
 
@@ -110,14 +114,15 @@ class LedgerProbe:
         return self._metadata[ledger_id]
 
     def last_time(self, ledger_id: int) -> int | None:
-        """The ledger's last time (its close time if it has none); None for an OPEN ledger: it reaches any time."""
+        """The ledger's last time (its close time if it has none); None for an OPEN ledger, and for a closed one
+        without entries: it reaches any time (and holds no offset: the search goes on past it)."""
         if ledger_id not in self._last_times:
             self._last_times[ledger_id] = self._read_last_time(ledger_id)
         return self._last_times[ledger_id]
 
     def _read_last_time(self, ledger_id: int) -> int | None:
         meta = self.meta(ledger_id)
-        if not meta.is_closed:
+        if not meta.is_closed or meta.last_entry_id < 0:
             return None
         times = LedgerTimes.of(meta)
         if times is not None:

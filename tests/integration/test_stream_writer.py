@@ -3,11 +3,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from connector.client import LedgerClient, LedgerFencedError, Streams
+from connector.client.entry_time import AppendClock
+from connector.client.time_search import first_offset_at_or_after
+from connector.retention import truncate_stream
 from metadata import streams
+from metadata.errors import MetadataError
 from metadata.model import LedgerState
 from tests.harness.poll import poll_until
 
@@ -220,3 +226,70 @@ def test_a_ledger_whose_stream_update_landed_is_kept_when_another_writer_took_ov
         taken[0].close()
     assert _stream_ledgers_exist(client, "events")
     assert offsets_and_payloads(client, "events") == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_a_takeover_whose_reply_was_lost_after_another_took_over_and_a_truncation_is_fenced(client, metadata_uri,
+                                                                                         monkeypatch):
+    """Stream audit 2026-11-29: B's takeover landed, its reply lost; C took over (recovering B's empty ledger) and
+    a truncation before C's first offset took B's ledger off the stream and deleted it. B's read-back no longer
+    found its ledger, took that for "never landed", fenced C and put the deleted ledger back as the stream's OPEN
+    last ledger: no writer, takeover or read of the stream worked again. B is now fenced."""
+    with Streams(client).open_writer("s") as first:
+        for i in range(5):
+            first.append(b"a%d" % i)
+    real_write, others = streams.write_stream, []
+    with LedgerClient(metadata_uri) as other:
+        def landed_then_reply_lost(store, record, version):
+            stored = real_write(store, record, version)
+            if not others and store is client.store:
+                others.append(Streams(other).open_writer("s"))             # C takes over
+                head = streams.read_stream(other.store, "s").value
+                truncate_stream(other, "s", head.last_ledger.first_offset)  # B's empty ledger goes
+                raise MetadataError("connection lost before the reply (scripted)") from ConnectionLoss()
+            return stored
+
+        monkeypatch.setattr(streams, "write_stream", landed_then_reply_lost)
+        with pytest.raises(LedgerFencedError):
+            Streams(client).open_writer("s")
+        monkeypatch.setattr(streams, "write_stream", real_write)
+        c = others[0]
+        assert c.append(b"c0") == 5                                         # C still owns the stream
+        c.close()
+    assert offsets_and_payloads(client, "s") == [(5, b"c0")]
+
+
+def test_append_times_never_decrease_across_a_takeover_of_an_empty_ledger(client, metadata_uri):
+    """Stream audit 2026-11-29: a writer taking over after an empty recovered ledger (its owner died before
+    appending) took that ledger's metadata time as its floor, below an earlier writer's clock that ran ahead: the
+    times went down and a time search missed the earlier entries."""
+    ahead = AppendClock(now=lambda: time.time() + 300)
+    with LedgerClient(metadata_uri) as x_client, LedgerClient(metadata_uri) as y_client:
+        x = Streams(x_client).open_writer("t", clock=ahead)
+        for i in range(5):
+            x.append(b"x%d" % i)                     # X dies without closing
+        Streams(y_client).open_writer("t")           # Y takes over and dies before appending
+        z = Streams(client).open_writer("t")
+        for i in range(5):
+            z.append(b"z%d" % i)
+        times = [e.time_ms for e in Streams(client).read("t")]
+        assert times == sorted(times), times
+        record = streams.read_stream(client.store, "t").value
+        assert first_offset_at_or_after(client, record, int((time.time() + 100) * 1000)) == 0
+
+
+def test_a_roll_that_failed_is_made_again_by_the_next_append(client, monkeypatch):
+    """Stream audit 2026-11-29: a roll (called directly) that failed after closing its ledger left the writer
+    appending to the closed ledger: LedgerClosedError on every append, for as long as the roll limits were not
+    reached. The next append makes the roll again."""
+    writer = Streams(client).open_writer("r")
+    writer.append(b"0")
+    writer.append(b"1")
+    monkeypatch.setattr(writer, "_new_ledger", lambda: (_ for _ in ()).throw(MetadataError("scripted failure")))
+    with pytest.raises(MetadataError):
+        writer.roll()
+    monkeypatch.undo()
+    assert writer.append(b"2") == 2 and writer.append(b"3") == 3
+    writer.close()
+    assert offsets_and_payloads(client, "r") == [(i, b"%d" % i) for i in range(4)]
+    record = streams.read_stream(client.store, "r").value
+    assert [(ledger.first_offset, ledger.last_offset) for ledger in record.tail] == [(0, 1), (2, 3)]
