@@ -39,7 +39,7 @@ from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
                                       pieces_of, plan_partitions)
-from connector.spark.schema import ENTRY_ID, LEDGER_ID, METADATA_COLUMNS, OFFSET, TIMESTAMP, arrow_schema_of
+from connector.spark.schema import ENTRY_ID, LEDGER_ID, OFFSET, TIMESTAMP, arrow_schema_of
 from connector.spark.spans import ledger_spans, stream_spans
 from connector.spark.task_client import driver_client, read_client
 from metadata.model import StreamRecord
@@ -156,7 +156,8 @@ def read_partitions(options: LedgerOptions, schema: StructType, raw: bool, parti
             if raw:
                 yield from raw_batches(entries, piece, target)
             else:
-                yield from arrow_batches(entries, piece, target, bounds_of(piece))
+                yield from arrow_batches(entries, piece, target, bounds_of(piece),
+                                         with_metadata=options.include_metadata)
 
 
 PREFETCH_LEDGERS = 4
@@ -294,10 +295,12 @@ def pushdown_enabled() -> bool:
     return False
 
 
-def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:
-    """The rows of arrow entries within the offset bounds, with the metadata columns, as target."""
+def arrow_batches(entries, partition: LedgerPartition, target: pa.Schema, bounds: ReadBounds, *,
+                  with_metadata: bool) -> Iterator[pa.RecordBatch]:
+    """The rows of arrow entries within the offset bounds, as target; with_metadata (includeMetadata): with the
+    metadata columns. Without it, a data column of such a name (a stream written from a read with
+    includeMetadata) keeps its own values: it used to be overwritten with this read's."""
     lo, hi = bounds.offsets.lo, bounds.offsets.hi
-    with_metadata = not set(METADATA_COLUMNS).isdisjoint(target.names)
     for entry in entries:
         rows = decode_entry(entry.payload)
         offset = partition.first_offset + rows.first_row

@@ -161,3 +161,14 @@ def test_metadata_columns_need_no_pushdown_setting_and_prune_where_spark_allows_
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     on = offsets_from_500()
     assert on.count() == 500 and on.rdd.getNumPartitions() == planned(1, 2)
+
+
+def test_a_copy_of_a_read_with_metadata_keeps_the_copied_metadata_values(spark, shared_uri, stream):
+    """Spark read audit 2026-11-29: a stream written from a read with includeMetadata has _offset, _ledger_id, ...
+    columns of its own; reading it (without includeMetadata, as the refusal of includeMetadata on it advises)
+    returned this read's offsets, ledgers and times in them instead of the copied values."""
+    write(spark.range(0, 300, numPartitions=1), shared_uri, stream + "-a")
+    copy = read(spark, shared_uri, stream + "-a", includeMetadata="true", startingOffsets=100)
+    write(copy, shared_uri, stream + "-b")
+    back = read(spark, shared_uri, stream + "-b").collect()
+    assert sorted((r.id, r._offset) for r in back) == [(i, i) for i in range(100, 300)]

@@ -11,7 +11,11 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connector.client.entry_time import TimedEntry
 from connector.spark import columns as cols
+from connector.spark.encoding import encode_entry
+from connector.spark.planning import LedgerPartition, ReadBounds
+from connector.spark.read import arrow_batches
 from tests.spark.helpers import REPO
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -67,7 +71,7 @@ before = "pandas" in sys.modules
 arrow_target = pa.schema([("v", pa.int64()), ("_ledger_id", pa.int64()), ("_entry_id", pa.int64()),
                           ("_offset", pa.int64()), ("_timestamp", pa.timestamp("us", tz="UTC"))])
 rows = list(arrow_batches([Entry(0, payload, 1700000000000)], LedgerPartition(3, 0, 0, 10), arrow_target,
-                          ReadBounds()))
+                          ReadBounds(), with_metadata=True))
 raw_target = pa.schema([("ledger_id", pa.int64()), ("entry_id", pa.int64()), ("payload", pa.binary()),
                         ("_offset", pa.int64()), ("_timestamp", pa.timestamp("us", tz="UTC"))])
 raw = list(raw_batches([Entry(0, b"x", None), Entry(1, b"yz", 5)], LedgerPartition(3, 0, 1, 10), raw_target))
@@ -87,3 +91,16 @@ def test_reading_entries_with_metadata_columns_does_not_import_pandas(tmp_path):
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout)
     assert seen == {"before": False, "after": False, "rows": 3, "raw": [[0, 1]]}, seen
+
+
+def test_a_data_column_named_like_a_metadata_column_keeps_its_values_without_include_metadata():
+    """Spark read audit 2026-11-29: a stream written from a read with includeMetadata has columns _offset, ...
+    of its own; a read of it (without includeMetadata, as the refusal of includeMetadata on it advises) replaced
+    their values with its own offsets, ledgers and times."""
+    data = pa.RecordBatch.from_pydict({"x": pa.array([1, 2], pa.int64()), "_offset": pa.array([500, 501], pa.int64()),
+                                       "_ledger_id": pa.array([3, 3], pa.int64())})
+    entry = TimedEntry(0, encode_entry(0, [data]), 1_700_000_000_000)
+    target = data.schema
+    out = list(arrow_batches([entry], LedgerPartition(7, 0, 0, first_offset=10), target, ReadBounds(),
+                             with_metadata=False))
+    assert out[0].column("_offset").to_pylist() == [500, 501] and out[0].column("_ledger_id").to_pylist() == [3, 3]
