@@ -39,7 +39,8 @@ from connector.spark.errors import SchemaMismatchError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
                                       pieces_of, plan_partitions)
-from connector.spark.schema import ENTRY_ID, LEDGER_ID, OFFSET, TIMESTAMP, arrow_schema_of
+from connector.spark.schema import (ENTRY_ID, LEDGER_ID, OFFSET, TIMESTAMP, arrow_schema_of,
+                                   check_loaded_schema)
 from connector.spark.spans import ledger_spans, stream_spans
 from connector.spark.task_client import driver_client, read_client
 from metadata.model import StreamRecord
@@ -75,6 +76,9 @@ class LedgerReader(DataSourceReader):
         return pack_partitions(partitions, spans, opts.max_partition_bytes)
 
     def _stream_spans(self, lc: LedgerClient, record: StreamRecord) -> tuple[ReadBounds, list[LedgerSpan]]:
+        if not self.raw:
+            from connector.spark.datasource import read_schema
+            check_loaded_schema(record.name, self.schema, read_schema(record, self.options.include_metadata))
         bounds = self._timed_bounds(lc, record)
         if bounds is None:
             return self.bounds, []

@@ -67,6 +67,29 @@ def stream_read_schema(data: StructType, include_metadata: bool) -> StructType:
                       + [TIMESTAMP_FIELD])
 
 
+def check_loaded_schema(stream: str, loaded: StructType, current: StructType) -> None:
+    """A read planned now with the schema its DataFrame was loaded with (loaded) must get the rows the stream holds
+    now (current: its read schema now) as they are: a column that became nullable since (an append of nulls)
+    read as NOT NULL makes Spark answer `isNull` with nothing and fail on collect, and a type changed since (an
+    overwrite) would be cast (epoch milliseconds read as 1970 timestamps). Refused, saying to load it again."""
+    fields = {field.name: field for field in current.fields}
+    for field in loaded.fields:
+        now = fields.get(field.name)
+        if now is None:
+            why = f"column {field.name!r} is no longer in it"
+        elif now.dataType != field.dataType:
+            why = f"column {field.name!r} is {now.dataType.simpleString()} now, not {field.dataType.simpleString()}"
+        elif now.nullable and not field.nullable:
+            why = f"column {field.name!r} may hold nulls now"
+        else:
+            continue
+        raise SchemaMismatchError(
+            f"stream {stream!r} changed since this DataFrame was loaded ({why}): load it again "
+            "(spark.read or spark.readStream .format(\"ledger\")...load(); a streaming query: start it again), "
+            "without a schema of your own"
+        )
+
+
 def raw_read_schema(include_metadata: bool) -> StructType:
     """Raw entries; includeMetadata adds the stream offset (null for ledgers read by id) and the append time."""
     if not include_metadata:

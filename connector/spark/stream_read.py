@@ -59,7 +59,9 @@ from connector.spark.errors import InvalidOptionError
 from connector.spark.options import LedgerOptions
 from connector.spark.planning import (LedgerPartition, LedgerRun, LedgerSpan, ReadBounds, pack_partitions,
                                       plan_partitions)
+from connector.spark.datasource import read_schema
 from connector.spark.read import offset_at_time, read_partitions
+from connector.spark.schema import check_loaded_schema
 from connector.spark.spans import batch_spans, confirmed_past, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 from metadata.errors import LedgerError, NoSuchStreamError
@@ -322,6 +324,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
+            if not self.raw:   # the query's schema is the one it started with
+                check_loaded_schema(record.name, self.schema, read_schema(record, opts.include_metadata))
             if self._check_incarnation(start, record.created_at):   # failOnDataLoss=false from here on
                 if self._check_incarnation(end, record.created_at, report=False):
                     return hi + 1, [], None   # a batch planned on the old stream (replayed): its rows are gone

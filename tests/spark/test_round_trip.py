@@ -172,3 +172,17 @@ def test_a_copy_of_a_read_with_metadata_keeps_the_copied_metadata_values(spark, 
     write(copy, shared_uri, stream + "-b")
     back = read(spark, shared_uri, stream + "-b").collect()
     assert sorted((r.id, r._offset) for r in back) == [(i, i) for i in range(100, 300)]
+
+
+def test_a_dataframe_loaded_before_its_stream_took_nulls_is_refused_with_what_to_do(spark, shared_uri, stream):
+    """Spark read audit 2026-11-29: a DataFrame loaded while a column was NOT NULL read the nulls appended since
+    as NOT NULL: its collect failed with a JVM error (IllegalStateException), and casts hid a type an overwrite
+    changed. A read planned now checks the loaded schema against the stream's, as Delta does. (Spark answers
+    `isNull` on a column the DataFrame holds NOT NULL without reading, so that filter still counts no row.)"""
+    write(spark.range(0, 10, numPartitions=1), shared_uri, stream)       # id long NOT NULL
+    loaded = read(spark, shared_uri, stream)
+    nullable = spark.createDataFrame([(None,), (None,)], StructType([StructField("id", LongType(), True)]))
+    write(nullable, shared_uri, stream)                                    # the stream's id becomes nullable
+    assert read(spark, shared_uri, stream).where(F.col("id").isNull()).count() == 2   # loaded again: right
+    with pytest.raises(Exception, match="changed since this DataFrame was loaded .column 'id' may hold nulls now"):
+        loaded.collect()
