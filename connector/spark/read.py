@@ -79,11 +79,18 @@ class LedgerReader(DataSourceReader):
         if not self.raw:
             from connector.spark.datasource import read_schema
             check_loaded_schema(record.name, self.schema, read_schema(record, self.options.include_metadata))
+        known: dict = {}
+        last = record.last_ledger
+        if self.options.has_times and last is not None and last.last_offset is None:
+            # A dangling tail is recovered (and sealed) before the time search: the search reads an OPEN ledger up
+            # to the nodes' LAC, and the recovery closes it further (the last add's LAC goes out with the next):
+            # a search before it placed endingTimestamp past entries the read then took, at or after that time.
+            record, _ = stream_spans(lc, record, [last], self.options.password, self.options.recover, known)
         bounds = self._timed_bounds(lc, record)
         if bounds is None:
             return self.bounds, []
         ledgers = iter_ledgers(lc.store, record, bounds.offsets.lo, bounds.offsets.hi)
-        return bounds, stream_spans(lc, record, ledgers, self.options.password, self.options.recover)[1]
+        return bounds, stream_spans(lc, record, ledgers, self.options.password, self.options.recover, known)[1]
 
     def _timed_bounds(self, lc: LedgerClient, record: StreamRecord) -> ReadBounds | None:
         """The bounds with startingTimestamp/endingTimestamp turned into offsets (Kafka's offsetsForTimes);

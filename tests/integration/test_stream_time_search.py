@@ -15,6 +15,9 @@ from connector.client import LedgerClient, Streams, metrics
 from connector.client.entry_time import FIRST_KEY, LAST_KEY, TIME_KEY, AppendClock, LedgerTimes
 from connector.client.time_search import TimeSearch, first_offset_at_or_after
 from connector.compaction import CompactionPolicy, compact_stream
+from connector.spark.options import LedgerOptions
+from connector.spark.read import LedgerReader
+from connector.spark.schema import raw_read_schema
 from metadata import layout, streams
 from metadata.model import StreamLedger, StreamRecord
 from tests.harness.poll import poll_until
@@ -228,3 +231,34 @@ def test_compaction_keeps_every_entrys_time_and_runs_never_mix_old_and_timed_led
     assert TIME_KEY not in metas[0].custom
     assert LedgerTimes.of(metas[1]) == LedgerTimes(start, start + 170)   # every timed ledger but the last
     assert first_offset_at_or_after(client, record, start + 95) == 4 + 10
+
+
+def dangling_raw_stream(metadata_uri: str, name: str) -> None:
+    """Entries 0..4 at BASE..BASE+4, acknowledged; the writer dies: its ledger stays OPEN, the nodes' LAC at 3."""
+    writer_client = LedgerClient(metadata_uri)
+    writer = Streams(writer_client).open_writer(name, clock=scripted_clock([BASE + n for n in range(5)]))
+    for n in range(5):
+        writer.append(f"e{n}".encode())
+    ledger_id = writer.ledger_id
+    writer_client.close()
+    with LedgerClient(metadata_uri) as lc:
+        poll_until(lambda: lc.is_dangling(lc.ledger_metadata(ledger_id)), 30, what="the writer's registration to go")
+        assert lc.open_ledger(ledger_id, recover=False).last_entry_id < 4
+
+
+def read_offsets(metadata_uri: str, name: str, **options) -> list[int]:
+    opts = LedgerOptions.parse({"metadata": metadata_uri, "path": name, "includemetadata": "true", **options})
+    reader = LedgerReader(opts, raw_read_schema(True), raw=True)
+    return [offset for p in reader.partitions() for batch in reader.read(p) for offset in batch.column("_offset")
+            .to_pylist()]
+
+
+@pytest.mark.parametrize("bound, expected", [("endingtimestamp", [0, 1, 2, 3]), ("startingtimestamp", [4])])
+def test_a_time_bound_on_a_dangling_tail_is_found_after_its_recovery(metadata_uri, cluster, bound, expected):
+    """Spark read audit 2026-11-29: the time search read the dangling tail up to the nodes' LAC, then planning
+    recovered it further (the last add's LAC goes out with the next add): endingTimestamp=BASE+4 read entry 4,
+    appended at that (exclusive) time, and startingTimestamp=BASE+4 failed saying every row was appended before
+    it. The tail is recovered before the search."""
+    cluster(3)
+    dangling_raw_stream(metadata_uri, "s")
+    assert read_offsets(metadata_uri, "s", **{bound: str(BASE + 4)}) == expected
