@@ -210,6 +210,17 @@ class LedgerOptions:
                 "retentionMs/retentionBytes set a stream's retention when writing; remove them from the read "
                 "(or set it with `ledger stream retention NAME`)"
             )
+        if self.view is not None:
+            ignored = [name for name, given in (
+                ("ledgers", self.ledgers), ("includeMetadata", self.include_metadata),
+                ("startingOffsets/endingOffsets", self.starting_offset is not None or self.ending_offset is not None),
+                ("startingTimestamp/endingTimestamp", self.has_times)) if given]
+            if ignored:
+                raise InvalidOptionError(
+                    f"view={self.view} lists ledgers' metadata (every ledger, or a stream's given as the path) and "
+                    f"takes no {', '.join(ignored)}; remove {'it' if len(ignored) == 1 else 'them'}, or filter the "
+                    "view's rows (e.g. .where(\"ledger_id in (12, 13)\"))"
+                )
 
     def retention(self, current: Retention) -> Retention:
         """The stream's retention once this write's retentionMs / retentionBytes are applied to current."""

@@ -10,7 +10,7 @@ from pyspark.sql.types import (
 )
 
 from connector.spark.options import LedgerOptions
-from metadata.errors import NoSuchLedgerError
+from metadata.errors import NoSuchLedgerError, NoSuchStreamError, OffsetsGoneError
 from metadata.model import LedgerMetadata, StreamLedger
 from metadata.store import MetadataStore
 from metadata.streams import iter_ledgers, list_streams, read_stream
@@ -38,8 +38,13 @@ class LedgerViewReader(DataSourceReader):
             names = [self.options.stream] if self.options.stream else list_streams(store)
             membership: dict[int, tuple[str, StreamLedger]] = {}
             for name in names:
-                for ledger in iter_ledgers(store, read_stream(store, name).value):
-                    membership[ledger.ledger_id] = (name, ledger)
+                try:
+                    for ledger in iter_ledgers(store, read_stream(store, name).value):
+                        membership[ledger.ledger_id] = (name, ledger)
+                except (NoSuchStreamError, OffsetsGoneError):
+                    if self.options.stream:
+                        raise
+                    continue   # deleted, or cut, while the cluster's streams were listed: not one to show
             ledger_ids = sorted(membership) if self.options.stream else store.list_ledgers()
             for ledger_id in ledger_ids:
                 try:

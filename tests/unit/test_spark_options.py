@@ -84,6 +84,16 @@ def test_read_and_write_requirements():
     parse(path="e").check_writable()
 
 
+def test_the_view_refuses_the_options_it_would_ignore():
+    """Spark read audit 2026-11-29: view=ledgers with ledgers="12" listed every ledger of the cluster; the offset,
+    time and includeMetadata options were ignored as silently."""
+    parse(view="ledgers", path="events").check_readable()
+    with pytest.raises(InvalidOptionError, match="view=ledgers lists ledgers' metadata .* takes no ledgers; remove it"):
+        parse(view="ledgers", ledgers="12").check_readable()
+    with pytest.raises(InvalidOptionError, match="takes no includeMetadata, startingOffsets/endingOffsets; remove them"):
+        parse(view="ledgers", path="events", includeMetadata="true", startingOffsets="3").check_readable()
+
+
 def test_fail_on_data_loss_is_a_read_option_of_batch_reads_too():
     assert parse(path="e").fail_on_data_loss is True
     assert parse(path="e", failOnDataLoss="FALSE").fail_on_data_loss is False
