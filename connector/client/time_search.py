@@ -26,7 +26,8 @@ without entries (its owner died before appending) reaches any time, as an OPEN o
 the search goes on to the next one. It used to be placed by its close time, which could lie below the times of
 the ledgers before it (a writer whose clock ran ahead), and the search then skipped their entries; reaching any
 time keeps the search right (it only ever lands on such a ledger when every ledger with entries before it ends
-before T), at the cost of taking the ledgers after it in order when T lies past them.
+before T), and from such a ledger the search goes on by the same binary searches, not in order: O(log) probes per
+such ledger it lands on.
 """
 from __future__ import annotations
 
@@ -64,24 +65,37 @@ def search(block_count: int, block: Callable[[int], Sequence[L]], reaches: Calla
            offset_in: Callable[[L], int | None]) -> int | None:
     """The two-level search over ledgers in offset order, cut into blocks (pages, then the tail), none empty.
 
-    reaches(ledger): its last time is at or after T (False for all ledgers before some point, True after);
-    offset_in(ledger): the offset of its first entry at or after T, None if it has none. The first block whose
-    last ledger reaches T is found by a binary search over the blocks, the first ledger reaching T by one
-    within it; from there the ledgers are taken in order until one holds such an entry (the first one does,
-    unless it is empty or is a live tail whose entries are all earlier). Calls block() for O(log) blocks and
-    reaches() for O(log) ledgers: log2(blocks) + log2(the largest block) + 2 at most.
+    reaches(ledger): its last time is at or after T (False for all ledgers with entries before some point, True
+    after; a ledger without entries may answer True anywhere: it holds no offset). offset_in(ledger): the offset
+    of its first entry at or after T, None if it has none. The first block whose last ledger reaches T is found by
+    a binary search over the blocks, the first ledger reaching T by one within it; a ledger found that holds no
+    such entry (one without entries, or a live tail whose entries are all earlier) makes the search go on past it
+    the same way. Calls block() for O(log) blocks and reaches() for O(log) ledgers per ledger found without an
+    offset: (log2(blocks) + log2(the largest block) + 2) each.
     """
-    found = first_true(0, block_count, lambda b: reaches(block(b)[-1]))
-    if found == block_count:
-        return None
-    ledgers = block(found)
-    at = first_true(0, len(ledgers) - 1, lambda i: reaches(ledgers[i]))
-    for index in range(found, block_count):
-        for ledger in block(index)[at if index == found else 0:]:
-            offset = offset_in(ledger)
-            if offset is not None:
-                return offset
+    found, at = _first_reaching(block_count, block, reaches, -1, 0)
+    while found is not None:
+        ledger = block(found)[at]
+        offset = offset_in(ledger)
+        if offset is not None:
+            return offset
+        found, at = _first_reaching(block_count, block, reaches, found, at + 1)
     return None
+
+
+def _first_reaching(block_count: int, block: Callable[[int], Sequence[L]], reaches: Callable[[L], bool],
+                    current: int, start: int) -> tuple[int, int] | tuple[None, None]:
+    """(block, index) of the first ledger reaching T from index `start` of block `current` on (current -1: from
+    the first block), by binary searches; (None, None) if none does. A block whose last ledger does not reach T
+    holds none with entries that does."""
+    if current >= 0 and start < len(block(current)) and reaches(block(current)[-1]):
+        ledgers = block(current)
+        return current, first_true(start, len(ledgers) - 1, lambda i: reaches(ledgers[i]))
+    found = first_true(current + 1, block_count, lambda b: reaches(block(b)[-1]))
+    if found == block_count:
+        return None, None
+    ledgers = block(found)
+    return found, first_true(0, len(ledgers) - 1, lambda i: reaches(ledgers[i]))
 
 
 @dataclasses.dataclass
@@ -193,6 +207,8 @@ class TimeSearch:
                       lambda ledger: self.probe.offset_in(ledger, time_ms))
 
     def _reaches(self, ledger: StreamLedger, time_ms: int) -> bool:
+        if ledger.last_offset is not None and ledger.last_offset < ledger.first_offset:
+            return True    # no entries: it holds no offset, and the search goes on past it (search())
         last = self.probe.last_time(ledger.ledger_id)
         return last is None or last >= time_ms
 

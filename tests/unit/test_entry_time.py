@@ -132,8 +132,8 @@ def test_first_true_finds_where_a_monotone_predicate_turns_true(values):
 
 @st.composite
 def streams_of_times(draw):
-    """Ledgers of non-decreasing entry times (equal times within and across ledgers, empty ledgers placed by a
-    close time between their neighbours), cut into pages and a tail; maybe an OPEN last ledger."""
+    """Ledgers of non-decreasing entry times (equal times within and across ledgers, empty ledgers, which reach
+    any time), cut into pages and a tail; maybe an OPEN last ledger."""
     steps = draw(st.lists(st.integers(0, 3), min_size=0, max_size=120))
     times = []
     now = draw(st.integers(0, 50))
@@ -154,8 +154,9 @@ def streams_of_times(draw):
     previous = 0
     for i, one in enumerate(ledgers):
         following = next((l["times"][0] for l in ledgers[i + 1:] if l["times"]), previous + 5)
-        one["last"] = one["times"][-1] if one["times"] else draw(st.integers(previous, max(previous, following)))
-        previous = one["last"]
+        # a ledger without entries reaches any time (time_search.LedgerProbe.last_time): it holds no offset
+        one["last"] = one["times"][-1] if one["times"] else math.inf
+        previous = one["last"] if one["times"] else previous
     open_tail = draw(st.booleans())
     page = draw(st.integers(1, 8))
     tail_length = draw(st.integers(1, len(ledgers)))
@@ -192,13 +193,14 @@ def test_the_two_level_search_finds_the_first_offset_at_or_after_a_time(case):
     all_times = [t for one in ledgers for t in one["times"]]
     expected = next((offset for offset, t in enumerate(all_times) if t >= target), None)
     assert search(len(blocks), lambda b: blocks[b], reaches, offset_in) == expected
-    # O(log) ledgers probed; entries searched from the first ledger reaching the time on, and past it only in
-    # ledgers holding no entry at or after it (empty ones)
+    # O(log) ledgers probed per ledger found without an offset (an empty one, or the OPEN tail); entries searched
+    # only in ledgers reaching the time, and in none that holds an entry at or after it but the last
     largest = max(len(b) for b in blocks)
-    assert len(set(reached)) <= math.ceil(math.log2(len(blocks) + 1)) + math.ceil(math.log2(largest + 1))
-    first_reaching = next((i for i in range(len(ledgers)) if reaching(i)), None)
-    assert all(i >= first_reaching for i in searched)
+    rounds = 1 + len([i for i in searched[:-1] if entry_at_or_after(i) is None])
+    assert len(set(reached)) <= rounds * (math.ceil(math.log2(len(blocks) + 1)) + math.ceil(math.log2(largest + 1)) + 2)
+    assert all(reaching(i) for i in searched)
     assert all(entry_at_or_after(i) is None for i in searched[:-1])
+    assert all(not ledgers[i]["times"] or (open_tail and i == last) for i in searched[:-1])   # only empties skipped
 
 
 # -- options ------------------------------------------------------------------------------------------------
