@@ -187,12 +187,13 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    open_tail=dataclasses.replace(tail, last_entry_id=lac))
 
     def initialOffset(self) -> dict:
-        # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest)
-        found = None
+        # startingTimestamp: the first offset at or after it (read.offset_at_time), None for the end (latest);
+        # searched after the extent, which recovers a dangling tail: a search before it read the tail only up to the
+        # nodes' LAC, and a last entry at or after the time was skipped (or "every row was appended before it")
+        extent = self._extent()
         if self.options.starting_timestamp is not None:
             found = self._with_client(lambda lc, _: offset_at_time(lc, self.options, self.raw))
-        extent = self._extent()
-        if self.options.starting_timestamp is not None:   # never past the end this source announces (rule 17)
+            # never past the end this source announces (rule 17)
             return self._offset(extent.end if found is None else min(found, extent.end), extent)
         starting = self.stream_options.starting
         if starting == LATEST:

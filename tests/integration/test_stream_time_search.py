@@ -6,6 +6,7 @@ on the real store and with the client's metrics), across sealed pages, equal tim
 boundaries, the OPEN tail of a live writer, ledgers closed by a recovery and ledgers written before entry
 times existed.
 """
+import json
 import math
 import time
 
@@ -18,6 +19,8 @@ from connector.compaction import CompactionPolicy, compact_stream
 from connector.spark.options import LedgerOptions
 from connector.spark.read import LedgerReader
 from connector.spark.schema import raw_read_schema
+from connector.spark.stream_options import StreamOptions
+from connector.spark.stream_read import LedgerStreamReader
 from metadata import layout, streams
 from metadata.model import StreamLedger, StreamRecord
 from tests.harness.poll import poll_until
@@ -262,3 +265,18 @@ def test_a_time_bound_on_a_dangling_tail_is_found_after_its_recovery(metadata_ur
     cluster(3)
     dangling_raw_stream(metadata_uri, "s")
     assert read_offsets(metadata_uri, "s", **{bound: str(BASE + 4)}) == expected
+
+
+def test_a_streaming_query_started_at_a_time_on_a_dangling_tail_starts_at_its_last_entry(metadata_uri, cluster):
+    """Review 2026-11-29: the streaming source searched startingTimestamp before it recovered the dangling tail,
+    so it saw the tail only up to the nodes' LAC: with strategy latest the query started past entry 4 (appended
+    at that time) and never read it; with error it failed saying every row was before the time."""
+    cluster(3)
+    dangling_raw_stream(metadata_uri, "s")
+    opts, stream_opts = StreamOptions.parse({"metadata": metadata_uri, "path": "s",
+                                             "startingTimestamp": str(BASE + 4)})
+    reader = LedgerStreamReader(opts, stream_opts, raw_read_schema(False), raw=True)
+    try:
+        assert json.loads(json.dumps(reader.initialOffset()))["offset"] == 4
+    finally:
+        reader.stop()
