@@ -72,6 +72,7 @@ class StreamWriter:
         self._ledger_started = 0.0
         self._closed = False
         self._roll_due = False     # a roll failed: the next append makes it again
+        self._rolling_to: WriteHandle | None = None   # and to this ledger, which the stream may hold already
         self._take_ownership()
 
     # -- ownership -----------------------------------------------------------------------------
@@ -164,29 +165,30 @@ class StreamWriter:
             "is fenced; open a new stream writer to continue"
         )
 
-    def _discard_unless_held(self, ledger: WriteHandle) -> None:
+    def _discard_unless_held(self, ledger: WriteHandle) -> bool:
         """Delete a ledger this writer made for the stream, after an update that was to put it there failed, unless
         the stream holds it: a lost reply may have landed it, and another writer may have taken the stream over
         since (the ledger is then the stream's, recovered and sealed by that writer). When the stream cannot be
         read, the ledger is kept: left OPEN, it costs its space; deleted while the stream names it, every read of
-        the stream and every later takeover would fail."""
+        the stream and every later takeover would fail. Whether it was kept."""
         try:
             self._store.sync(layout.stream_path(self.name))
             record = streams.read_stream(self._store, self.name).value
             if ledger.ledger_id in streams.held_ledgers(self._store, record, [ledger.ledger_id]):
-                return
+                return True
         except streams.NoSuchStreamError:
             pass   # deleted meanwhile: nothing can name the ledger
         except LedgerError as exc:
             log.warning("stream %r: ledger %d was kept: whether the stream holds it could not be read (%s)",
                         self.name, ledger.ledger_id, exc)
-            return
+            return True
         try:
             ledger.close()
             self._client.delete_ledger(ledger.ledger_id)
         except LedgerError as exc:   # the update's own error is the one to raise
             log.warning("stream %r: ledger %d, made for an update that failed, was not deleted: %s",
                         self.name, ledger.ledger_id, exc)
+        return False
 
     def _start_ledger(self, ledger: WriteHandle, first_offset: int) -> None:
         self._ledger = ledger
@@ -273,14 +275,16 @@ class StreamWriter:
 
     def roll(self) -> None:
         """Close the current ledger and continue on a new one, in one stream CAS. A roll that fails (its ledger
-        may be closed already) is made again by the next append, whatever the roll limits say."""
+        may be closed already) is made again by the next append, whatever the roll limits say, with the same new
+        ledger if the stream may hold it: an update whose outcome was unknown is then found landed."""
         self._roll_due = True
         closed = self._close_ledger()
-        ledger = self._new_ledger()
+        ledger, self._rolling_to = self._rolling_to or self._new_ledger(), None
         try:
             record = self._update_own_stream(closed, ledger.ledger_id)
         except BaseException:
-            self._discard_unless_held(ledger)
+            if self._discard_unless_held(ledger):
+                self._rolling_to = ledger
             raise
         self._start_ledger(ledger, record.last_ledger.first_offset)
 

@@ -13,7 +13,7 @@ from connector.client.entry_time import AppendClock
 from connector.client.time_search import first_offset_at_or_after
 from connector.retention import truncate_stream
 from metadata import streams
-from metadata.errors import MetadataError
+from metadata.errors import MetadataError, ZooKeeperUnreachableError
 from metadata.model import LedgerState
 from tests.harness.poll import poll_until
 
@@ -293,3 +293,31 @@ def test_a_roll_that_failed_is_made_again_by_the_next_append(client, monkeypatch
     assert offsets_and_payloads(client, "r") == [(i, b"%d" % i) for i in range(4)]
     record = streams.read_stream(client.store, "r").value
     assert [(ledger.first_offset, ledger.last_offset) for ledger in record.tail] == [(0, 1), (2, 3)]
+
+
+def test_a_roll_whose_outcome_was_unknown_is_found_landed_by_the_next_append(client, monkeypatch):
+    """Review 2026-11-29: a roll whose update landed while ZooKeeper went away (no read-back possible, and the
+    stream could not be read to decide about the new ledger) was made again with another new ledger by the next
+    append, which then found the stream's tail not the ledger it closed and fenced the writer itself."""
+    writer = Streams(client).open_writer("u")
+    writer.append(b"0")
+    real_update, real_read = streams.update_stream, streams.read_stream
+    landed = []
+
+    def update_then_zookeeper_gone(*args, **kwargs):
+        landed.append(real_update(*args, **kwargs))
+        monkeypatch.setattr(streams, "read_stream", unreadable_once)
+        raise ZooKeeperUnreachableError("ZooKeeper went away after the update (scripted)")
+
+    def unreadable_once(*args, **kwargs):
+        monkeypatch.setattr(streams, "read_stream", real_read)
+        raise ZooKeeperUnreachableError("ZooKeeper is away (scripted)")
+
+    monkeypatch.setattr(streams, "update_stream", update_then_zookeeper_gone)
+    with pytest.raises(ZooKeeperUnreachableError):
+        writer.roll()
+    monkeypatch.setattr(streams, "update_stream", real_update)
+    assert landed and landed[0].value.last_ledger.last_offset is None     # the new ledger is the stream's tail
+    assert writer.append(b"1") == 1
+    writer.close()
+    assert offsets_and_payloads(client, "u") == [(0, b"0"), (1, b"1")]
