@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from typing import Callable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -122,15 +121,16 @@ def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegis
 
 
 def list_nodes(store: MetadataStore, within: float | None = None) -> dict[str, NodeRegistration]:
-    """The registered nodes. within: every read is one attempt, and all of them together wait at most that long
-    (MetadataError past it), for a caller that must not wait for ZooKeeper (the client's event loop)."""
-    deadline = None if within is None else time.monotonic() + within
-    nodes = {}
-    for node_id in store.children(layout.NODES) if within is None else store.children_within(layout.NODES, within):
-        found = read_node(store, node_id, within=None if deadline is None else deadline - time.monotonic())
-        if found is not None:
-            nodes[node_id] = found
-    return nodes
+    """The registered nodes. within: one attempt, the listing and then every registration read at once
+    (pipelined), each waiting at most that long (MetadataError past it), for a caller that must not wait for
+    ZooKeeper (the client's event loop)."""
+    if within is None:
+        found = {node_id: read_node(store, node_id) for node_id in store.children(layout.NODES)}
+    else:
+        node_ids = store.children_within(layout.NODES, within)
+        read = store.read_many_within([layout.node_path(n) for n in node_ids], serde.decode_node, within)
+        found = {node_id: None if one is None else one.value for node_id, one in zip(node_ids, read)}
+    return {node_id: reg for node_id, reg in found.items() if reg is not None}
 
 
 def read_node(store: MetadataStore, node_id: str, within: float | None = None) -> NodeRegistration | None:

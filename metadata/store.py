@@ -398,6 +398,24 @@ class MetadataStore:
             raise MetadataError("ZooKeeper is not connected")
         return self._translate(lambda: self.zk.get_children_async(path).get(timeout=seconds))
 
+    def read_many_within(self, paths: list[str], decode: Callable[[bytes], object],
+                         seconds: float) -> list[Versioned | None]:
+        """read() of each path, all sent at once (pipelined) and answered within `seconds` together, in one attempt
+        (as read_within): MetadataError when the session is not connected or an answer is late."""
+        if not self.connected:
+            raise MetadataError("ZooKeeper is not connected")
+        deadline = time.monotonic() + seconds
+        sent = [self.zk.get_async(path) for path in paths]
+        found: list[Versioned | None] = []
+        for reply in sent:
+            try:
+                data, stat = self._translate(lambda: reply.get(timeout=max(deadline - time.monotonic(), 0.0)))
+            except NoNodeError:
+                found.append(None)
+                continue
+            found.append(Versioned(decode(data), stat.version))
+        return found
+
     def compare_and_set(self, path: str, data: bytes, expected_version: int, what: str) -> int:
         """Write data if the znode is still at expected_version; returns the new version."""
         try:

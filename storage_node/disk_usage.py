@@ -157,7 +157,7 @@ class DataDirUsage:
         numbers, others = set(), []
         try:
             entries = list(os.scandir(self._journal_dir))
-        except FileNotFoundError:
+        except OSError:
             return numbers, ()
         for entry in entries:
             number = data_file_number(entry.name)
@@ -182,7 +182,7 @@ class DataDirUsage:
         """Allocated bytes of the files under directory that are not remembered; the journal's are measured apart."""
         try:
             st = os.stat(directory)
-        except FileNotFoundError:
+        except OSError:
             return 0
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         listing = self._listings.get(directory)
@@ -202,7 +202,11 @@ class DataDirUsage:
         """List directory again: its files of names that never change are stat'ed if they are new."""
         settled = time.time_ns() - changed_ns >= _SETTLED_NS        # read before the names are
         others, remembered, subdirectories = [], set(), []
-        for entry in os.scandir(directory):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:          # removed since its stat, or not readable: nothing of it to count (as os.walk did)
+            entries = []
+        for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 subdirectories.append(entry.path)
             elif directory == self._data_dir and delta_of(entry.name) is not None:

@@ -178,6 +178,7 @@ class Rereplicator:
         now = time.monotonic()
         if self._lost_nodes_read is None or now - self._lost_nodes_read[0] >= NODES_READ_SECONDS:
             self._lost_nodes_read = (now, registry.list_nodes(self.store), registry.decommissioned_nodes(self.store))
+            self._absences.update(self._lost_nodes_read[1], now)   # a node that left since the round began
         _, registered, retired = self._lost_nodes_read
         present = set(registered) | {node for node in nodes if self._absences.excused(node, now)}
         return set(lost_nodes(nodes, present, retired, {node for node, reg in registered.items() if reg.broken}))

@@ -33,6 +33,10 @@ from protos.ledger_pb2_grpc import StorageNodeStub
 MAX_BATCH_BYTES = 1024 * 1024
 LONE_FRAME_BYTES = 64 * 1024   # a frame queued alone is sent as it is from this size on (no copy to add the flag)
 ADDRESS_READ_SECONDS = 0.25    # the most a new channel's address read may hold the loop; then the listed address
+# The most the listing for a node not listed yet may hold the loop (the registrations read at once, pipelined): it
+# has no address to fall back on, and failing counts as the node failing (a writer replaces it), so it waits for a
+# slow ZooKeeper (a loaded machine) longer than a re-read does, but not for one that is cut off.
+ADDRESS_LIST_SECONDS = 5.0
 
 # ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
 _READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(
@@ -301,8 +305,8 @@ class GrpcTransport:
         so that their addresses are known while ZooKeeper is away, when it is never read (it would hold up every
         call of the loop until it is back). A node listed before (a failed one too) is read again, because it may
         have restarted elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS,
-        after which the listed address is dialled. The listing waits at most as long, and fails as the node
-        failing (NodeError: the caller moves to another node, a recovery counts its answer unknown); any other
+        after which the listed address is dialled. The listing waits at most ADDRESS_LIST_SECONDS, and fails as the
+        node failing (NodeError: the caller moves to another node, a recovery counts its answer unknown); any other
         error would end the caller's task instead."""
         if not self._store.connected:
             address = self._addresses.get(node) or self._address_map.get(node)
@@ -321,7 +325,7 @@ class GrpcTransport:
                 self._addresses[node] = self._address_map.get(node, registration.address)
         else:
             try:
-                listed = registry.list_nodes(self._store, within=ADDRESS_READ_SECONDS)
+                listed = registry.list_nodes(self._store, within=ADDRESS_LIST_SECONDS)
             except MetadataError as exc:
                 raise NodeError(f"storage node {node}: its address could not be read from ZooKeeper in time ({exc}); "
                                 "the client moves to another node") from exc

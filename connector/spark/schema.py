@@ -84,9 +84,9 @@ def check_loaded_schema(stream: str, loaded: StructType, current: StructType) ->
         else:
             continue
         raise SchemaMismatchError(
-            f"stream {stream!r} changed since this DataFrame was loaded ({why}): load it again "
-            "(spark.read or spark.readStream .format(\"ledger\")...load(); a streaming query: start it again), "
-            "without a schema of your own"
+            f"stream {stream!r} changed since this DataFrame was loaded, or the schema given does not match it "
+            f"({why}): load it again (spark.read or spark.readStream .format(\"ledger\")...load(); a streaming "
+            "query: start it again), without a schema of your own"
         )
 
 

@@ -184,5 +184,5 @@ def test_a_dataframe_loaded_before_its_stream_took_nulls_is_refused_with_what_to
     nullable = spark.createDataFrame([(None,), (None,)], StructType([StructField("id", LongType(), True)]))
     write(nullable, shared_uri, stream)                                    # the stream's id becomes nullable
     assert read(spark, shared_uri, stream).where(F.col("id").isNull()).count() == 2   # loaded again: right
-    with pytest.raises(Exception, match="changed since this DataFrame was loaded .column 'id' may hold nulls now"):
+    with pytest.raises(Exception, match="changed since this DataFrame was loaded, or the schema given does not match it .column 'id' may hold nulls now"):
         loaded.collect()

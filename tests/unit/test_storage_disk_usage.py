@@ -106,3 +106,26 @@ def test_what_a_check_measures_follows_files_written_added_and_deleted(tmp_path)
         await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_directory_that_goes_away_while_it_is_listed_does_not_stop_the_watch(tmp_path, monkeypatch):
+    """Review 2026-11-29: the listing was not guarded: a subdirectory removed between its stat and its listing
+    (or one that cannot be read) raised out of the disk check, which ends the node's main loop; the walk it
+    replaced skipped it."""
+    async def scenario():
+        storage = await _with_history(tmp_path, 2)
+        (tmp_path / "scratch").mkdir()
+        (tmp_path / "scratch" / "file").write_bytes(b"x" * 10_000)
+        real_scandir = os.scandir
+
+        def vanishing(path):
+            if str(path).endswith("scratch"):
+                raise FileNotFoundError(path)
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", vanishing)
+        use = await DiskWatch(_config(tmp_path), storage).check()
+        assert use.used_bytes > 0
+        await storage.close()
+
+    asyncio.run(scenario())

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from connector.client.errors import NodeError
-from connector.client.transport import ADDRESS_READ_SECONDS, GrpcTransport
+from connector.client.transport import ADDRESS_LIST_SECONDS, GrpcTransport
 from metadata.errors import MetadataError, ZooKeeperUnreachableError
 from protos import ledger_pb2 as pb
 
@@ -40,6 +40,6 @@ def test_a_node_not_listed_yet_fails_as_the_node_failing_after_a_bounded_wait():
 
     with pytest.raises(NodeError, match="could not be read from ZooKeeper in time"):
         asyncio.run(read_range())
-    assert store.waits == [ADDRESS_READ_SECONDS]
+    assert store.waits == [ADDRESS_LIST_SECONDS]
     with pytest.raises(NodeError):
         asyncio.run(transport.read_lac("node-1", pb.ReadLacRequest(ledger_id=1), 1.0))

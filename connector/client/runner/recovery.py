@@ -3,6 +3,7 @@ then close in one compare-and-set that also stores the write-back's ensemble cha
 from __future__ import annotations
 
 import asyncio
+import logging
 import concurrent.futures
 import functools
 
@@ -19,6 +20,7 @@ from metadata.model import LedgerMetadata, Versioned
 from protos import ledger_pb2 as pb
 from metadata.update_loop import update_ledger
 
+log = logging.getLogger(__name__)
 MAX_RESTARTS = 5  # closes refused because the stored fragments changed, before the caller is told to retry
 
 
@@ -93,6 +95,8 @@ async def _recovery_reads(ctx: Context, op: RecoveryReadOp, master_key: bytes,
                                    on_message=progress)
             op.on_range_done(call, end.status, end.reason)
         except Exception as exc:   # whatever ended this window, its node's answer is unknown: never wait on it
+            if not isinstance(exc, LedgerError):   # not a node's or ZooKeeper's failure: a bug, kept in the log
+                log.exception("recovery of ledger %d: reading from node %s failed", op.ledger_id, call.node)
             op.on_range_done(call, pb.STATUS_UNKNOWN, f"reading from node {call.node} failed: {exc!r}")
         progress()
 
