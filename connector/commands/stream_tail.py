@@ -18,12 +18,13 @@ import sys
 import time
 from typing import Iterator
 
-from connector.client import LedgerClient, Streams
+from connector.client import LedgerClient, NoSuchLedgerError, Streams
 from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
 from connector.commands.arguments import interval, positive
 from connector.lag import ARROW, latest_offset
 from metadata import streams
+from metadata.errors import OffsetsGoneError
 from metadata.model import StreamLedger, StreamRecord
 
 EARLIEST, LATEST = "earliest", "latest"
@@ -53,14 +54,20 @@ def run_tail(args) -> int:
     with open_client(args) as lc:
         offset = _first_offset(lc, args.name, args.start, password)
         while True:
-            for at, line in _lines(lc, args.name, offset, password):
-                sys.stdout.write(line + "\n")
-                offset = at + 1
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        sys.stdout.flush()
-                        return 0
+            try:
+                for at, line in _lines(lc, args.name, offset, password):
+                    sys.stdout.write(line + "\n")
+                    offset = at + 1
+                    if left is not None:
+                        left -= 1
+                        if left == 0:
+                            sys.stdout.flush()
+                            return 0
+            except (NoSuchLedgerError, OffsetsGoneError):
+                # A cut (retention, truncation, an overwrite) deleted what this pass was reading: the next pass
+                # reads the head again and goes on from the stream's first offset, saying what is gone.
+                if not args.follow:
+                    raise
             sys.stdout.flush()
             if not args.follow:
                 return 0

@@ -15,7 +15,9 @@ import pytest
 
 from connector.cli import main
 from connector.client import LedgerClient, Streams
+from connector.commands import stream_tail
 from connector.retention import truncate_stream
+from metadata.errors import OffsetsGoneError
 from tests.harness.poll import poll_until
 
 CLI = [sys.executable, "-m", "connector.cli"]
@@ -203,3 +205,19 @@ def test_lag_refuses_a_checkpoint_of_a_stream_deleted_and_created_again(cluster,
     assert main(["stream", "lag", "--checkpoint", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "deleted and created again" in err and err.count("\n") == 1, err
+
+
+def test_follow_goes_on_when_a_cut_deletes_what_it_was_reading(live, metadata_uri, capsys, monkeypatch):
+    """Stream audit 2026-11-29: a retention run or truncation deleting a ledger between --follow's read of the
+    head and its read of the ledger ended the follow with an error; it now reads the head again and goes on."""
+    real_lines, cuts = stream_tail._lines, []
+
+    def cut_once(lc, name, offset, password):
+        if not cuts:
+            cuts.append(offset)
+            raise OffsetsGoneError("offsets are no longer all in its pages (scripted: a cut meanwhile)")
+        return real_lines(lc, name, offset, password)
+
+    monkeypatch.setattr(stream_tail, "_lines", cut_once)
+    rows = tail_lines(capsys, "events", "--follow", "--poll", "0.05", "--from", "8", "--max-rows", "4")
+    assert cuts == [8] and [row["_offset"] for row in rows] == [8, 9, 10, 11]
