@@ -230,7 +230,7 @@ class Storage:
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
             apply=self._apply, on_write_error=self._on_write_error,
-            page_cache_bytes=self.config.journal_page_cache_bytes,
+            page_cache_bytes=self.config.journal_page_cache_bytes, previous=recovered.journal_end,
         )
         if self.journal.full_at_start is not None:
             _log.warning("%s", self.journal.full_at_start)
