@@ -11,7 +11,12 @@ Once compaction has removed a segment (the journal no longer starts at segment 1
 exist), only the checkpoint describes what those files held: without a usable snapshot the node
 refuses to start instead of replaying a journal with a hole in it.
 
-A record tells replay when what it found is not all there was, and it then refuses to start too:
+Two records tell replay that what it found is not all there was, and it then refuses to start too:
+- a CHECKPOINT record newer than the checkpoint loaded: that checkpoint's files were lost (deleted deltas, an
+  older snapshot restored), and compaction may have removed files only it describes. Every file compaction
+  deletes lies below the position of a checkpoint whose record is durable, and that record lies at or after the
+  position, so the newest such record is never deleted (storage.py Storage.compact). Ignored when the whole
+  journal is replayed: then nothing was removed.
 - a LINK record (storage_node/journal.py) naming a segment at or after the checkpoint's own that was not the
   segment replayed just before, or one whose records end short of where the LINK says: a segment after the
   checkpoint was deleted or cut short at a record boundary (segment numbers are shared with compacted files,
@@ -24,11 +29,19 @@ import dataclasses
 import pathlib
 import time
 
-from storage_node.checkpoint import Chain, SnapshotDamaged, load_checkpoints, newest_generation
+from storage_node.checkpoint import (
+    SNAPSHOT_NAME,
+    Chain,
+    SnapshotDamaged,
+    delta_name,
+    load_checkpoints,
+    newest_generation,
+)
 from storage_node.entry_index import pack
 from storage_node.errors import JournalCorruptError
 from storage_node.ledger_state import LedgerState
 from storage_node.records import (
+    CheckpointRecord,
     DeleteRecord,
     EntryRecord,
     FenceRecord,
@@ -52,7 +65,8 @@ class Recovered:
     ledgers: dict[int, LedgerState]
     next_segment: int                     # the first file number not used by a segment or compacted file
     notes: list[str]                      # what start-up had to do, for the log
-    newest_generation: int = 0            # the highest checkpoint generation in the data directory, loaded or not
+    # the highest checkpoint generation in the data directory or its journal's CHECKPOINT records, loaded or not
+    newest_generation: int = 0
     journal_end: Position | None = None   # the last segment and its size after replay (None: no segment)
 
 
@@ -61,7 +75,7 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
     segments = list_segments(journal_dir)
     compacted = list_compacted(journal_dir)
     start, ledgers, chain = _load_checkpoint(data_dir, segments, bool(compacted), notes)
-    replay = _Replay(ledgers, start)
+    replay = _Replay(data_dir, ledgers, start, chain)
     for segment in segments:
         if segment < start.segment:
             continue
@@ -89,7 +103,8 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
         state.first_seen = replayed_at      # when each ledger was first seen is not journaled (rule 8's grace)
     end = Position(segments[-1], segment_path(journal_dir, segments[-1]).stat().st_size) if segments else None
     return Recovered(ledgers, max(segments[-1:] + compacted[-1:], default=0) + 1, notes,
-                     max(newest_generation(data_dir), chain.generation if chain is not None else 0), end)
+                     max(newest_generation(data_dir), chain.generation if chain is not None else 0,
+                         replay.newest_generation), end)
 
 
 def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,
@@ -127,11 +142,14 @@ def _without_snapshot(data_dir: pathlib.Path, what: str) -> str:
 
 class _Replay:
     """Applies the records of the segments replayed, in order, onto the ledgers the checkpoint loaded, and checks
-    the LINK records among them (module docstring)."""
+    the CHECKPOINT and LINK records among them (module docstring)."""
 
-    def __init__(self, ledgers: dict[int, LedgerState], start: Position):
+    def __init__(self, data_dir: pathlib.Path, ledgers: dict[int, LedgerState], start: Position, chain: Chain | None):
+        self.data_dir = data_dir
         self.ledgers = ledgers
         self.start = start
+        self.loaded = (chain.generation, chain.deltas) if chain is not None else None   # None: the whole journal
+        self.newest_generation = 0            # in the CHECKPOINT records replayed
         self.previous: Position | None = None  # the segment replayed last and where its valid records end
 
     def segment(self, segment: int, scan: SegmentScan) -> None:
@@ -156,8 +174,24 @@ class _Replay:
                 ledgers.pop(ledger_id, None)
             case LacRecord(ledger_id, lac):
                 _known(ledgers, ledger_id, path, offset).record_lac(lac)
+            case CheckpointRecord() as record:
+                self._check_checkpoint(record, path, offset)
             case LinkRecord() as link:
                 self._check_link(link, path)
+
+    def _check_checkpoint(self, record: CheckpointRecord, path: pathlib.Path, offset: int) -> None:
+        self.newest_generation = max(self.newest_generation, record.generation)
+        if self.loaded is None or (record.generation, record.number) <= self.loaded:
+            return
+        raise JournalCorruptError(
+            f"journal segment {path} offset {offset} records checkpoint "
+            f"{_checkpoint_name(record.generation, record.number)} of "
+            f"{self.data_dir} (covering segment {record.segment} offset {record.offset}), newer than the one "
+            f"loaded ({_checkpoint_name(*self.loaded)}): its files were deleted or older copies restored, and "
+            f"compaction may have removed journal files only they describe, so replaying from the older one could "
+            f"forget acknowledged entries; the node refuses to start. Restore the data directory, or decommission "
+            f"this node"
+        )
 
     def _check_link(self, link: LinkRecord, path: pathlib.Path) -> None:
         if link.previous_segment < self.start.segment:
@@ -175,6 +209,11 @@ class _Replay:
             f"acknowledged entries; the node refuses to start. Restore the data directory, or decommission this "
             f"node"
         )
+
+
+def _checkpoint_name(generation: int, number: int) -> str:
+    """The file a checkpoint is kept in, as a message names it."""
+    return delta_name(generation, number) if number else f"{SNAPSHOT_NAME} of generation {generation}"
 
 
 def _known(ledgers: dict[int, LedgerState], ledger_id: int, path: pathlib.Path, offset: int) -> LedgerState:
