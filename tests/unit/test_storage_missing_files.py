@@ -67,8 +67,8 @@ def _journal_records(path, kind) -> list:
 
 
 def _newest_delta(path):
-    return max(path.glob(delta_name(load_checkpoints(path)[2].generation, 0)[:-1] + "*"),
-               key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    chain = load_checkpoints(path)[2]
+    return path / delta_name(chain.generation, chain.deltas)
 
 
 # -- the newest checkpoint lost ---------------------------------------------------------------------------------
