@@ -19,8 +19,14 @@ One round, run by storage.Storage.compact on the event loop (only the copy runs 
    (one synchronous step on the loop, like every read, so a read sees either the old or the new
    location and both files exist: a read never answers NO_ENTRY for a live entry, rule 8).
 4. checkpoint: the snapshot now covers a position past every source segment and names the new
-   locations; the KEY/FENCE/LAC records of the source segments live on in its ledger states.
-5. delete the sources that no index slot points into any more, closing their read descriptors.
+   locations; the KEY/FENCE/LAC records of the source segments live on in its ledger states. Its CHECKPOINT
+   record must be durable before anything is deleted on its strength (journaled again if its group failed; if
+   that fails too, the round deletes nothing): a restart that finds an older checkpoint (the newest one's file
+   lost) then refuses to start instead of replaying around the deleted files (storage_node/replay.py).
+5. delete the sources that no index slot points into any more, closing their read descriptors; a journal
+   segment only below the newest checkpoint's position, where replay starts (a checkpoint is not written again
+   while nothing changed, and its own CHECKPOINT record can seal the segment it covers): so the newest
+   checkpoint's record, which lies at or after its position, is never deleted.
 
 Crash at any point, and what replay (storage_node/replay.py) restores:
 - before 4: the previous snapshot still points into the sources, which are all still there; the new
@@ -30,8 +36,9 @@ Crash at any point, and what replay (storage_node/replay.py) restores:
   never read; the next round finds them without live bytes and deletes them.
 - after 5: the snapshot plus the journal tail hold exactly the live data.
 A snapshot therefore stops being disposable once a segment has gone: replay refuses to start without
-one rather than replay a journal with a hole in it. Ledger deletions are journaled (DELETE records)
-under the checkpoint lock, so no snapshot ever omits a ledger whose older records follow its position.
+one, or with an older one than the journal records, rather than replay a journal with a hole in it. Ledger
+deletions are journaled (DELETE records) under the checkpoint lock, so no snapshot ever omits a ledger whose
+older records follow its position.
 """
 from __future__ import annotations
 

@@ -34,10 +34,13 @@ fdatasync, so a power cut during it may leave any subset of its pages on disk: d
 after it, none of them acknowledged. So every group starts with a DURABLE mark, a 17-byte record that
 names its own offset; it is written only once the previous group's fdatasync has returned, so a mark found
 on disk proves that everything before it in the segment is durable. A new segment starts with a mark
-synced at its creation, which also says that the segment carries marks. Right after a group's fsync the
-next group's mark is written ahead, unsynced (that group rewrites the same bytes): after a process crash
-the page cache keeps it, so every acknowledged group lies before a mark. How replay tells a torn last group
-from damaged durable data by these marks: storage_node/segments.py.
+synced at its creation, which also says that the segment carries marks, and, synced with it, a LINK record
+naming the segment written before it and that segment's durable end (at a start: the last segment as replay
+left it, truncated and synced): replay checks each segment it replays against the one before, so a segment
+deleted or cut short at a record boundary is not taken for the end of the journal (storage_node/replay.py).
+Right after a group's fsync the next group's mark is written ahead, unsynced (that group rewrites the same
+bytes): after a process crash the page cache keeps it, so every acknowledged group lies before a mark. How
+replay tells a torn last group from damaged durable data by these marks: storage_node/segments.py.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ import time
 from typing import Awaitable, Callable, NoReturn
 
 from storage_node.errors import JournalWriteError
-from storage_node.records import MARK_SIZE, encode_durable_mark
+from storage_node.records import MARK_SIZE, LinkRecord, encode_durable_mark, encode_link
 from storage_node.segments import FileNumbers, Position, fsync_directory, segment_path
 
 _log = logging.getLogger(__name__)
@@ -76,7 +79,8 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a write failed for want of s
 class SegmentWriter:
     """The segment being appended to. Used only from the flusher's worker thread."""
 
-    def __init__(self, directory: pathlib.Path, numbers: FileNumbers, segment_bytes: int, page_cache_bytes: int):
+    def __init__(self, directory: pathlib.Path, numbers: FileNumbers, segment_bytes: int, page_cache_bytes: int,
+                 previous: Position | None = None):
         self._directory = directory
         self._numbers = numbers
         self._segment_bytes = segment_bytes
@@ -88,6 +92,9 @@ class SegmentWriter:
         self._dropped = 0                  # bytes of the segment already dropped from the page cache
         self.segment = 0
         self.size = 0
+        # What the next segment's LINK names: the segment sealed last and its durable end; at first where the journal
+        # on disk ends (previous; None: it holds no segment, named 0).
+        self._previous = LinkRecord(previous.segment, previous.offset) if previous else LinkRecord(0, 0)
         self.fsync_seconds = 0.0          # of the last write, for the fsync latency histogram
         fault = os.environ.get(FSYNC_FAULT_ENV)
         self._fsync_fault = directory.parent / fault if fault else None
@@ -113,6 +120,8 @@ class SegmentWriter:
         directory entry was synced: the new file is removed (it holds no record) and the next write rolls
         again, to the same number (replay takes a gap in the numbers for segments compaction removed); if the
         file cannot be removed, the writer breaks."""
+        if self._fd >= 0:                  # not a roll again after a full disk stopped one: this segment is sealed
+            self._previous = LinkRecord(self.segment, self.size)
         number = self._numbers.take() if self._unused_number is None else self._unused_number
         self._unused_number = None
         path = segment_path(self._directory, number)
@@ -130,18 +139,19 @@ class SegmentWriter:
             fsync_directory(self._directory)
         except OSError as exc:
             self._break(f"starting journal segment {path} failed ({exc}) syncing its directory entry", exc)
-        self.size = MARK_SIZE
 
     def _create_segment(self, number: int) -> None:
-        """Create segment `number` with its first mark, synced (its directory entry is not yet)."""
+        """Create segment `number` with its first mark and its LINK, synced (its directory entry is not yet)."""
         self.close()
         if self.segment != number:      # not a roll again to a number a full disk stopped
             self._numbers.finished(self.segment)    # never written again (FileNumbers: the disk watch)
         self.segment = number
         self.size = self._dropped = 0
         self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._write_all(encode_durable_mark(0), [], 0)
+        link = encode_link(self._previous)
+        self._write_all(encode_durable_mark(0), [link], len(link))
         _datasync(self._fd)
+        self.size = MARK_SIZE + len(link)
 
     def _break(self, what: str, cause: OSError) -> NoReturn:
         self._broken = f"{what}: the journal takes no more writes; check the disk, then restart the node"
@@ -283,9 +293,11 @@ class Journal:
 
     def __init__(self, directory: pathlib.Path, numbers: FileNumbers, segment_bytes: int,
                  apply: Callable[[int, int, Group, float], None],
-                 on_write_error: Callable[[JournalWriteError], None], page_cache_bytes: int = -1):
+                 on_write_error: Callable[[JournalWriteError], None], page_cache_bytes: int = -1,
+                 previous: Position | None = None):
+        """previous: where the journal on disk ends (replay's Recovered.journal_end), for the first segment's LINK."""
         self._loop = asyncio.get_running_loop()
-        self._writer = SegmentWriter(directory, numbers, segment_bytes, page_cache_bytes)
+        self._writer = SegmentWriter(directory, numbers, segment_bytes, page_cache_bytes, previous)
         self._apply = apply
         self._on_write_error = on_write_error
         self._syncing_records = 0

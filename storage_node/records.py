@@ -2,19 +2,26 @@
 
 Every record is framed as ``u32 length | u32 crc32c(body) | body``; the body starts with a type byte:
 
-| type    | body after the type byte                         | written by                        |
-| ------- | ------------------------------------------------ | --------------------------------- |
-| ENTRY   | ledger, entry, piggybacked LAC, flags, digest,   | an add                            |
-|         | then the payload                                 |                                   |
-| KEY     | ledger; master key                               | a ledger's first add, fence, LAC  |
-| FENCE   | ledger                                           | a fence (rule 6)                  |
-| LAC     | ledger, explicit LAC                             | WriteLac                          |
-| DELETE  | ledger (deleted from metadata)                   | garbage collection                |
-| DURABLE | its own offset in the segment                    | the writer, before every group    |
+| type       | body after the type byte                         | written by                        |
+| ---------- | ------------------------------------------------ | --------------------------------- |
+| ENTRY      | ledger, entry, piggybacked LAC, flags, digest,   | an add                            |
+|            | then the payload                                 |                                   |
+| KEY        | ledger; master key                               | a ledger's first add, fence, LAC  |
+| FENCE      | ledger                                           | a fence (rule 6)                  |
+| LAC        | ledger, explicit LAC                             | WriteLac                          |
+| DELETE     | ledger (deleted from metadata)                   | garbage collection                |
+| DURABLE    | its own offset in the segment                    | the writer, before every group    |
+| CHECKPOINT | generation, delta number (0: a base), the        | a checkpoint once its file is in  |
+|            | journal position it covers (segment, offset)     | place (storage.py)                |
+| LINK       | the segment before this one (0: none) and        | the writer, after a segment's     |
+|            | where its durable records end                    | first mark                        |
 
 A DURABLE mark says everything before it in its segment is durable (storage_node/journal.py writes them,
-storage_node/segments.py reads them back after a crash). Decoders take a body as the scan hands it out
-(starting at the type byte) and return a named record; the file the bytes came from is the caller's.
+storage_node/segments.py reads them back after a crash). A CHECKPOINT record says that checkpoint exists, and a
+LINK record which segment came before this one and where it ended: replay (storage_node/replay.py) refuses to
+start from an older checkpoint, or over a segment missing or cut short. Decoders take a body as the scan hands it
+out (starting at the type byte) and return a named record; the file the bytes came from is the caller's.
+A node from before CHECKPOINT and LINK records takes them for damage: there is no downgrade past them.
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ FENCE_BODY = struct.Struct("<Bq")           # type, ledger
 LAC_BODY = struct.Struct("<Bqq")            # type, ledger, explicit lac
 DELETE_BODY = struct.Struct("<Bq")          # type, ledger
 DURABLE_BODY = struct.Struct("<Bq")         # type, its own offset
+CHECKPOINT_BODY = struct.Struct("<Bqqqq")   # type, generation, delta number (0: a base), segment, offset covered
+LINK_BODY = struct.Struct("<Bqq")           # type, the previous segment (0: none), its durable end
 MARK_SIZE = FRAME.size + DURABLE_BODY.size
 ENTRY_PAYLOAD_OFFSET = FRAME.size + ENTRY_HEAD.size
 MAX_BODY = 1 << 30                          # no record is ever this large; a bigger length is damage
@@ -43,6 +52,8 @@ class RecordType(enum.IntEnum):
     LAC = 4
     DELETE = 5
     DURABLE = 6
+    CHECKPOINT = 7
+    LINK = 8
 
 
 _MIN_BODY = {
@@ -52,6 +63,8 @@ _MIN_BODY = {
     RecordType.LAC: LAC_BODY.size,
     RecordType.DELETE: DELETE_BODY.size,
     RecordType.DURABLE: DURABLE_BODY.size,
+    RecordType.CHECKPOINT: CHECKPOINT_BODY.size,
+    RecordType.LINK: LINK_BODY.size,
 }
 
 
@@ -87,6 +100,22 @@ class LacRecord(NamedTuple):
 
 class DeleteRecord(NamedTuple):
     ledger_id: int
+
+
+class CheckpointRecord(NamedTuple):
+    """A checkpoint whose file was in place (storage_node/checkpoint.py), and the journal position it covers."""
+
+    generation: int
+    number: int         # of the delta; 0 for the base of its generation
+    segment: int
+    offset: int
+
+
+class LinkRecord(NamedTuple):
+    """The segment written before the one this record starts (0: none) and where that one's durable records ended."""
+
+    previous_segment: int
+    previous_end: int
 
 
 # -- each record's encoder and decoder ----------------------------------------------------------
@@ -150,6 +179,22 @@ def decode_delete(body) -> DeleteRecord:
     return DeleteRecord(DELETE_BODY.unpack_from(body, 0)[1])
 
 
+def encode_checkpoint(record: CheckpointRecord) -> bytes:
+    return _frame(CHECKPOINT_BODY.pack(RecordType.CHECKPOINT, *record))
+
+
+def decode_checkpoint(body) -> CheckpointRecord:
+    return CheckpointRecord(*CHECKPOINT_BODY.unpack_from(body, 0)[1:])
+
+
+def encode_link(record: LinkRecord) -> bytes:
+    return _frame(LINK_BODY.pack(RecordType.LINK, *record))
+
+
+def decode_link(body) -> LinkRecord:
+    return LinkRecord(*LINK_BODY.unpack_from(body, 0)[1:])
+
+
 # -- durable marks (no decoder: a mark is checked where it stands) ------------------------------
 
 def encode_durable_mark(offset: int) -> bytes:
@@ -165,13 +210,15 @@ def is_durable_mark(data, pos: int) -> bool:
 
 # -- any record ---------------------------------------------------------------------------------
 
-Record = Union[EntryRecord, KeyRecord, FenceRecord, LacRecord, DeleteRecord]
+Record = Union[EntryRecord, KeyRecord, FenceRecord, LacRecord, DeleteRecord, CheckpointRecord, LinkRecord]
 _DECODERS = {
     RecordType.ENTRY: decode_entry,
     RecordType.KEY: decode_key,
     RecordType.FENCE: decode_fence,
     RecordType.LAC: decode_lac,
     RecordType.DELETE: decode_delete,
+    RecordType.CHECKPOINT: decode_checkpoint,
+    RecordType.LINK: decode_link,
 }
 
 

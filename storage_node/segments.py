@@ -219,7 +219,10 @@ def _valid_record_after(data, start: int, end: int) -> bool:
     return any(frame_problem(data, pos, end) is None for pos in range(start, end - FRAME.size))
 
 
-def truncate_segment(path: pathlib.Path, length: int) -> None:
+def seal_segment(path: pathlib.Path, length: int) -> None:
+    """Cut the segment at length (where its valid records end: a torn tail goes) and sync it. Replay seals the last
+    segment before the writer's next segment names its end in a LINK: the mark the last process wrote ahead may
+    still be only in the page cache, and a power cut would leave the segment short of that end."""
     fd = os.open(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, length)

@@ -30,7 +30,9 @@ from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
 from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
+    CheckpointRecord,
     decode_entry_frame,
+    encode_checkpoint,
     encode_delete,
     encode_entry_head,
     encode_fence,
@@ -41,7 +43,6 @@ from storage_node.replay import recover
 from storage_node.segments import (
     JOURNAL_DIR,
     FileNumbers,
-    Position,
     SegmentReaders,
     data_file_path,
     fsync_directory,
@@ -106,7 +107,7 @@ class LacAnswer(NamedTuple):
 
 
 # What a journal group applies once it is durable (Storage._apply, in journal order: rule 5): a run of
-# entries, or one other record.
+# entries, or one other record (a CHECKPOINT record is its own pending item).
 class PendingRun:
     """ENTRY records of one ledger with consecutive ids, first_entry_id onwards, one after another in the
     group from `rel` (their frames' offset from the start of the group) on: an OK AddRun once durable."""
@@ -195,12 +196,19 @@ class Storage:
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
-        # What the last snapshot written covers: the durable journal position and the count of changes made to
-        # what a snapshot holds without a journal record (compaction's index moves, a read-only node's LACs) when
-        # it was encoded. Every other change is applied from a durable journal record, so a snapshot of the same
-        # two would hold the same acknowledged state.
+        # What the last snapshot written covers: the count of durable journal records that change what a snapshot
+        # holds (all but CHECKPOINT records) and the count of changes made to it without a journal record
+        # (compaction's index moves, a read-only node's LACs) when it was encoded. Every other change is applied from
+        # a durable journal record, so a snapshot of the same two would hold the same acknowledged state. (Not the
+        # durable position: a checkpoint's own CHECKPOINT record moves it, and an idle node would write a checkpoint
+        # and a record every interval.)
+        self._state_records = 0
         self._unjournaled_changes = 0
-        self._snapshot_covers: tuple[Position, int] | None = None
+        self._snapshot_covers: tuple[int, int] | None = None
+        # The newest checkpoint this process saved, and the newest whose CHECKPOINT record is durable: compaction
+        # deletes files only while they are the same (compact()).
+        self._checkpointed: CheckpointRecord | None = None
+        self._recorded: CheckpointRecord | None = None
         # What the next checkpoint delta holds (checkpoint.py): the ledgers changed and dropped since the last
         # checkpoint. Every change to what a checkpoint holds marks its ledger through _changed_state (or
         # delete_ledgers). The first checkpoint after start-up is whole (replay's changes are not marked), as is
@@ -238,7 +246,7 @@ class Storage:
         self.journal = Journal(
             self.journal_dir, self._numbers, self.config.journal_segment_bytes,
             apply=self._apply, on_write_error=self._on_write_error,
-            page_cache_bytes=self.config.journal_page_cache_bytes,
+            page_cache_bytes=self.config.journal_page_cache_bytes, previous=recovered.journal_end,
         )
         if self.journal.full_at_start is not None:
             _log.warning("%s", self.journal.full_at_start)
@@ -250,53 +258,74 @@ class Storage:
         one written covers the same state, as on an idle node). A delta of what changed since the last one, or
         a whole snapshot when the deltas since the last whole one add up to its size (checkpoint.py). Refused
         (JournalWriteError) once the journal broke: the disk is not trusted any more, and compaction must then
-        not delete the files it copied."""
+        not delete the files it copied. Once its file is in place, its CHECKPOINT record is journaled and waited for
+        (replay then refuses to start from an older one, storage_node/replay.py); not at close, where the journal
+        is closed already: nothing is deleted on the strength of that one."""
         async with self._checkpoint_lock:
-            if self.broken:
-                raise JournalWriteError(f"no checkpoint: {self.broken}")
-            covers = (self.journal.durable, self._unjournaled_changes)
-            if only_if_changed and covers == self._snapshot_covers:
-                return False
-            # Encoded (copied) on the loop thread, so it matches the durable position exactly; framed and written
-            # in a worker thread.
-            chain = self._chain
-            if (self._whole_next or chain is None or chain.deltas >= MAX_DELTAS
-                    or chain.delta_bytes >= chain.base_bytes):
-                generation = self._newest_generation + 1
-                encoded = encode_snapshot(covers[0], self.ledgers, generation)
-                checkpointed, save = list(self.ledgers.values()), save_snapshot
-                after = Chain(generation, 0, encoded.size, 0)
-            else:
-                checkpointed = [state for ledger_id in self._changed
-                                if (state := self.ledgers.get(ledger_id)) is not None]
-                encoded = encode_delta(covers[0], chain.generation, chain.deltas + 1, checkpointed, self._dropped)
-                save = save_delta
-                after = dataclasses.replace(chain, deltas=chain.deltas + 1,
-                                            delta_bytes=chain.delta_bytes + encoded.size)
-            for state in checkpointed:
-                state.index.mark_checkpointed()
-            self._changed.clear()
-            self._dropped.clear()
-            self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
-            self._newest_generation = max(self._newest_generation, after.generation)   # on disk, even if it fails
-            saving = asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, encoded)
-            try:
-                await asyncio.shield(saving)
-            except asyncio.CancelledError:
-                # A cancelled wait (the node stopping its garbage collector) does not stop the worker thread: the
-                # lock is held until it is done, so that the next checkpoint (close()'s) cannot write the same
-                # temporary file beside it and a half-written one never replaces a good snapshot.
-                await asyncio.wait([saving])
-                if not saving.cancelled() and saving.exception() is None:
-                    self._saved(after, covers)
-                raise
-            self._saved(after, covers)
-            return True
+            return await self._checkpoint(only_if_changed)
 
-    def _saved(self, after: Chain, covers: tuple[Position, int]) -> None:
+    async def _checkpoint(self, only_if_changed: bool) -> bool:
+        """checkpoint(), with the checkpoint lock held."""
+        if self.broken:
+            raise JournalWriteError(f"no checkpoint: {self.broken}")
+        covers = (self._state_records, self._unjournaled_changes)
+        if only_if_changed and covers == self._snapshot_covers:
+            return False
+        position = self.journal.durable
+        # Encoded (copied) on the loop thread, so it matches the durable position exactly; framed and written
+        # in a worker thread.
+        chain = self._chain
+        if (self._whole_next or chain is None or chain.deltas >= MAX_DELTAS
+                or chain.delta_bytes >= chain.base_bytes):
+            generation = self._newest_generation + 1
+            encoded = encode_snapshot(position, self.ledgers, generation)
+            checkpointed, save = list(self.ledgers.values()), save_snapshot
+            after = Chain(generation, 0, encoded.size, 0)
+        else:
+            checkpointed = [state for ledger_id in self._changed
+                            if (state := self.ledgers.get(ledger_id)) is not None]
+            encoded = encode_delta(position, chain.generation, chain.deltas + 1, checkpointed, self._dropped)
+            save = save_delta
+            after = dataclasses.replace(chain, deltas=chain.deltas + 1,
+                                        delta_bytes=chain.delta_bytes + encoded.size)
+        for state in checkpointed:
+            state.index.mark_checkpointed()
+        saved = CheckpointRecord(after.generation, after.deltas, position.segment, position.offset)
+        self._changed.clear()
+        self._dropped.clear()
+        self._whole_next = True        # until this one is in place: if it fails, no delta holds its changes
+        self._newest_generation = max(self._newest_generation, after.generation)   # on disk, even if it fails
+        saving = asyncio.get_running_loop().run_in_executor(None, save, self.data_dir, encoded)
+        try:
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            # A cancelled wait (the node stopping its garbage collector) does not stop the worker thread: the
+            # lock is held until it is done, so that the next checkpoint (close()'s) cannot write the same
+            # temporary file beside it and a half-written one never replaces a good snapshot.
+            await asyncio.wait([saving])
+            if not saving.cancelled() and saving.exception() is None:
+                self._saved(after, covers, saved)
+            raise
+        self._saved(after, covers, saved)
+        await self._record_checkpoint()
+        return True
+
+    def _saved(self, after: Chain, covers: tuple[int, int], saved: CheckpointRecord) -> None:
         self._whole_next = False
         self._chain = after
         self._snapshot_covers = covers
+        self._checkpointed = saved
+
+    async def _record_checkpoint(self) -> JournalWriteError | None:
+        """Journal the CHECKPOINT record of the newest checkpoint saved and wait until it is durable (the caller holds
+        the checkpoint lock); None once it is, else why not. It lies after the position that checkpoint covers."""
+        try:
+            group = self.journal.group
+        except JournalWriteError as exc:
+            return exc
+        self.journal.append(group, encode_checkpoint(self._checkpointed))
+        group.items.append(self._checkpointed)     # _apply: the record is durable
+        return await group.outcome()
 
     async def close(self) -> None:
         if self.journal is None:
@@ -524,6 +553,7 @@ class Storage:
         origin = pack(segment, base)
         advanced = []
         entries = stored = 0
+        state_records = group.records
         for item in group.items:
             kind = type(item)
             if kind is PendingRun:
@@ -544,9 +574,13 @@ class Storage:
                 item.state.key_durable, item.state.key_group = True, None
             elif kind is PendingFence:
                 item.state.fence_durable, item.state.fence_group = True, None
+            elif kind is CheckpointRecord:
+                self._recorded = item
+                state_records -= 1
             elif item.state.record_lac(item.lac):
                 self._changed_state(item.state)
                 advanced.append(item.state.ledger_id)
+        self._state_records += state_records
         self.metrics.group_synced(entries, stored - entries * ENTRY_PAYLOAD_OFFSET, fsync_seconds,
                                   time.perf_counter() - group.started)
         self._wake_lac_waiters(advanced)
@@ -736,7 +770,7 @@ class Storage:
                 return CompactionResult((), (), 0, 0)
             loop = asyncio.get_running_loop()
             sealed_below = self.journal.durable.segment
-            sizes = await loop.run_in_executor(None, _sealed_file_sizes, self.journal_dir, sealed_below)
+            sizes, segments = await loop.run_in_executor(None, _sealed_files, self.journal_dir, sealed_below)
             segment_bytes = self.config.journal_segment_bytes
             plan = plan_compaction(sizes, self._live.by_file, threshold,
                                    small_bytes=segment_bytes // 4, merge_bytes=segment_bytes,
@@ -765,11 +799,24 @@ class Storage:
                     self._unjournaled_changes += 1
                     copied = plan.live_bytes
                 self._numbers.finished(number)   # the copy ended: its file is complete and synced, or removed
-            # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
-            # full disk, where the files without live entries are to be deleted all the same).
-            await self.checkpoint(only_if_changed=True)
-            # A source is deleted only when no slot points into it any more, whatever happened meanwhile.
-            deleted = tuple(n for n in plan.sources if not self._live.by_file.get(n))
+            # What is deleted is decided under the checkpoint lock, with the checkpoint it relies on: no drop (whose
+            # DELETE record may fail) comes between them.
+            async with self._checkpoint_lock:
+                # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
+                # full disk, where the files without live entries are to be deleted all the same).
+                await self._checkpoint(only_if_changed=True)
+                # Its CHECKPOINT record, journaled again if its group failed.
+                unrecorded = None if self._recorded == self._checkpointed else await self._record_checkpoint()
+                # A source is deleted only when no slot points into it any more, whatever happened meanwhile, and a
+                # journal segment only below the checkpoint's position (replay starts there): one not written again
+                # may cover a position in a segment that its own CHECKPOINT record sealed.
+                replayed_from = self._checkpointed.segment
+                deleted = () if unrecorded is not None else tuple(
+                    n for n in plan.sources
+                    if not self._live.by_file.get(n) and (n not in segments or n < replayed_from))
+            if unrecorded is not None:
+                _log.warning("compaction deletes no file this round: the CHECKPOINT record of the newest checkpoint "
+                             "is not durable (%s)", unrecorded)
             for number in deleted:
                 self._readers.forget(number)
             self._uncopyable.difference_update(deleted)
@@ -798,10 +845,12 @@ class Storage:
         return files.last.journal_bytes if files is not None else 0
 
 
-def _sealed_file_sizes(journal_dir, sealed_below: int) -> dict[int, int]:
-    """Compaction candidates: journal segments below the durable one, and all compacted files."""
-    numbers = [n for n in list_segments(journal_dir) if n < sealed_below] + list_compacted(journal_dir)
-    return {n: data_file_path(journal_dir, n).stat().st_size for n in numbers}
+def _sealed_files(journal_dir, sealed_below: int) -> tuple[dict[int, int], frozenset[int]]:
+    """Compaction candidates (number -> size): journal segments below the durable one, and all compacted files; and
+    which of them are journal segments."""
+    segments = [n for n in list_segments(journal_dir) if n < sealed_below]
+    sizes = {n: data_file_path(journal_dir, n).stat().st_size for n in segments + list_compacted(journal_dir)}
+    return sizes, frozenset(segments)
 
 
 def _delete_files(journal_dir, numbers: tuple[int, ...]) -> int:

@@ -134,12 +134,13 @@ class Node:
             self.kinds.add("compaction")
 
     async def checkpoint(self) -> None:
+        durable = self.storage.journal.durable        # what it covers (its CHECKPOINT record follows)
         wrote = await self.storage.checkpoint(only_if_changed=self.rng.random() < 0.5)
         if wrote:
             loaded = load_checkpoints(self.path)
             assert loaded is not None
             position, ledgers, chain = loaded
-            assert position == self.storage.journal.durable
+            assert position == durable
             assert held(ledgers) == held(self.storage.ledgers)
             self.kinds.add("delta" if chain.deltas else "base")
 
@@ -291,8 +292,8 @@ def test_after_damaged_checkpoints_are_replayed_around_the_next_base_takes_a_gen
         assert await storage.checkpoint()
         _, group = storage.add_batch([make_entry(2, 0, payload_for(2, 0))])
         assert await group.done is None
-        assert await storage.checkpoint()            # and a delta of the new base
         expected = held(storage.ledgers), storage.journal.durable
+        assert await storage.checkpoint()            # and a delta of the new base
         await storage.journal.close()
         return expected
 

@@ -25,11 +25,13 @@ from storage_node.ledger_state import LedgerState
 from storage_node.records import (
     ENTRY_PAYLOAD_OFFSET,
     MARK_SIZE,
+    LinkRecord,
     encode_durable_mark,
     encode_entry_head,
     encode_fence,
     encode_key,
     encode_lac,
+    encode_link,
     frame_problem,
 )
 from storage_node.replay import recover
@@ -261,12 +263,15 @@ def damage(path: pathlib.Path, offset: int, length: int) -> None:
 def test_the_writer_starts_the_segment_and_every_group_with_a_durable_mark(tmp_path):
     path, offsets = write_groups(tmp_path, [encode_key(7, KEY)], [entry_record(7, 0, b"a"), entry_record(7, 1, b"b")])
     data = path.read_bytes()
+    link = encode_link(LinkRecord(0, 0))                          # synced with the first mark; the journal's first
+    first_group = MARK_SIZE + len(link)                           # segment follows none
     second_group = offsets[1] - MARK_SIZE
     assert data[:MARK_SIZE] == encode_durable_mark(0)
-    assert data[MARK_SIZE:2 * MARK_SIZE] == encode_durable_mark(MARK_SIZE)
+    assert data[MARK_SIZE:first_group] == link
+    assert data[first_group:first_group + MARK_SIZE] == encode_durable_mark(first_group)
     assert data[second_group:offsets[1]] == encode_durable_mark(second_group)
     scan = SegmentScan(path, 0, is_last=True)
-    assert [r.offset for r in scan.records()] == offsets          # marks are consumed, not replayed
+    assert [r.offset for r in scan.records()] == [MARK_SIZE] + offsets     # marks are consumed, not replayed
     assert scan.marked and scan.torn_at is None
 
 
@@ -326,7 +331,7 @@ def test_a_torn_first_group_of_a_segment_is_dropped(tmp_path):
                                            entry_record(7, 1, b"b" * 100)])
     damage(path, offsets[0] - MARK_SIZE, MARK_SIZE + 10)
     recovered = recover(tmp_path, journal)
-    assert recovered.ledgers == {} and path.stat().st_size == MARK_SIZE
+    assert recovered.ledgers == {} and path.stat().st_size == offsets[0] - MARK_SIZE    # its mark and LINK
 
 
 @pytest.mark.parametrize("damaged_group", [0, 1])
