@@ -125,7 +125,10 @@ class DataDirUsage:
         taken_below, writing = self._numbers.written()
         if self._unsealed is None:
             # Listed after written(): a number taken before whose file is not there yet is being written.
-            self._unsealed, self._journal_others = self._list_journal()
+            listed = self._list_journal()
+            if listed is None:
+                return 0, 0      # not listed (EMFILE, EIO): counted from the next check that lists it
+            self._unsealed, self._journal_others = listed
             self._unsealed |= writing
             self._next_number = taken_below
         unsealed = self._unsealed
@@ -152,13 +155,14 @@ class DataDirUsage:
                 allocated += st.st_blocks * 512
         return allocated, size
 
-    def _list_journal(self) -> tuple[set[int], tuple[str, ...]]:
-        """The numbers of the journal's files and the paths of the directory's other files, listed once."""
+    def _list_journal(self) -> tuple[set[int], tuple[str, ...]] | None:
+        """The numbers of the journal's files and the paths of the directory's other files, listed once; None when
+        the listing failed."""
         numbers, others = set(), []
         try:
             entries = list(os.scandir(self._journal_dir))
         except OSError:
-            return numbers, ()
+            return None
         for entry in entries:
             number = data_file_number(entry.name)
             if number is not None:
@@ -204,8 +208,10 @@ class DataDirUsage:
         others, remembered, subdirectories = [], set(), []
         try:
             entries = list(os.scandir(directory))
-        except OSError:          # removed since its stat, or not readable: nothing of it to count (as os.walk did)
-            entries = []
+        except OSError:
+            # Removed since its stat, or not readable now (EMFILE, EIO): nothing of it counted this check (as
+            # os.walk did), and nothing kept: the next check lists it again.
+            return before or _Listing(stamp, False, (), frozenset(), ())
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 subdirectories.append(entry.path)

@@ -152,14 +152,15 @@ class LedgerIndex:
     def _tally(self, location: int, length: int) -> None:
         """Count length bytes (less when negative) in the file of location."""
         number = location >> _OFFSET_BITS
-        total = self.bytes_by_file.get(number, 0) + length
+        before = self.bytes_by_file.get(number, 0)
+        total = before + length
         if total:
             self.bytes_by_file[number] = total
         else:
             del self.bytes_by_file[number]
             self.slots_by_file.pop(number, None)
         if self.live is not None:
-            self.live.count(number, length, self.owner, total != 0)
+            self.live.count(number, length, self.owner, total != 0, (before == 0) != (total == 0))
 
     def _span(self, location: int, low: int, high: int) -> None:
         """Dense slots low..high point into the file of location."""
@@ -278,13 +279,17 @@ class LiveBytes:
             self.count(number, -size, index.owner, False)
         index.live = index.owner = None
 
-    def count(self, number: int, length: int, owner, held: bool) -> None:
-        """length bytes more (less when negative) of owner's in file `number`; held: owner has records there still."""
+    def count(self, number: int, length: int, owner, held: bool, holding_changed: bool = True) -> None:
+        """length bytes more (less when negative) of owner's in file `number`; held: owner has records there still;
+        holding_changed: whether that is new (an add's usual tally, to a file the ledger already has records in,
+        changes only the bytes: the add path pays a dict update, not the holders' bookkeeping)."""
         total = self.by_file.get(number, 0) + length
         if total:
             self.by_file[number] = total
         else:
             self.by_file.pop(number, None)
+        if not holding_changed:
+            return
         if held:
             self._holders.setdefault(number, {})[id(owner)] = owner
         elif (holders := self._holders.get(number)) is not None:

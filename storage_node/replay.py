@@ -15,8 +15,9 @@ Two records tell replay that what it found is not all there was, and it then ref
 - a CHECKPOINT record newer than the checkpoint loaded: that checkpoint's files were lost (deleted deltas, an
   older snapshot restored), and compaction may have removed files only it describes. Every file compaction
   deletes lies below the position of a checkpoint whose record is durable, and that record lies at or after the
-  position, so the newest such record is never deleted (storage.py Storage.compact). Ignored when the whole
-  journal is replayed: then nothing was removed.
+  position, so the newest such record is never deleted (storage.py Storage.compact). Ignored when the journal
+  is whole (it starts at segment 1, with no compacted file): then nothing was removed, and replaying it from
+  the older checkpoint restores everything.
 - a LINK record (storage_node/journal.py) naming a segment at or after the checkpoint's own that was not the
   segment replayed just before, or one whose records end short of where the LINK says: a segment after the
   checkpoint was deleted or cut short at a record boundary (segment numbers are shared with compacted files,
@@ -74,8 +75,10 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
     notes: list[str] = []
     segments = list_segments(journal_dir)
     compacted = list_compacted(journal_dir)
-    start, ledgers, chain = _load_checkpoint(data_dir, segments, bool(compacted), notes)
-    replay = _Replay(data_dir, ledgers, start, chain)
+    # Numbers are shared with compacted files, so any gap also means compaction has run.
+    whole_journal = not compacted and segments == list(range(1, len(segments) + 1))
+    start, ledgers, chain = _load_checkpoint(data_dir, segments, whole_journal, notes)
+    replay = _Replay(data_dir, ledgers, start, chain, whole_journal, notes)
     for segment in segments:
         if segment < start.segment:
             continue
@@ -107,11 +110,9 @@ def recover(data_dir: pathlib.Path, journal_dir: pathlib.Path) -> Recovered:
                          replay.newest_generation), end)
 
 
-def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], compacted: bool,
+def _load_checkpoint(data_dir: pathlib.Path, segments: list[int], whole_journal: bool,
                      notes: list[str]) -> tuple[Position, dict[int, LedgerState], Chain | None]:
     first = Position(segments[0] if segments else 1, 0)
-    # Numbers are shared with compacted files, so any gap also means compaction has run.
-    whole_journal = not compacted and segments == list(range(1, len(segments) + 1))
     try:
         loaded = load_checkpoints(data_dir)
     except SnapshotDamaged as exc:
@@ -144,11 +145,16 @@ class _Replay:
     """Applies the records of the segments replayed, in order, onto the ledgers the checkpoint loaded, and checks
     the CHECKPOINT and LINK records among them (module docstring)."""
 
-    def __init__(self, data_dir: pathlib.Path, ledgers: dict[int, LedgerState], start: Position, chain: Chain | None):
+    def __init__(self, data_dir: pathlib.Path, ledgers: dict[int, LedgerState], start: Position, chain: Chain | None,
+                 whole_journal: bool, notes: list[str]):
+        """chain: the checkpoint chain loaded (None: the whole journal is replayed from its start); whole_journal:
+        no journal file was ever removed, so a CHECKPOINT record newer than the chain loaded is only noted."""
         self.data_dir = data_dir
         self.ledgers = ledgers
         self.start = start
-        self.loaded = (chain.generation, chain.deltas) if chain is not None else None   # None: the whole journal
+        self.whole_journal = whole_journal
+        self.notes = notes
+        self.loaded = (chain.generation, chain.deltas) if chain is not None else None
         self.newest_generation = 0            # in the CHECKPOINT records replayed
         self.previous: Position | None = None  # the segment replayed last and where its valid records end
 
@@ -182,6 +188,12 @@ class _Replay:
     def _check_checkpoint(self, record: CheckpointRecord, path: pathlib.Path, offset: int) -> None:
         self.newest_generation = max(self.newest_generation, record.generation)
         if self.loaded is None or (record.generation, record.number) <= self.loaded:
+            return
+        if self.whole_journal:   # nothing removed: the older checkpoint and the whole journal restore everything
+            self.notes.append(f"journal segment {path} records checkpoint "
+                              f"{_checkpoint_name(record.generation, record.number)}, newer than the one loaded "
+                              f"({_checkpoint_name(*self.loaded)}); no journal file was ever removed, so the replay "
+                              f"from the one loaded restores everything")
             return
         raise JournalCorruptError(
             f"journal segment {path} offset {offset} records checkpoint "

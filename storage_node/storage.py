@@ -805,6 +805,11 @@ class Storage:
                 # Not written again when the last checkpoint covers the same state (a failed copy on an idle node: a
                 # full disk, where the files without live entries are to be deleted all the same).
                 await self._checkpoint(only_if_changed=True)
+                if any(n in segments and n >= self._checkpointed.segment and not self._live.by_file.get(n)
+                       for n in plan.sources):
+                    # A dead segment the newest checkpoint's position lies in (that checkpoint's own record sealed
+                    # it): a checkpoint now lies past it (an idle node kept it until its next write otherwise).
+                    await self._checkpoint(only_if_changed=False)
                 # Its CHECKPOINT record, journaled again if its group failed.
                 unrecorded = None if self._recorded == self._checkpointed else await self._record_checkpoint()
                 # A source is deleted only when no slot points into it any more, whatever happened meanwhile, and a

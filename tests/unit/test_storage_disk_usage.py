@@ -4,6 +4,7 @@ node checks it (DiskWatch) while stat calls are counted."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 
 from protos import ledger_pb2 as pb
@@ -126,6 +127,30 @@ def test_a_directory_that_goes_away_while_it_is_listed_does_not_stop_the_watch(t
         monkeypatch.setattr(os, "scandir", vanishing)
         use = await DiskWatch(_config(tmp_path), storage).check()
         assert use.used_bytes > 0
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_journal_listing_that_fails_once_is_made_again_at_the_next_check(tmp_path, monkeypatch):
+    """Review 2026-11-29: the journal directory is listed at the first check only; when that listing failed
+    (EMFILE, EIO) no file there at the start was counted again: the quota's fill stayed low for good (rule 9)."""
+    async def scenario():
+        storage = await _with_history(tmp_path, 50)
+        real_scandir = os.scandir
+        failed = []
+
+        def failing_once(path):
+            if str(path).endswith("journal") and not failed:
+                failed.append(path)
+                raise OSError(errno.EMFILE, "Too many open files (injected)")
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", failing_once)
+        storage.files.measure()
+        monkeypatch.undo()
+        assert failed
+        assert storage.files.measure().journal_bytes == _walked(tmp_path)[1]
         await storage.close()
 
     asyncio.run(scenario())

@@ -1,7 +1,7 @@
 """A data directory missing files the node wrote (storage_node/replay.py): the newest checkpoint deleted or replaced by
 an older copy, a journal segment after the checkpoint deleted or cut short at a record boundary. Each one made the
 node start and answer NO_LEDGER for what it had acknowledged, or ERROR and then let compaction delete the only copy
-(storage audit 2026-11-30); it refuses to start now, by the journal's CHECKPOINT and LINK records. And what those
+(storage audit 2026-11-29); it refuses to start now, by the journal's CHECKPOINT and LINK records. And what those
 records must not do: stop a healthy node, or make an idle one write a checkpoint every interval."""
 from __future__ import annotations
 
@@ -325,11 +325,12 @@ def test_an_idle_node_writes_no_checkpoint_and_no_record_however_many_intervals_
     assert len(_journal_records(tmp_path, CheckpointRecord)) == 1      # the first checkpoint's
 
 
-def test_a_segment_that_only_a_checkpoint_record_sealed_is_kept_until_a_checkpoint_covers_past_it(tmp_path):
+def test_a_segment_that_only_a_checkpoint_record_sealed_is_deleted_once_a_checkpoint_covers_past_it(tmp_path):
     """Review of the records: a checkpoint covering the end of a full segment puts its CHECKPOINT record in the next
     one, and a later compaction round, which writes no checkpoint while nothing changed, deleted the full segment
     whose entries were all deleted: the checkpoint then named a segment that was gone, and the node refused to
-    start."""
+    start. Then (review 2026-11-29) such a segment was kept by every round of an idle node, up to a segment's bytes:
+    the round now writes a checkpoint past it first."""
     async def run():
         storage = await _open(tmp_path)
         entry_id = 0
@@ -343,10 +344,11 @@ def test_a_segment_that_only_a_checkpoint_record_sealed_is_kept_until_a_checkpoi
         assert await storage.delete_ledgers([1]) == 1
         assert storage.journal.durable.segment == 1 and await storage.checkpoint()
         assert storage.journal.durable.segment == 2
-        assert (await storage.compact(0.5)).deleted == ()   # segment 1 holds nothing live, but replay starts there
+        assert (await storage.compact(0.5)).deleted == (1,)   # nothing live, and a checkpoint past it first
+        assert storage._checkpointed.segment == 2
         await _crash(storage)
-        storage = await _open(tmp_path)
-        assert 1 in (await storage.compact(0.5)).deleted    # its first checkpoint covers past segment 1
+        storage = await _open(tmp_path)                       # its checkpoint and that one's record lie past it
+        assert storage.read_entry(1, 0).status != pb.OK
         await storage.close()
 
     asyncio.run(run())
@@ -376,3 +378,24 @@ def test_compaction_deletes_nothing_while_the_newest_checkpoint_has_no_durable_r
         await (await _open(tmp_path)).close()
 
     asyncio.run(run())
+
+
+def test_the_newest_delta_lost_from_a_journal_never_compacted_starts_from_the_older_one(tmp_path):
+    """Review 2026-11-29: a newer CHECKPOINT record than the checkpoint loaded made the node refuse to start even
+    when no journal file was ever removed (segments from 1 on, no compacted file): the replay from the older
+    checkpoint restores everything then, as a replay of the whole journal does."""
+    async def scenario():
+        storage = await _open(tmp_path)
+        await _add(storage, 1, range(2000), 100)
+        assert await storage.checkpoint()
+        await _add(storage, 2, range(5), 100)
+        assert await storage.checkpoint()                  # a delta: its record is in the journal
+        await _add(storage, 3, range(5), 100)
+        await _crash(storage)
+        _newest_delta(tmp_path).unlink()
+        storage = await _open(tmp_path)
+        assert all(storage.read_entry(ledger_id, 4).status == pb.OK for ledger_id in (1, 2, 3))
+        await storage.close()
+
+    asyncio.run(scenario())
+
