@@ -213,6 +213,20 @@ def test_a_node_frozen_under_old_adds_times_out_though_an_earlier_add_was_resent
     assert seq.timed_out_nodes(now=10.0, timeout=10.0) == {"c"}   # entry 2 has waited for c since 0
 
 
+def test_a_node_frozen_under_a_resent_add_is_timed_from_when_it_was_sent_the_add():
+    """Review 2026-11-29: a resend restarted the whole add's clock, so a node the add kept, silent since the first
+    send, was found one timeout after the resend when no later add covered it; each node is timed from when it
+    was sent the add."""
+    seq = sequence()                                   # E=3 WQ=3 AQ=2 over a, b, c
+    seq.append(b"p", now=0.0)
+    seq.on_result("a", 0, pb.OK)                        # b is frozen; c fails
+    seq.on_node_failure("c")
+    seq.replace_nodes(("a", "b", "d"), now=9.0)         # resent to d at 9
+    assert seq.timed_out_nodes(now=10.0, timeout=10.0) == {"b"}
+    assert seq.timed_out_nodes(now=18.0, timeout=10.0) == {"b"}     # d, sent it at 9, has time until 19
+    assert seq.timed_out_nodes(now=19.0, timeout=10.0) == {"b", "d"}
+
+
 def test_idle_writer_sends_the_lac_to_every_node_that_does_not_hold_it_until_each_does():
     seq = sequence()
     seq.append(b"p")

@@ -23,9 +23,9 @@ class PendingAdd:
     last_add_confirmed: int  # piggybacked; part of the digest, so a resend carries the same value
     digest: int
     write_set: tuple[str, ...]
-    sent_at: float
+    sent_at: float           # when it was sent to its write set first (adds are sent in entry order)
     acked: set[str] = dataclasses.field(default_factory=set)
-    resent: bool = False     # sent again by an ensemble change: sent_at is then later than that of adds after it
+    resent_at: dict[str, float] = dataclasses.field(default_factory=dict)   # replacement node -> when resent there
 
 
 class AddSequence:
@@ -159,10 +159,9 @@ class AddSequence:
         late = set()
         for add in self.pending.values():
             if now - add.sent_at < timeout:
-                if add.resent:
-                    continue      # adds after a resent one may be older: the first young add sent once ends it
-                break
-            late.update(n for n in add.write_set if n not in add.acked)
+                break             # sent in entry order: every add after it is younger, resent or not
+            late.update(n for n in add.write_set
+                        if n not in add.acked and now - add.resent_at.get(n, add.sent_at) >= timeout)
         return late - self.failed_nodes
 
     def replace_nodes(self, new_ensemble: tuple[str, ...], now: float = 0.0) -> tuple[list[tuple[str, PendingAdd]],
@@ -183,7 +182,9 @@ class AddSequence:
                 continue
             add.write_set = tuple(replacement.get(n, n) for n in add.write_set)
             add.acked &= set(add.write_set)
-            add.sent_at, add.resent = now, True
+            for new in replacement.values():
+                if new in add.write_set:
+                    add.resent_at[new] = now   # the nodes it kept were sent it at sent_at, and are timed from then
             resends.extend((replacement[old], add) for old in replacement if replacement[old] in add.write_set)
         return resends, self._complete()
 
