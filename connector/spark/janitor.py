@@ -40,7 +40,7 @@ from connector.spark.jobs import (
     query_ids, query_registry, query_runs, read_job, remove_fenced_runs, remove_job, remove_query, sweep_entries,
     task_entries,
 )
-from connector.spark.recovery import STREAM_TAG, recover
+from connector.spark.recovery import STREAM_TAG, check_password, recover
 from metadata import layout, registry
 from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import LedgerMetadata, StreamRecord
@@ -222,6 +222,8 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
     # one of them too, with its own password (one whose ledgers have another is left for `ledger jobs --apply`).
     elsewhere = [f for f in found if stream not in f.streams and (f.kind == JOB or f.owner not in stopped_removed)]
     for other in random.sample(elsewhere, min(len(elsewhere), ABANDONED_ELSEWHERE_PER_START)):
+        if not _password_fits(lc, other, password):
+            continue      # not fenced and left half cleaned: its OPEN ledgers take another password
         outcome = clean(lc, other, [password], patient=False)
         if outcome.error:
             log.info("%s %s of a gone driver on %s not cleaned: %s", other.kind, other.owner,
@@ -230,6 +232,24 @@ def clean_stream(lc: LedgerClient, stream: str, password: bytes, own_query: str 
             log.info("%s %s of a gone driver on %s cleaned: %d ledgers deleted, %d committed kept", other.kind,
                      other.owner, ", ".join(map(repr, other.streams)), len(outcome.deleted), len(outcome.kept))
     return cleaned
+
+
+def _password_fits(lc: LedgerClient, found: Registry, password: bytes) -> bool:
+    """Whether the registry's OPEN ledgers, which are fenced and recovered before they are deleted, take this
+    password (a closed ledger is deleted without one): the first of them tells, as the ledgers of one job or
+    query share their stream's password."""
+    try:
+        for entry in found.entries(lc.store):
+            try:
+                meta = lc.store.read_ledger(entry.ledger_id).value
+            except NoSuchLedgerError:
+                continue
+            if not meta.is_closed:
+                check_password(meta, password, f"the ledgers of {found.kind} {found.owner}")
+                return True
+    except LedgerError:      # UnauthorizedError too
+        return False
+    return True
 
 
 def retire_gone_runs(store: MetadataStore, query_id: str, starting: str) -> int:

@@ -61,3 +61,19 @@ def test_a_start_cleans_an_abandoned_registry_of_a_stream_no_job_starts_on_again
         janitor.clean_stream(lc, "mine", b"")
         assert "killed-job" not in job_ids(store)
         assert ledger.ledger_id not in lc.list_ledgers()
+
+
+def test_an_abandoned_registry_of_open_ledgers_under_another_password_is_left_as_it_is(store, metadata_uri, cluster):
+    """Review 2026-11-29: a start cleaning another stream's abandoned registry with its own password fenced it and
+    recorded it aborted, then failed at its OPEN ledgers, whose recovery takes their password: it is left untouched
+    for `ledger jobs --apply --password` (closed ledgers are deleted without one)."""
+    cluster(3)
+    start_job(store, "killed-job", "secret-scratch", driver="gone-driver")
+    with LedgerClient(metadata_uri) as lc, LedgerClient(metadata_uri) as task:
+        entry = register_task_ledger(store, job_registry("killed-job"))
+        ledger = create_task_ledger(task, entry, ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"secret")
+        ledger.append(b"rows of the killed job")          # left OPEN: the task died
+        before = store.read(job_registry("killed-job").path, bytes)
+        janitor.clean_stream(lc, "mine", b"")
+        assert store.read(job_registry("killed-job").path, bytes) == before      # not fenced, not stamped
+        assert not lc.ledger_metadata(ledger.ledger_id).is_closed
