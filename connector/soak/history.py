@@ -51,6 +51,18 @@ class HistoryWriter:
         self.path = pathlib.Path(path)
         self.actor = actor
         self._file = open(self.path, "a", buffering=1)
+        if self._torn():
+            # The actor's last process was killed mid-line: its next record must not be glued to that torn line,
+            # which makes both undecodable (read_records skips the torn line alone).
+            self._file.write("\n")
+
+    def _torn(self) -> bool:
+        """Whether the file ends in the middle of a line."""
+        with open(self.path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
 
     def record(self, op: str, outcome: str, t: float, **fields) -> dict:
         """Write one operation invoked at `t` (time.time()) that completed now, or at fields['t_end']."""

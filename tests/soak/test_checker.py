@@ -6,7 +6,7 @@ import pytest
 
 from connector.soak import spark_actor
 from connector.soak.checker import FinalState, SparkSummary, check, check_spark
-from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload, payload
+from connector.soak.history import FAILED, OK, UNKNOWN, HistoryWriter, digest, parse_payload, payload, read_records
 from connector.soak.spark_actor import RATE, SCHEMA, SparkOutput, last_batch, rate_end, tag_rows
 from metadata.model import Fragment, LedgerMetadata, LedgerState, StreamLedger
 
@@ -228,3 +228,18 @@ def test_checkpoint_offsets_give_the_committed_rate_end(tmp_path):
     (tmp_path / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
     assert last_batch(tmp_path / "offsets") == 2 and last_batch(tmp_path / "commits") == 1
     assert (rate_end(tmp_path, 2, 100), rate_end(tmp_path, 1, 100), rate_end(tmp_path, None, 100)) == (700, 300, 0)
+
+
+def test_a_history_file_an_actor_was_killed_writing_keeps_the_records_of_its_next_process(tmp_path):
+    """Soak audit 2026-11-29: an actor killed mid-line left a torn line, and its restarted process appended its
+    first record to that line: both were undecodable and skipped, so an acknowledged append was never checked."""
+    path = tmp_path / "writer-1.jsonl"
+    first = HistoryWriter(path, "writer-1")
+    first.record("append", OK, 1.0, ledger=7, entry=0)
+    first.close()
+    with open(path, "a") as f:
+        f.write('{"t": 2.0, "actor": "writer-1", "op": "app')      # killed mid-line
+    again = HistoryWriter(path, "writer-1")
+    again.record("append", OK, 3.0, ledger=7, entry=1)
+    again.close()
+    assert [(r["ledger"], r["entry"]) for r in read_records(path)] == [(7, 0), (7, 1)]
