@@ -105,6 +105,9 @@ class FinalState:
             if sent_as is None or sent_as[1:] != (ledger_id, entry_id):
                 self.violations.append(Violation("divergent", f"ledger {ledger_id} entry {entry_id} holds "
                                                               f"{_sent_as(sent_as)}"))
+        if meta.is_closed and len(digests) != meta.last_entry_id + 1:   # a read that came back short, not raising
+            self.violations.append(Violation("lost", f"ledger {ledger_id} is closed at entry {meta.last_entry_id} "
+                                                     f"but {len(digests)} entries were read from it"))
         self.digests[ledger_id] = digests
 
     def add_arrow_stream(self, name: str, held: list[StreamLedger]) -> None:

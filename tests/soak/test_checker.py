@@ -243,3 +243,15 @@ def test_a_history_file_an_actor_was_killed_writing_keeps_the_records_of_its_nex
     again.record("append", OK, 3.0, ledger=7, entry=1)
     again.close()
     assert [(r["ledger"], r["entry"]) for r in read_records(path)] == [(7, 0), (7, 1)]
+
+
+def test_a_closed_ledger_read_back_short_is_reported_lost():
+    """Soak audit 2026-11-29: entries were judged only against the acknowledged appends, so a closed ledger whose
+    read came back with fewer entries than its close names, none of them acknowledged, passed."""
+    final = FinalState({}, {}, {}, {}, [])
+    final.add_ledger(ledger(1, 5, soak_role="ledger"), entries("lw", 1, 3))
+    assert [(v.kind, v.detail) for v in final.violations] == [
+        ("lost", "ledger 1 is closed at entry 5 but 3 entries were read from it")]
+    whole = FinalState({}, {}, {}, {}, [])
+    whole.add_ledger(ledger(2, 2, soak_role="ledger"), entries("lw", 2, 3))
+    assert whole.violations == []
