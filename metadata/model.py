@@ -158,6 +158,11 @@ class StreamLedger:
     first_offset: int
     last_offset: int | None = None
 
+    @property
+    def empty(self) -> bool:
+        """Sealed without entries (its owner died before appending): it covers no offset."""
+        return self.last_offset is not None and self.last_offset < self.first_offset
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamPage:

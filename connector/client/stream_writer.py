@@ -94,8 +94,8 @@ class StreamWriter:
             sealed = self._seal_open_tail(record)
             # The last ledger with entries: an empty one (an owner that died before appending) has no last time,
             # and the floor must not fall back to its metadata's time below its predecessors' (a clock ahead).
-            previous[:] = [ledger for ledger in reversed(sealed.tail) if ledger.last_offset is not None
-                           and ledger.last_offset >= ledger.first_offset][:1]
+            previous[:] = [ledger for ledger in reversed(sealed.tail)
+                           if ledger.last_offset is not None and not ledger.empty][:1]
             if not created:  # one new ledger, kept when the CAS is retried (the stream changed meanwhile)
                 created.append(self._new_ledger())
             ledger_id = created[0].ledger_id

@@ -152,7 +152,7 @@ class LedgerProbe:
         ledger whose entries are all earlier). A ledger without times counts from its first entry."""
         meta = self.meta(ledger.ledger_id)
         last_entry = meta.last_entry_id if meta.is_closed else self._handle(ledger.ledger_id).last_entry_id
-        if last_entry < 0 or (ledger.last_offset is not None and ledger.last_offset < ledger.first_offset):
+        if last_entry < 0 or ledger.empty:
             return None
         if not carries_times(meta):
             return ledger.first_offset
@@ -207,7 +207,7 @@ class TimeSearch:
                       lambda ledger: self.probe.offset_in(ledger, time_ms))
 
     def _reaches(self, ledger: StreamLedger, time_ms: int) -> bool:
-        if ledger.last_offset is not None and ledger.last_offset < ledger.first_offset:
+        if ledger.empty:
             return True    # no entries: it holds no offset, and the search goes on past it (search())
         last = self.probe.last_time(ledger.ledger_id)
         return last is None or last >= time_ms
