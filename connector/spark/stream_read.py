@@ -106,6 +106,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.raw = raw
         self.available_now_end: int | None = None
         self.last_planned: float | None = None  # time.monotonic() when latestOffset last planned a batch
+        self._schema_checked = ""                # the stream schema (encoded) last found to fit self.schema
         self._driver: _DriverSide | None = None
 
     def __getstate__(self) -> dict:
@@ -325,8 +326,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, hi = self._stream_offset(start), self._stream_offset(end) - 1
 
         def plan(store: MetadataStore, record: StreamRecord, lo: int) -> tuple[int, list[LedgerSpan], int | None]:
-            if not self.raw:   # the query's schema is the one it started with
+            if not self.raw and record.schema != self._schema_checked:   # the query's schema: the one it started with
                 check_loaded_schema(record.name, self.schema, read_schema(record, opts.include_metadata))
+                self._schema_checked = record.schema   # a micro-batch of the same schema compares two strings
             if self._check_incarnation(start, record.created_at):   # failOnDataLoss=false from here on
                 if self._check_incarnation(end, record.created_at, report=False):
                     return hi + 1, [], None   # a batch planned on the old stream (replayed): its rows are gone
