@@ -136,6 +136,30 @@ def test_the_auditor_counts_a_node_gone_only_once_it_has_been_away_for_lost_afte
         assert_every_entry_reads_back(client, expected)
 
 
+def test_a_node_that_leaves_while_pending_ledgers_are_looked_at_again_is_excused_for_lost_after(start_node,
+                                                                                               metadata_uri):
+    """Review 2026-11-29: the ledgers looked at again alone (repair_deferred, between scans) judged the nodes by
+    the absences as the round's start had read them: a node that left since was still counted registered there,
+    so it was not excused for --lost-after, and its copies were made at once, as before --lost-after existed."""
+    nodes = [start_node(None, *FAST_EXPIRY) for _ in range(4)]
+    with LedgerClient(metadata_uri) as client:
+        with client.create_ledger(3, 3, 2) as writer:
+            expected = {writer.ledger_id: (b"", append_entries(writer, 20, 3))}
+        ensemble = writer.metadata.last_fragment.ensemble
+        away = next(n for n in nodes if n.node_id == ensemble[0])
+        with Rereplicator(client, lost_after=600.0) as worker:
+            worker.nodes_now()                           # a round began with every node registered
+            worker.retrying.add(writer.ledger_id)        # a ledger to look at again alone
+            away.kill()
+            poll_until(lambda: away.node_id not in registry.list_nodes(client.store), 30,
+                       what=f"{away.node_id} to deregister")
+            [outcome] = worker.repair_deferred()
+            assert outcome.ok and outcome.fragments == 0, outcome.describe()
+            assert client.ledger_metadata(writer.ledger_id).last_fragment.ensemble == ensemble   # no copy made
+        away.start()
+        assert_every_entry_reads_back(client, expected)
+
+
 def test_the_auditor_reads_every_ledger_only_when_the_nodes_change(start_node, metadata_uri, capsys):
     """A round of the auditor read every ledger's metadata, whatever happened since: on a cluster that gains
     ledgers by the thousand a day, a read of each every 30 s. Now a round with the same nodes as the last scan,
