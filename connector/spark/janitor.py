@@ -347,7 +347,7 @@ def _clean_query(lc: LedgerClient, found: Registry, legacy: bool, sweep: "Sweep"
     # From here on no commit of these runs registers a ledger (the next run is not among them).
     fenced = {driver: _fence_run(store, found.owner, driver, run) for driver, run in runs.items()}
     names = {run.stream for run in runs.values() if run.stream}
-    sweep(entries, sorted(names | set(_legacy_streams(store, entries, legacy and not runs))))
+    sweep(entries, sorted(names))
     # A fence stops a run's commits, not its tasks: one may have registered a ledger since the listing. The runs and
     # the registry go in one multi, which fails if the registry holds anything else (or a run was restarted).
     done = {driver: version for driver, version in fenced.items() if version is not None}
@@ -386,17 +386,21 @@ def record_aborted(store: MetadataStore, stream: str, key: str) -> StreamRecord 
         return None
 
 
-def _legacy_streams(store: MetadataStore, entries: list[TaskEntry], wanted: bool) -> list[str]:
-    """For a query registry that names no run: the streams its ledgers are tagged with."""
-    if not wanted:
-        return []
-    names = set()
-    for entry in entries:
+def held_by_their_streams(store: MetadataStore, streams: Iterable[str], ledger_ids: list[int]) -> set[int]:
+    """Which of the ledgers a stream holds: one of streams, or the one each ledger was written for (its STREAM_TAG).
+    A query's registry may hold ledgers of several streams: restarted from its checkpoint with another path, a
+    query goes on under the same id (Kafka's sink writes the next batches to the new topic), and a copied
+    checkpoint's query may write elsewhere; a registry of an older version names no run, hence no stream at all.
+    Asked only the stream it writes now (or its run recorded), a sweep deleted the ledgers another stream holds:
+    committed rows, their offsets then unreadable. Asked after settle withdrew the entries, so no ledger of them is
+    created later: the tags read are all there are. O(entries swept): a read of each one's metadata."""
+    names = set(streams)
+    for ledger_id in ledger_ids:
         try:
-            names.add(store.read_ledger(entry.ledger_id).value.custom.get(STREAM_TAG))
+            names.add(store.read_ledger(ledger_id).value.custom.get(STREAM_TAG))
         except NoSuchLedgerError:
             continue
-    return sorted(name for name in names if name and _is_stream_name(name))
+    return held_by_streams(store, sorted(name for name in names if name and _is_stream_name(name)), ledger_ids)
 
 
 def _is_stream_name(name: object) -> bool:
@@ -417,9 +421,10 @@ class Sweep:
     outcome: Cleaned
 
     def __call__(self, entries: list[TaskEntry], streams: list[str]) -> None:
-        """streams: those that may hold the entries' ledgers (committed just before the driver died)."""
-        kept, deleted = sweep_entries(self.lc.store, entries, lambda ids: held_by_streams(self.lc.store, streams, ids),
-                                      self._discard)
+        """streams: those that may hold the entries' ledgers (committed just before the driver died), besides the
+        ones their ledgers were written for (held_by_their_streams)."""
+        kept, deleted = sweep_entries(self.lc.store, entries,
+                                      lambda ids: held_by_their_streams(self.lc.store, streams, ids), self._discard)
         self.outcome.kept += kept
         self.outcome.deleted += deleted
 

@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 from connector.client import LedgerClient
 from connector.spark.commit import ABORTED, TaskLedger, committed, job_outcome
 from connector.spark.driver import driver_registration_ahead, registered_driver
-from connector.spark.janitor import clean_stream, retire_gone_runs, run_key
+from connector.spark.janitor import clean_stream, held_by_their_streams, retire_gone_runs, run_key
 from connector.spark.errors import SchemaMismatchError, StreamOwnedError, UnsupportedStreamFormatError
 from connector.spark.options import LedgerOptions
 from connector.spark.jobs import (
@@ -57,7 +57,7 @@ from metadata import layout
 from metadata.errors import LedgerError
 from metadata.model import StreamRecord
 from metadata.query_commits import committing, evict, read_query_commit
-from metadata.streams import Rewrite, ZnodeWrite, find_stream, held_by_streams, held_ledgers, update_stream
+from metadata.streams import Rewrite, ZnodeWrite, find_stream, held_ledgers, update_stream
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             if entry.ledger_id in registered:
                 forget_entry(lc.store, entry)
         sweep_entries(lc.store, [e for e in entries if e.ledger_id not in registered],
-                      lambda ledger_ids: held_by_streams(lc.store, [self.options.stream], ledger_ids),
+                      lambda ledger_ids: held_by_their_streams(lc.store, [self.options.stream], ledger_ids),
                       lambda ledger_id: discard(lc, ledger_id, self.options.password))
 
     def _fenced(self, lc: LedgerClient) -> bool:
