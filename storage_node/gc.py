@@ -168,8 +168,8 @@ async def drop_overreplicated(store: MetadataStore, storage: Storage, node_id: s
 
 
 async def collect_garbage(store: MetadataStore, storage: Storage, compaction_threshold: float,
-                          grace: float, overreplicated_on: str = "") -> GcRound:
-    """One round: drop the ledgers deleted from metadata, then (overreplicated_on: this node's id) the
+                          grace: float, overreplicated_of: str = "") -> GcRound:
+    """One round: drop the ledgers deleted from metadata, then (overreplicated_of: this node's id) the
     over-replicated ones, then compact."""
     # What the node holds is taken before the listing: a ledger created after the listing is then
     # either not held yet or found by the re-check.
@@ -178,7 +178,7 @@ async def collect_garbage(store: MetadataStore, storage: Storage, compaction_thr
     # Checked again: a late writer may have re-created a ledger of that id meanwhile (a fresh state).
     gone = past_grace(storage, gone, grace)
     dropped = await storage.delete_ledgers(gone) if gone else 0
-    overreplicated = await drop_overreplicated(store, storage, overreplicated_on, grace) if overreplicated_on else 0
+    overreplicated = await drop_overreplicated(store, storage, overreplicated_of, grace) if overreplicated_of else 0
     compaction = await storage.compact(compaction_threshold)
     return GcRound(dropped, compaction, overreplicated)
 
@@ -194,7 +194,7 @@ async def run_periodically(store: MetadataStore, storage: Storage, interval: flo
         await asyncio.sleep(interval)
         check = node_id if overreplicated_interval and loop.time() >= next_overreplicated else ""
         try:
-            done = await collect_garbage(store, storage, compaction_threshold, grace, overreplicated_on=check)
+            done = await collect_garbage(store, storage, compaction_threshold, grace, overreplicated_of=check)
         except MetadataError as exc:
             _log.warning("garbage collection skipped this round, metadata unavailable: %s", exc)
             continue
