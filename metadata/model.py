@@ -37,6 +37,11 @@ class LedgerMetadata:
     custom_metadata: tuple[tuple[str, str], ...] = ()
     writer_id: str = ""
     created_at: float = 0.0
+    # How many times a storage node dropped its copies of this ledger as over-replicated (over_replicated_on):
+    # each drop advances it in the compare-and-set that precedes it, and a re-replication stores the copies it made
+    # only while it is as the repair read it before copying (connector/client/replication.py replace_in_fragment),
+    # so copies a node may have dropped since are never named in the metadata.
+    copy_drops: int = 0
 
     @property
     def custom(self) -> dict[str, str]:
@@ -87,6 +92,19 @@ class LedgerMetadata:
 
     def closed_at(self, last_entry_id: int, length: int) -> "LedgerMetadata":
         return self.replace(state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+    def with_copies_dropped(self) -> "LedgerMetadata":
+        """The record a node writes, at the version it read, before it drops its over-replicated copies."""
+        return self.replace(copy_drops=self.copy_drops + 1)
+
+
+def over_replicated_on(meta: LedgerMetadata, node_id: str) -> bool:
+    """Whether node_id's copies of the ledger are garbage (BookKeeper's over-replicated ledgers): the ledger is
+    CLOSED and no fragment names the node. Once CLOSED no writer adds to it; what still reaches a node is a
+    re-replication's copies (stored in the metadata only by a compare-and-set after them, which checks copy_drops)
+    and a losing recovery's write-back (whose close found the ledger closed and stored nothing). An OPEN or
+    IN_RECOVERY ledger is never garbage anywhere: its writer's or recovery's ensemble may still name the node."""
+    return meta.is_closed and node_id not in meta.all_nodes()
 
 
 def make_custom_metadata(values: Mapping[str, object] | None) -> tuple[tuple[str, str], ...]:

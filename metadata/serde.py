@@ -49,24 +49,25 @@ def _load(kind: str, data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,))
 
 
 def encode_ledger(meta: LedgerMetadata) -> bytes:
-    return _dump(
-        "ledger",
-        {
-            "ledger_id": meta.ledger_id,
-            "ensemble_size": meta.ensemble_size,
-            "write_quorum": meta.write_quorum,
-            "ack_quorum": meta.ack_quorum,
-            "state": meta.state.value,
-            "last_entry_id": meta.last_entry_id,
-            "length": meta.length,
-            "fragments": [[f.first_entry_id, list(f.ensemble)] for f in meta.fragments],
-            "digest_type": meta.digest_type,
-            "password_hash": meta.password_hash,
-            "custom_metadata": dict(meta.custom_metadata),
-            "writer_id": meta.writer_id,
-            "created_at": meta.created_at,
-        },
-    )
+    body = {
+        "ledger_id": meta.ledger_id,
+        "ensemble_size": meta.ensemble_size,
+        "write_quorum": meta.write_quorum,
+        "ack_quorum": meta.ack_quorum,
+        "state": meta.state.value,
+        "last_entry_id": meta.last_entry_id,
+        "length": meta.length,
+        "fragments": [[f.first_entry_id, list(f.ensemble)] for f in meta.fragments],
+        "digest_type": meta.digest_type,
+        "password_hash": meta.password_hash,
+        "custom_metadata": dict(meta.custom_metadata),
+        "writer_id": meta.writer_id,
+        "created_at": meta.created_at,
+    }
+    # Written only once a node dropped copies: a record without it reads as none dropped (older records too).
+    if meta.copy_drops:
+        body["copy_drops"] = meta.copy_drops
+    return _dump("ledger", body)
 
 
 def decode_ledger(data: bytes) -> LedgerMetadata:
@@ -85,6 +86,7 @@ def decode_ledger(data: bytes) -> LedgerMetadata:
         custom_metadata=tuple(sorted(r["custom_metadata"].items())),
         writer_id=r["writer_id"],
         created_at=r["created_at"],
+        copy_drops=r.get("copy_drops", 0),
     )
 
 

@@ -34,6 +34,7 @@ class NodeConfig:
     journal_page_cache_bytes: int = 0
     gc_interval: float = 300.0
     gc_grace: float = 300.0
+    gc_overreplicated_interval: float = 86400.0
     compaction_threshold: float = 0.5
     metrics_port: int = 0
     tls_cert: pathlib.Path | None = None
@@ -83,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gc-grace", type=float, default=300.0,
                    help="seconds after the node first saw a ledger (or restarted) before garbage collection may "
                         "drop it, however deleted ZooKeeper says it is (rule 8)")
+    p.add_argument("--gc-overreplicated-interval", type=float, default=86400.0,
+                   help="seconds between garbage collection's checks for over-replicated ledgers (CLOSED ledgers "
+                        "whose metadata names this node nowhere any more: their copies here are dropped); the "
+                        "first check is in the first round; each reads the metadata of every ledger the node "
+                        "holds; 0: never")
     p.add_argument("--compaction-threshold", type=float, default=0.5,
                    help="rewrite a sealed journal file when less than this fraction of it is still live")
     p.add_argument("--metrics-port", type=int, default=0,
@@ -122,6 +128,7 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         journal_page_cache_bytes=args.journal_page_cache_bytes,
         gc_interval=args.gc_interval,
         gc_grace=args.gc_grace,
+        gc_overreplicated_interval=args.gc_overreplicated_interval,
         compaction_threshold=args.compaction_threshold,
         metrics_port=args.metrics_port,
         tls_cert=_resolved(args.tls_cert),
@@ -162,6 +169,9 @@ def validate(config: NodeConfig) -> None:
         (0 < config.gc_interval < math.inf,
          f"--gc-interval {config.gc_interval} must be a finite number of seconds above 0"),
         (config.gc_grace >= 0, f"--gc-grace {config.gc_grace} must be 0 or more seconds"),
+        (0 <= config.gc_overreplicated_interval < math.inf,
+         f"--gc-overreplicated-interval {config.gc_overreplicated_interval} must be a finite number of seconds, "
+         "or 0 (never)"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
         (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),

@@ -17,6 +17,28 @@ first saw (its first add, fence or LAC here, or the replay after a restart) less
 ago is not even considered. The grace is the second line of defence: whatever else makes ZooKeeper
 briefly disagree with what a writer saw (an ensemble restored from a backup, a server that lost its state)
 cannot drop a ledger the node has just taken writes for.
+
+Over-replicated ledgers (BookKeeper's over-replicated ledger collection, gcOverreplicatedLedgerWaitTime): every
+--gc-overreplicated-interval seconds (its first check in the node's first round) a round also drops the copies of
+ledgers that are CLOSED and whose metadata names this node in no fragment (metadata.model.over_replicated_on): those
+the auditor re-replicated elsewhere while the node was away longer than --lost-after, a decommission's moves, a
+losing recovery's write-back to a replacement. The danger is a re-replication that copies to this node before the
+compare-and-set that names it: the metadata the round reads does not name the node yet, and dropping the copies
+just before that CAS lands would leave the metadata naming a node without the entries. So for each such ledger
+past the grace the round
+1. refuses every add to it (recovery adds too: ERROR, which a repair takes as this replacement failing),
+2. advances its copy_drops by a compare-and-set at the version it read and found CLOSED and not naming the node
+   (a changed record: the ledger is left alone this round), and only then
+3. drops it (a DELETE record, as for a deleted ledger) and takes adds again.
+A repair stores its copies only while copy_drops is what it read before copying (replace_in_fragment), so a
+repair whose copies came before step 1 fails its CAS and copies again: refused until step 3 ends, onto an empty
+ledger after it. A CAS that merely rewrote the same data would not do: the repair's update loop re-reads after a
+conflict, finds the fragment as it planned it and names the node all the same. Any doubt does nothing: a read
+that is not answered in time, a record that cannot be decoded, a CAS whose reply was lost (it may have landed: the
+next round reads the new version and tries again). A restart between step 2 and step 3 leaves garbage that the
+next check finds again. Ledgers deleted meanwhile are the ordinary path's. The check reads the metadata of every
+ledger the node holds past the grace (pipelined, OVERREPLICATED_BATCH at a time, after a sync), never a listing
+of the cluster, which is why it runs rarely.
 """
 from __future__ import annotations
 
@@ -26,8 +48,9 @@ import logging
 import time
 from typing import Iterable
 
-from metadata import layout
-from metadata.errors import MetadataError
+from metadata import layout, serde
+from metadata.errors import MetadataConflictError, MetadataError, MetadataFormatError, NoSuchLedgerError
+from metadata.model import LedgerMetadata, Versioned, over_replicated_on
 from metadata.store import MetadataStore
 from storage_node.storage import CompactionResult, Storage
 
@@ -36,12 +59,15 @@ _log = logging.getLogger(__name__)
 # against 15), and ZooKeeper copies every name for a listing: the held ledgers are checked one by one while they
 # are at most an 8th of the ledgers in metadata.
 EXISTS_PER_NAME = 8
+OVERREPLICATED_BATCH = 1000      # held ledgers whose metadata is read at once (pipelined), then dropped if garbage
+METADATA_READ_SECONDS = 30.0     # a batch's reads are all answered within this, or the round does nothing more
 
 
 @dataclasses.dataclass(frozen=True)
 class GcRound:
     ledgers_deleted: int
     compaction: CompactionResult | None
+    overreplicated_deleted: int = 0
 
 
 def deleted_ledgers(store: MetadataStore, held: list[int]) -> list[int]:
@@ -80,8 +106,71 @@ def past_grace(storage: Storage, ledger_ids: Iterable[int], grace: float) -> lis
             if (state := storage.ledgers.get(ledger_id)) is not None and state.first_seen <= seen_by]
 
 
+def overreplicated_ledgers(store: MetadataStore, ledger_ids: list[int],
+                           node_id: str) -> list[Versioned[LedgerMetadata]]:
+    """The ledgers among ledger_ids whose metadata is CLOSED and names node_id nowhere, as read (blocking: run in a
+    thread). One sync, then a read of each (pipelined, METADATA_READ_SECONDS for all). A ledger not there is the
+    ordinary path's (deleted_ledgers); one whose record cannot be decoded is kept. Raises MetadataError when
+    ZooKeeper does not answer them all: the caller then drops nothing."""
+    store.sync(layout.LEDGERS)
+    paths = [layout.ledger_path(ledger_id) for ledger_id in ledger_ids]
+    found = []
+    for ledger_id, current in zip(ledger_ids, store.read_many_within(paths, bytes, METADATA_READ_SECONDS)):
+        if current is None:
+            continue
+        try:
+            meta = serde.decode_ledger(current.value)
+        except MetadataFormatError as exc:
+            _log.warning("ledger %d: its metadata cannot be decoded (%s); its copies here are kept", ledger_id, exc)
+            continue
+        if over_replicated_on(meta, node_id):
+            found.append(Versioned(meta, current.version))
+    return found
+
+
+def advance_copy_drops(store: MetadataStore, found: list[Versioned[LedgerMetadata]]) -> list[int]:
+    """Advance each ledger's copy_drops by one compare-and-set at the version read (blocking: run in a thread);
+    the ledgers whose write landed. One that changed since it was read (a repair may have named this node) or was
+    deleted is left. MetadataError (no answer, or a write whose reply was lost) raises: nothing is dropped."""
+    touched = []
+    for current in found:
+        meta = current.value
+        try:
+            store.write_ledger(meta.with_copies_dropped(), current.version)
+        except (MetadataConflictError, NoSuchLedgerError) as exc:
+            _log.debug("ledger %d kept: %s", meta.ledger_id, exc)
+            continue
+        touched.append(meta.ledger_id)
+    return touched
+
+
+async def drop_overreplicated(store: MetadataStore, storage: Storage, node_id: str, grace: float) -> int:
+    """Drop the copies of the held ledgers past the grace whose metadata is CLOSED and names node_id nowhere (the
+    module's docstring says how, and why in that order); returns how many ledgers were dropped."""
+    held = past_grace(storage, sorted(storage.ledgers), grace)
+    dropped = 0
+    for start in range(0, len(held), OVERREPLICATED_BATCH):
+        found = await asyncio.to_thread(overreplicated_ledgers, store, held[start:start + OVERREPLICATED_BATCH],
+                                        node_id)
+        dropping = set(past_grace(storage, [current.value.ledger_id for current in found], grace))
+        if not dropping:
+            continue
+        storage.refuse_adds(dropping)     # before the CAS: a copy that arrives after it finds the ledger refusing
+        try:
+            touched = await asyncio.to_thread(
+                advance_copy_drops, store, [c for c in found if c.value.ledger_id in dropping])
+            if touched:
+                _log.debug("dropping over-replicated ledger(s) %s", touched)
+                dropped += await storage.delete_ledgers(touched, over_replicated=True)
+        finally:
+            storage.allow_adds(dropping)
+    return dropped
+
+
 async def collect_garbage(store: MetadataStore, storage: Storage, compaction_threshold: float,
-                          grace: float) -> GcRound:
+                          grace: float, overreplicated_of: str = "") -> GcRound:
+    """One round: drop the ledgers deleted from metadata, then (overreplicated_of: this node's id) the
+    over-replicated ones, then compact."""
     # What the node holds is taken before the listing: a ledger created after the listing is then
     # either not held yet or found by the re-check.
     held = past_grace(storage, sorted(storage.ledgers), grace)
@@ -89,24 +178,33 @@ async def collect_garbage(store: MetadataStore, storage: Storage, compaction_thr
     # Checked again: a late writer may have re-created a ledger of that id meanwhile (a fresh state).
     gone = past_grace(storage, gone, grace)
     dropped = await storage.delete_ledgers(gone) if gone else 0
+    overreplicated = await drop_overreplicated(store, storage, overreplicated_of, grace) if overreplicated_of else 0
     compaction = await storage.compact(compaction_threshold)
-    return GcRound(dropped, compaction)
+    return GcRound(dropped, compaction, overreplicated)
 
 
 async def run_periodically(store: MetadataStore, storage: Storage, interval: float, compaction_threshold: float,
-                           grace: float, node_id: str = "") -> None:
-    """The node's garbage collector task; a failed round is logged and the next one tries again.
-    node_id is not used any more (every log line names the node); it goes once node.py stops passing it."""
+                           grace: float, node_id: str = "", overreplicated_interval: float = 0.0) -> None:
+    """The node's garbage collector task; a failed round is logged and the next one tries again. Over-replicated
+    ledgers of node_id are looked for in the first round and then every overreplicated_interval seconds (0: never),
+    again in the next round after one that failed."""
+    loop = asyncio.get_running_loop()
+    next_overreplicated = loop.time()
     while True:
         await asyncio.sleep(interval)
+        check = node_id if overreplicated_interval and loop.time() >= next_overreplicated else ""
         try:
-            done = await collect_garbage(store, storage, compaction_threshold, grace)
+            done = await collect_garbage(store, storage, compaction_threshold, grace, overreplicated_of=check)
         except MetadataError as exc:
             _log.warning("garbage collection skipped this round, metadata unavailable: %s", exc)
             continue
         except Exception as exc:  # an I/O error or damaged record in a file to compact: keep serving
             _log.error("garbage collection round failed: %r", exc)
             continue
-        if done.ledgers_deleted or done.compaction.deleted:
-            _log.info("garbage collection dropped %d deleted ledger(s), removed %d file(s), reclaimed %d bytes",
-                      done.ledgers_deleted, len(done.compaction.deleted), done.compaction.reclaimed_bytes)
+        if check:
+            next_overreplicated = loop.time() + overreplicated_interval
+        if done.ledgers_deleted or done.overreplicated_deleted or done.compaction.deleted:
+            _log.info("garbage collection dropped %d deleted ledger(s) and %d over-replicated one(s) (CLOSED, their "
+                      "metadata names this node nowhere), removed %d file(s), reclaimed %d bytes",
+                      done.ledgers_deleted, done.overreplicated_deleted, len(done.compaction.deleted),
+                      done.compaction.reclaimed_bytes)

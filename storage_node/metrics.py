@@ -36,6 +36,9 @@ class NodeMetrics:
         self.gc_ledgers_deleted = Counter("ledger_node_gc_ledgers_deleted",
                                           "Ledgers dropped because they were deleted from metadata",
                                           registry=registry)
+        self.gc_overreplicated_deleted = Counter("ledger_node_gc_overreplicated_ledgers_deleted",
+                                                 "Ledgers dropped because their metadata names this node nowhere "
+                                                 "any more (over-replicated copies)", registry=registry)
         self.gc_bytes_reclaimed = Counter("ledger_node_gc_bytes_reclaimed",
                                           "File bytes freed by compaction", registry=registry)
         self.gc_files_deleted = Counter("ledger_node_gc_files_deleted",

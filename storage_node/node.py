@@ -220,7 +220,8 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
         await asyncio.to_thread(_write_ready_file, config, service.address, metrics_address)
     log.info("serving on %s (%s; metrics on http://%s/metrics)", service.address, security, metrics_address)
     collector = asyncio.ensure_future(
-        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace)
+        run_periodically(store, storage, config.gc_interval, config.compaction_threshold, config.gc_grace,
+                         config.node_id, config.gc_overreplicated_interval)
     )
     next_checkpoint = loop.time() + config.checkpoint_interval
     try:

@@ -14,7 +14,7 @@ import logging
 import shutil
 import time
 from array import array
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
@@ -219,6 +219,9 @@ class Storage:
         self._newest_generation = 0     # the highest generation on disk: a new base takes the next one
         self._whole_next = True
         self._uncopyable: set[int] = set()   # files with a record compaction could not read: never copied again
+        # Ledgers whose over-replicated copies garbage collection is dropping: every add to them is refused until
+        # the drop ends (storage_node/gc.py drop_overreplicated says why).
+        self._dropping: set[int] = set()
         # The gauges' counts of what the node holds (its metrics), kept as it changes: a walk over every ledger
         # each second would cost what the node holds.
         self._entries = 0               # entries: the sum of the ledgers' index counts
@@ -463,9 +466,12 @@ class Storage:
         return _joined(answers), group if chunks else None
 
     def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> Refusal | None:
-        """Why adds of this ledger with this key and flags are refused (read-only, rules 6 and 7), or None;
-        creates the ledger on its first add."""
+        """Why adds of this ledger with this key and flags are refused (its over-replicated copies being dropped,
+        read-only, rules 6 and 7), or None; creates the ledger on its first add."""
         recovery = flags & pb.RECOVERY_ADD
+        if ledger_id in self._dropping:
+            return Refusal(pb.ERROR, f"node {self.config.node_id} is dropping its copies of ledger {ledger_id}, whose "
+                                     "metadata names it nowhere; write to another node, or retry")
         if self.read_only_reason and not recovery:
             return Refusal(pb.READ_ONLY, self._read_only_message())
         state = self.ledgers.get(ledger_id)
@@ -723,8 +729,18 @@ class Storage:
 
     # -- garbage collection ---------------------------------------------------------------------
 
-    async def delete_ledgers(self, ledger_ids: list[int]) -> int:
-        """Drop ledgers that were deleted from metadata (the caller re-checked); returns how many.
+    def refuse_adds(self, ledger_ids: Iterable[int]) -> None:
+        """Refuse every add to these ledgers (recovery adds too, with ERROR) until allow_adds: garbage collection
+        drops their over-replicated copies meanwhile."""
+        self._dropping.update(ledger_ids)
+
+    def allow_adds(self, ledger_ids: Iterable[int]) -> None:
+        self._dropping.difference_update(ledger_ids)
+
+    async def delete_ledgers(self, ledger_ids: list[int], over_replicated: bool = False) -> int:
+        """Drop ledgers that were deleted from metadata (the caller re-checked), or, over_replicated, whose metadata
+        names this node nowhere any more (the caller refuses their adds and advanced their copy_drops); returns
+        how many.
 
         The DELETE records are journaled under the checkpoint lock: the states leave memory when their
         records are appended, so a snapshot taken before they are durable could otherwise omit a ledger
@@ -760,7 +776,7 @@ class Storage:
             self._unjournaled_changes += dropped
             _log.warning("deleting ledgers is not durable: %s", error)
             return 0
-        self.metrics.gc_ledgers_deleted.inc(dropped)
+        (self.metrics.gc_overreplicated_deleted if over_replicated else self.metrics.gc_ledgers_deleted).inc(dropped)
         return dropped
 
     async def compact(self, threshold: float) -> CompactionResult:

@@ -4,7 +4,8 @@ A fragment is under-replicated when a node of its ensemble is lost: not register
 decommissioned. Repairing it copies, onto a replacement node, exactly the entries the lost node was meant to
 hold (rule 1: those whose write set includes it, inside the fragment's range), each read from another replica
 of its write set and digest-checked; only when all of them are durable on the replacement does the fragment's
-ensemble change in the metadata, by compare-and-set against the fragment as planned. Entries keep their
+ensemble change in the metadata, by compare-and-set against the fragment as planned (and against the ledger's
+copy_drops as planned: a node may have dropped the copies meanwhile, see replace_in_fragment). Entries keep their
 original piggybacked LAC and digest, so a copy is byte-identical to what the writer sent. An entry that no
 replica can supply stops the repair: the metadata then still names the old node (never drop an entry).
 """
@@ -59,9 +60,10 @@ def lost_nodes(nodes: Iterable[str], registered: Iterable[str], decommissioned: 
 class Absences:
     """When a node that is not registered counts as gone: once it has been away for `grace` seconds (BookKeeper's
     lostBookieRecoveryDelay). A restart, or a ZooKeeper session that expired and registered again, then costs no
-    copies (which the node's garbage collection would never delete: it keeps every ledger metadata still has). A
-    node this auditor never saw registered counts as away since the auditor started. Decommissioned and broken
-    nodes are not excused. Pure: the caller passes the registered nodes and the clock."""
+    copies (which the node, back, keeps until its next check for over-replicated ledgers, a day by default:
+    --gc-overreplicated-interval). A node this auditor never saw registered counts as away since the auditor
+    started. Decommissioned and broken nodes are not excused. Pure: the caller passes the registered nodes and the
+    clock."""
 
     def __init__(self, grace: float, now: float):
         self.grace = grace
@@ -131,6 +133,7 @@ class FragmentRepair:
     ensemble: tuple[str, ...]
     lost: tuple[str, ...]
     closed: bool
+    copy_drops: int = 0      # the ledger's copy_drops when the repair was planned, before anything was copied
 
     def describe(self) -> str:
         end = str(self.last_entry_id) if self.closed else "open"
@@ -151,7 +154,8 @@ def fragments_to_repair(meta: LedgerMetadata, lost: Iterable[str]) -> list[Fragm
         moved = tuple(n for n in fragment.ensemble if n in lost)
         if moved:
             repairs.append(FragmentRepair(meta.ledger_id, first, last, fragment.ensemble, moved,
-                                          closed=meta.is_closed or index + 1 < len(ranges)))
+                                          closed=meta.is_closed or index + 1 < len(ranges),
+                                          copy_drops=meta.copy_drops))
     return repairs
 
 
@@ -196,7 +200,12 @@ def replace_in_fragment(repair: FragmentRepair, new_ensemble: tuple[str, ...]) -
     """For update_ledger: the repaired fragment's ensemble becomes new_ensemble, provided the fragment (its
     start, range and ensemble) and the ledger's end are still as planned; else the copies may not cover it. In an
     OPEN ledger only a fragment an ensemble change ended (not the last): the writer changes only the last one, so
-    its next change, whose CAS this one makes it re-read, keeps this."""
+    its next change, whose CAS this one makes it re-read, keeps this.
+
+    Also refused once a node dropped copies of the ledger since the repair was planned (copy_drops advanced): a
+    node drops the copies of a CLOSED ledger that names it nowhere (storage_node/gc.py), and the copies this repair
+    made to its replacements before the metadata names them are exactly such copies. The repair then plans and
+    copies again; the node refuses copies while it drops, and takes them afresh afterwards."""
     def transform(meta: LedgerMetadata) -> LedgerMetadata | None:
         ranges = meta.fragment_ranges()
         for index, (first, last, fragment) in enumerate(ranges):
@@ -204,6 +213,10 @@ def replace_in_fragment(repair: FragmentRepair, new_ensemble: tuple[str, ...]) -
                 continue
             if fragment.ensemble == tuple(new_ensemble):
                 return None  # stored already (our own earlier attempt, or another repairer's identical one)
+            if meta.copy_drops != repair.copy_drops:
+                raise ReplicationConflictError(
+                    f"ledger {repair.ledger_id}: a node dropped copies of it while the fragment {repair.describe()} "
+                    "was re-replicated (maybe those just made); copying again")
             fixed = meta.is_closed or index + 1 < len(ranges)
             end = min(last, meta.last_entry_id) if meta.is_closed else last
             if fixed and fragment.ensemble == repair.ensemble and end == repair.last_entry_id:

@@ -38,6 +38,13 @@ def test_ledger_round_trip():
     assert serde.decode_ledger(serde.encode_ledger(LEDGER)) == LEDGER
 
 
+def test_copy_drops_is_written_only_once_a_node_dropped_copies_and_reads_as_none_when_absent():
+    assert "copy_drops" not in json.loads(serde.encode_ledger(LEDGER))
+    dropped = LEDGER.with_copies_dropped().with_copies_dropped()
+    assert json.loads(serde.encode_ledger(dropped))["copy_drops"] == 2
+    assert serde.decode_ledger(serde.encode_ledger(dropped)) == dropped
+
+
 def test_other_records_round_trip():
     node = NodeRegistration("n1", "127.0.0.1:5000", NodeState.READ_ONLY, "/d", 7)
     cookie = Cookie("n1", "uuid", "/d", 2.0)

@@ -17,6 +17,9 @@ def base(tmp_path) -> list[str]:
     ("--compaction-threshold", "1.5"),
     ("--gc-interval", "0"),
     ("--gc-grace", "-1"),
+    ("--gc-overreplicated-interval", "-1"),
+    ("--gc-overreplicated-interval", "inf"),
+    ("--gc-overreplicated-interval", "nan"),
 ])
 def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
     with pytest.raises(ConfigError, match=flag):
@@ -83,3 +86,8 @@ def test_node_ids_a_cluster_gives_are_taken(tmp_path, node_id):
 def test_seconds_must_be_finite(tmp_path, flag, value):
     with pytest.raises(ConfigError, match=f"{flag} {value} must be a finite number of seconds"):
         parse_config(base(tmp_path) + [flag, value])
+
+
+def test_the_over_replicated_check_runs_daily_by_default_and_0_turns_it_off(tmp_path):
+    assert parse_config(base(tmp_path)).gc_overreplicated_interval == 86400
+    assert parse_config(base(tmp_path) + ["--gc-overreplicated-interval", "0"]).gc_overreplicated_interval == 0

@@ -17,7 +17,7 @@ from connector.client.replication import (
     replace_in_fragment,
 )
 from connector.client.schedule import Schedule
-from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration, NodeState
+from metadata.model import Fragment, LedgerMetadata, LedgerState, NodeRegistration, NodeState, over_replicated_on
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
 
@@ -201,3 +201,32 @@ def test_writes_complete_at_every_ack_and_fail_on_a_replacement_error():
     failing.on_result("y", 0, pb.READ_ONLY, "disk full")
     assert failing.done and isinstance(failing.failure, ReplicaWriteError) and failing.failure.node == "y"
     assert "READ_ONLY disk full" in str(failing.failure)
+
+
+def test_a_repair_stores_its_copies_only_while_no_node_dropped_copies_since_it_was_planned():
+    """A node drops its copies of a CLOSED ledger that names it nowhere, after advancing copy_drops
+    (storage_node/gc.py); copies a repair made to that node before the metadata named it are such copies. The
+    repair's CAS is refused then, also when its update loop re-reads a record whose fragments are as planned."""
+    meta = ledger(3, 3, [(0, "abc")], last=9)
+    [repair] = fragments_to_repair(meta, {"b"})
+    assert repair.copy_drops == 0
+    dropped = meta.with_copies_dropped()
+    assert dropped.copy_drops == 1 and dropped.fragments == meta.fragments
+    with pytest.raises(ReplicationConflictError, match="dropped copies"):
+        replace_in_fragment(repair, ("a", "x", "c"))(dropped)
+    [replanned] = fragments_to_repair(dropped, {"b"})
+    updated = replace_in_fragment(replanned, ("a", "x", "c"))(dropped)
+    assert updated.fragments == (Fragment(0, ("a", "x", "c")),) and updated.copy_drops == 1
+    # Stored already (another repair, planned after the drop, named the same node): nothing to do.
+    assert replace_in_fragment(repair, ("a", "x", "c"))(updated) is None
+
+
+@pytest.mark.parametrize("meta, garbage", [
+    (ledger(3, 3, [(0, "abc")], last=9), True),                         # moved off "d" (or never on it)
+    (ledger(3, 3, [(0, "abd"), (5, "abc")], last=9), False),            # an earlier fragment names it
+    (ledger(3, 3, [(0, "abc"), (10, "abd")], last=9), False),           # one that starts past the end too
+    (ledger(3, 3, [(0, "abc")], state=LedgerState.OPEN), False),        # a writer may still change ensemble
+    (ledger(3, 3, [(0, "abc")], state=LedgerState.IN_RECOVERY), False),  # a recovery's close may name it
+])
+def test_a_nodes_copies_are_garbage_only_in_a_closed_ledger_that_names_it_in_no_fragment(meta, garbage):
+    assert over_replicated_on(meta, "d") is garbage
