@@ -4,7 +4,8 @@ Offsets leave a stream from its front (a truncation, retention, an overwrite: co
 never come back (rule 17). A read finds out in one of three ways: it asks for offsets below the stream's
 first one (a startingOffsets, or a streaming query's next offset); its plan races the cut, and a page or a
 ledger it lists is gone meanwhile (streams.OffsetsGoneError, NoSuchLedgerError); or an executor opens a
-ledger the driver planned, deleted since (the cut deletes its ledgers without a grace). Each is data loss
+ledger the driver planned, deleted since (the cut deletes its ledgers without a grace, and so does deleting the
+stream: every offset it held is then gone). Each is data loss
 for the offsets the read asked for: with failOnDataLoss=true (the default, as in Spark's Kafka source) the
 read fails with an error naming the first offset the stream still holds; with false it skips the lost
 offsets with a warning and reads on from there. A plan that asked for no offset (a read from the earliest)
@@ -17,7 +18,7 @@ from typing import Callable, TypeVar
 
 from connector.client import NoSuchLedgerError
 from connector.spark.errors import DataLossError
-from metadata.errors import OffsetsGoneError
+from metadata.errors import NoSuchStreamError, OffsetsGoneError
 from metadata.model import StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import read_stream
@@ -78,7 +79,12 @@ def read_or_lost(store: MetadataStore, stream: str | None, first_offset: int | N
     ledger's offsets (it now starts above the ledger's first offset); otherwise the error stands."""
     if stream is None or first_offset is None:
         raise missing
-    now = read_stream(store, stream).value.first_offset
+    try:
+        now = read_stream(store, stream).value.first_offset
+    except NoSuchStreamError as exc:   # the whole stream deleted since the plan: its every offset is gone
+        data_lost(f"stream {stream!r}: the ledger holding offsets from {first_offset} was deleted with the stream "
+                  f"after this read was planned ({exc})", fail)
+        return
     if now <= first_offset:
         raise missing
     data_lost(

@@ -335,9 +335,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lo = record.first_offset      # a batch of the new stream, from its start
             return (lo, *batch_spans(store, record, lo, hi)) if lo <= hi else (lo, [], None)
 
-        lo, spans, reach = self._with_client(
-            lambda lc, _: planned(lc.store, opts.stream, first, opts.fail_on_data_loss,
-                                  lambda record, lo: plan(lc.store, record, lo)))
+        try:
+            lo, spans, reach = self._with_client(
+                lambda lc, _: planned(lc.store, opts.stream, first, opts.fail_on_data_loss,
+                                      lambda record, lo: plan(lc.store, record, lo)))
+        except NoSuchStreamError as exc:   # deleted since latestOffset promised the batch (or before its replay)
+            self._data_lost(f"stream {opts.stream!r} was deleted after this micro-batch was planned: its offsets "
+                            f"{first}..{hi} are gone ({exc})")
+            return []
         if hi < lo:
             return []
         hi = self._checked_end(lo, hi, reach)

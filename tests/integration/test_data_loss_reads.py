@@ -125,3 +125,45 @@ def test_a_batch_read_from_offsets_below_the_first_one_is_data_loss(metadata_uri
     else:
         assert planned_ledgers(reader.partitions()) == ids[2:]
     assert planned_ledgers(batch_reader(metadata_uri, True, recover="false").partitions()) == ids[2:]
+
+
+def delete_events(uri: str) -> None:
+    """`ledger stream delete events --yes`: the stream, then its ledgers."""
+    from connector.cli import main
+    assert main(["stream", "delete", "events", "--yes", "--metadata", uri]) == 0
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_micro_batch_whose_stream_is_deleted_before_it_is_planned_is_data_loss(cluster, metadata_uri, fail):
+    """Stream audit 2026-11-29: latestOffset promised offsets, and the stream was deleted before partitions() planned
+    them (or before the batch was replayed after a restart): NoSuchStreamError failed the query with
+    failOnDataLoss=false too, and every restart replayed the batch and failed again until a stream of the name
+    existed. The offsets are gone with the stream: data loss, skipped with failOnDataLoss=false."""
+    cluster(3)
+    write_raw_stream(metadata_uri, "events", ledgers=2, entries=4)
+    reader = stream_reader(metadata_uri, fail)
+    end = reader.latestOffset({"offset": 0}, ReadAllAvailable())
+    delete_events(metadata_uri)
+    if fail:
+        with pytest.raises(DataLossError, match=r"stream 'events' was deleted after this micro-batch was planned: "
+                                                r"its offsets 0\.\.7 are gone"):
+            reader.partitions({"offset": 0}, end)
+    else:
+        assert reader.partitions({"offset": 0}, end) == []
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_read_whose_stream_is_deleted_after_it_was_planned_is_data_loss(cluster, metadata_uri, fail):
+    """The executor's side: the ledger a partition planned is gone, and so is its stream (read_or_lost read the
+    stream's head and failed with NoSuchStreamError whatever failOnDataLoss said)."""
+    cluster(3)
+    write_raw_stream(metadata_uri, "events", ledgers=2, entries=4)
+    reader = stream_reader(metadata_uri, fail)
+    end = reader.latestOffset({"offset": 0}, ReadAllAvailable())
+    partitions = reader.partitions({"offset": 0}, end)
+    delete_events(metadata_uri)
+    if fail:
+        with pytest.raises(DataLossError, match=r"the ledger holding offsets from 0 was deleted with the stream"):
+            offsets_read(reader, partitions)
+    else:
+        assert offsets_read(reader, partitions) == []
