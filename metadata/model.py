@@ -229,6 +229,14 @@ class ByteCount:
     bytes: int
 
 
+def recreated_since(offset_created: float, created: float) -> bool:
+    """Whether a stream created at `created` was deleted and created again since an offset stamped with
+    offset_created was read from it (a Spark source's offset carries its stream's creation time): offsets of the
+    old stream mean nothing in the new one, whose offsets started again at 0. Both must be known (an offset, or
+    a stream, written by an older version carries none: 0)."""
+    return bool(offset_created and created and offset_created != created)
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamRecord:
     """The head of a stream (a segmented log): its format, schema, owner, Spark commit records, where its

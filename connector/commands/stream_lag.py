@@ -16,6 +16,7 @@ from connector.commands.command_client import open_client
 from connector.lag import Lag, bytes_text, stream_lag
 from metadata import streams
 from metadata.errors import LedgerError
+from metadata.model import recreated_since
 
 
 class NoLedgerSourceError(LedgerError):
@@ -78,7 +79,7 @@ def _ledger_sources(checkpoint: Checkpoint, stream: str | None) -> list[SourceOf
 def _check_incarnation(client, checkpoint: Checkpoint, source: SourceOffset) -> None:
     """A lag against a stream created again since the checkpoint would compare offsets of two different streams."""
     created = streams.read_stream(client.store, source.stream).value.created_at
-    if source.created and created and source.created != created:
+    if recreated_since(source.created, created):
         raise StreamRecreatedError(
             f"checkpoint {checkpoint.path!r}: its offsets are of stream {source.stream!r} as it was before it was "
             "deleted and created again (its offsets started again at 0): the query's next batch fails with data "

@@ -65,7 +65,7 @@ from connector.spark.schema import check_loaded_schema
 from connector.spark.spans import batch_spans, confirmed_past, stream_spans
 from connector.spark.stream_options import LATEST, StreamOptions
 from metadata.errors import LedgerError, NoSuchStreamError
-from metadata.model import StreamRecord
+from metadata.model import StreamRecord, recreated_since
 from metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -296,7 +296,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         failOnDataLoss=false: the query reads the new stream from its first offset, as Kafka's source goes on
         from where a recreated topic's partition starts)."""
         was = offset.get("created")
-        if not (was and created and was != created):
+        if not recreated_since(was, created):
             return False
         if not report:
             return True
