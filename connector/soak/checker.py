@@ -13,8 +13,15 @@ Violations, by kind:
   recovery that returned another last entry than the ledger holds now.
 - orphaned: a ledger that no stream and no writer owns (a stream writer's ledger the stream never got).
 - unrecovered: a ledger still OPEN after the final recovery (judged up to its LAC).
-- crashed: an actor died of an exception (the client raised something outside its LedgerError hierarchy);
-  the soak adds these.
+- under-replicated: an entry of a closed ledger with fewer good copies on its write set than the ack quorum
+  (replicas.py: every copy of every closed ledger is read from every node that should hold it, and copies that
+  disagree are *divergent*; a copy missing while AQ or more are held is a figure, not a violation).
+- crashed: an actor died of an exception (the client raised something outside its LedgerError hierarchy),
+  exited with a status other than 0 after the final SIGTERM, or logged a traceback; the soak adds these.
+
+An append recorded failed was refused before anything was sent (append_async raised: its handle or stream writer
+was closed, or the entry too large; the pipeline's own errors come through the future and are recorded unknown);
+one found in its ledger is *duplicated*: its caller, told it failed, would write it again.
 
 With --spark (check_spark), the Spark actor's stream: its rate rows must be exactly the values its streaming
 query's committed micro-batches produced, each once (compared with chispa; a value held twice is
@@ -27,18 +34,23 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 from typing import Callable, Iterable, Iterator
 
 from connector.client import LedgerClient, LedgerError, Streams
 from connector.client.retry import Retry
+from connector.soak import replicas
 from connector.soak.history import FAILED, OK, UNKNOWN, digest, parse_payload
 from connector.soak.spark_actor import RATE, SparkOutput, tag_rows
 from metadata import streams
 from metadata.model import LedgerMetadata, StreamLedger
 
 APPENDS = ("append", "stream-append")
+WRITER_STEPS = ("create", "takeover", "roll")  # what a writer must do before it can append (and connect)
 REFUSED = ("LedgerFencedError", "LedgerClosedError")  # a store that refuses a fenced writer is working
+REPLICA_READ_SECONDS = 10.0  # the most one node's read of a ledger's copies waits for each message
+MAX_RUNS = 20  # runs of entry ids a violation names at most
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,23 +68,35 @@ class FinalState:
     stream_ledgers: dict[str, list[StreamLedger]]
     stream_offsets: dict[str, dict[int, tuple[int, int, str]]]  # offset -> (ledger, entry, digest)
     violations: list[Violation]
+    replicas: replicas.ReplicaFigures = dataclasses.field(default_factory=replicas.ReplicaFigures)
 
     @classmethod
     def read(cls, client: LedgerClient, stream_names: Iterable[str], arrow_streams: Iterable[str] = ()) -> "FinalState":
         """Every ledger read by ledger reads (an OPEN one up to its LAC), every stream by stream reads. The
-        ledgers of arrow_streams (Spark's rows, judged by check_spark) only by their metadata."""
+        ledgers of arrow_streams (Spark's rows, judged by check_spark) only by their metadata. Every closed
+        ledger's copies, Spark's too, node by node (replicas.py)."""
+        from connector.client.runner import Context, Runtime
+
         state = cls({}, {}, {}, {}, [])
         arrow_streams = set(arrow_streams)
-        for ledger_id in sorted(client.list_ledgers()):
-            try:
-                handle = client.open_ledger(ledger_id, recover=False)
-                if handle.metadata.custom.get("stream") in arrow_streams:
-                    state.add_ledger(handle.metadata, None)
-                    continue
-                entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
-                state.add_ledger(handle.metadata, [entry.payload for entry in entries])
-            except LedgerError as exc:  # with every fault healed, what cannot be read is not there
-                state.violations.append(Violation("lost", f"ledger {ledger_id} cannot be read: {exc}"))
+        runtime = Runtime.shared()
+        ctx = Context(client.store, client.transport(), REPLICA_READ_SECONDS, REPLICA_READ_SECONDS)
+        try:
+            for ledger_id in sorted(client.list_ledgers()):
+                try:
+                    handle = client.open_ledger(ledger_id, recover=False)
+                    meta = handle.metadata
+                    if meta.custom.get("stream") in arrow_streams:
+                        state.add_ledger(meta, None)
+                    else:
+                        entries = handle.read(0, handle.last_entry_id) if handle.last_entry_id >= 0 else ()
+                        state.add_ledger(meta, [entry.payload for entry in entries])
+                    if meta.is_closed:
+                        state.add_copies(meta, runtime.run(replicas.read_copies(ctx, meta)))
+                except LedgerError as exc:  # with every fault healed, what cannot be read is not there
+                    state.violations.append(Violation("lost", f"ledger {ledger_id} cannot be read: {exc}"))
+        finally:
+            runtime.run(ctx.transport.close())
         for name in arrow_streams:
             found = streams.find_stream(client.store, name)
             state.add_arrow_stream(name, stream_ledgers(client.store, found.value) if found is not None else [])
@@ -109,6 +133,27 @@ class FinalState:
             self.violations.append(Violation("lost", f"ledger {ledger_id} is closed at entry {meta.last_entry_id} "
                                                      f"but {len(digests)} entries were read from it"))
         self.digests[ledger_id] = digests
+
+    def add_copies(self, meta: LedgerMetadata, found: dict[str, replicas.NodeCopies]) -> None:
+        """A closed ledger's copies as replicas.read_copies found them on each node: damaged or disagreeing
+        copies are *divergent*, an entry with fewer good copies on its write set than AQ *under-replicated*;
+        the rest goes into the figures."""
+        verdict = replicas.judge(meta, found)
+        self.replicas.add(verdict.figures)
+        where = f"ledger {meta.ledger_id}"
+        for entry_id, node, problem in verdict.damaged:
+            self.violations.append(Violation("divergent", f"{where} entry {entry_id}: the copy on {node} is damaged "
+                                                          f"({problem})"))
+        for entry_id, held in verdict.differing:
+            copies = ", ".join(f"{node} {payload}" for node, payload in sorted(held.items()))
+            self.violations.append(Violation("divergent", f"{where} entry {entry_id}: its copies hold different "
+                                                          f"payloads (by node, their hashes: {copies})"))
+        if verdict.below_quorum:
+            why = ", ".join(f"{node} {reason}" for node, reason in sorted(verdict.lacking.items()))
+            self.violations.append(Violation(
+                "under-replicated", f"{where} (E={meta.ensemble_size} WQ={meta.write_quorum} AQ={meta.ack_quorum}): "
+                                    f"{len(verdict.below_quorum)} entries with fewer good copies on their write "
+                                    f"sets than AQ, entries {_runs(verdict.below_quorum)} ({why})"))
 
     def add_arrow_stream(self, name: str, held: list[StreamLedger]) -> None:
         """A Spark stream's ledgers: each once, each there, their row offsets contiguous (rows themselves are
@@ -200,13 +245,21 @@ def _sent_as(sent_as: tuple[str, int, int] | None) -> str:
 class Report:
     ops: int = 0
     outcomes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)       # took effect
+    not_applied: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # could not be
+    not_healed: collections.Counter = dataclasses.field(default_factory=collections.Counter)   # heal gave up
     violations: list[Violation] = dataclasses.field(default_factory=list)
-    attempted_available: int = 0   # appends invoked while at most one node was faulty
+    # while at most one node was faulty: appends invoked (but those a fenced or closed ledger refused), and the
+    # attempts of writers that failed before an append could be sent (connect, create, takeover, roll)
+    attempted_available: int = 0
     acked_available: int = 0
-    p99_append_ms: float = 0.0
+    blocked_available: int = 0       # those failed attempts (also in attempted_available)
+    blocked_seconds: float = 0.0     # from each to its writer's next operation
+    p99_append_ms: float = 0.0       # acknowledged appends, invoke to ack
+    p99_any_append_ms: float = 0.0   # every append, acknowledged, failed or unknown: invoke to outcome
     unknown_landed: int = 0
     unknown_appends: int = 0
+    replicas: replicas.ReplicaFigures = dataclasses.field(default_factory=replicas.ReplicaFigures)
     spark: "SparkSummary | None" = None
 
     def count(self, kind: str) -> int:
@@ -217,24 +270,44 @@ class Report:
         return not self.violations
 
     def line(self, minutes: float, seed: int) -> str:
-        faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items()))
+        faults = _by_kind(self.faults)
+        for label, counter in (("not applied", self.not_applied), ("not healed", self.not_healed)):
+            if counter:
+                faults += f"; {label} {sum(counter.values())}: {_by_kind(counter)}"
         availability = self.acked_available / self.attempted_available if self.attempted_available else 1.0
-        others = "".join(f", {kind} {self.count(kind)}" for kind in ("unrecovered", "crashed") if self.count(kind))
+        others = "".join(f", {kind} {self.count(kind)}" for kind in ("under-replicated", "unrecovered", "crashed")
+                         if self.count(kind))
         return (f"soak: {minutes:g} minutes, seed {seed}, ops {self.ops} (acked {self.outcomes[OK]}, failed "
                 f"{self.outcomes[FAILED]}, unknown {self.outcomes[UNKNOWN]}), faults {sum(self.faults.values())} "
                 f"by kind ({faults}), lost {self.count('lost')}, duplicated {self.count('duplicated')}, divergent "
                 f"{self.count('divergent')}, orphaned {self.count('orphaned')}{others}"
                 + (f"; {self.spark.line()}" if self.spark is not None else "")
                 + f"; append availability {availability:.2%} ({self.acked_available}/{self.attempted_available} "
-                f"acked while at most one node was faulty), p99 append latency {self.p99_append_ms:.0f} ms")
+                f"while at most one node was faulty: appends acked / appends invoked + {self.blocked_available} "
+                f"failed connects, creates, takeovers and rolls of writers, {self.blocked_seconds:.0f} s till each "
+                f"writer's next try), p99 append latency {self.p99_append_ms:.0f} ms acked, "
+                f"{self.p99_any_append_ms:.0f} ms every append (acked, failed or unknown: invoke to outcome); "
+                f"{self.replicas.line()}")
+
+
+def _by_kind(counter: collections.Counter) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in sorted(counter.items()))
 
 
 def check(final: FinalState, history: list[dict], faults: list[dict]) -> Report:
-    """faults: the nemesis's end records ({"fault", "t", "t_end", "nodes"})."""
-    report = Report(violations=list(final.violations))
+    """faults: the nemesis's records (Nemesis.records: {"fault", "t", "t_end", "nodes", ...}), one per fault
+    it injected: t_end None if it never ended, "applied" false if it could not be applied, "healed" false if
+    its heal gave up."""
+    report = Report(violations=list(final.violations), replicas=final.replicas)
     report.ops = len(history)
     report.outcomes.update(r["outcome"] for r in history)
-    report.faults.update(f["fault"] for f in faults)
+    for f in faults:
+        if f.get("applied", True):
+            report.faults[f["fault"]] += 1
+            if f.get("t_end") is None or f.get("healed") is False:
+                report.not_healed[f["fault"]] += 1
+        else:
+            report.not_applied[f["fault"]] += 1
     for record in history:
         if record["op"] in APPENDS:
             _check_append(final, record, report)
@@ -245,7 +318,7 @@ def check(final: FinalState, history: list[dict], faults: list[dict]) -> Report:
         elif record["op"] in ("close", "recover") and record["outcome"] == OK:
             _check_close(final, record, report)
     _check_owners(final, report)
-    _availability(history, faults, report)
+    _availability(history, [f for f in faults if f.get("applied", True)], report)
     return report
 
 
@@ -253,11 +326,15 @@ def _check_append(final: FinalState, r: dict, report: Report) -> None:
     ledger_id, entry_id = r["ledger"], r["entry"]
     digests = final.digests.get(ledger_id)
     meta = final.ledgers.get(ledger_id)
-    held = digests is not None and entry_id < len(digests) and digests[entry_id] == r["digest"]
+    held = digests is not None and entry_id < len(digests) and digests[entry_id] == r.get("digest")
     if r["outcome"] == UNKNOWN:
         report.unknown_appends += 1
         report.unknown_landed += held
         return
+    if r["outcome"] == FAILED and held:
+        report.violations.append(Violation("duplicated", f"{r['actor']}'s {r['op']} of ledger {ledger_id} entry "
+                                                         f"{entry_id} failed ({r.get('error')}), and the ledger holds "
+                                                         "it: its caller, told it failed, would write it again"))
     if r["outcome"] != OK:
         return
     where = f"{r['actor']}'s {r['op']} of ledger {ledger_id} entry {entry_id} (acked at {r['t_end']:.3f})"
@@ -335,17 +412,26 @@ def _made_by(tags: dict[str, str]) -> str | None:
 
 
 def _availability(history: list[dict], faults: list[dict], report: Report) -> None:
-    """Appends invoked while at most one node was faulty (kills, pauses, full disks, proxy faults), without
-    those a fenced or closed ledger refused; and the p99 latency of every acknowledged append."""
-    spans = sorted((f["t"], f["t_end"], tuple(f.get("nodes", ()))) for f in faults if f.get("nodes"))
-    latencies = []
+    """Attempts to append while at most one node was faulty (kills, pauses, full disks, proxy faults): the
+    appends invoked, without those a fenced or closed ledger refused, and the attempts that failed before an
+    append could be sent (a writer's connect, create, takeover or roll: blocked); and the p99 latencies."""
+    spans = sorted((f["t"], math.inf if f.get("t_end") is None else f["t_end"], tuple(f.get("nodes", ())))
+                   for f in faults if f.get("nodes"))
+    acked, every = [], []
     active: list[tuple[float, float, tuple]] = []
     next_span = 0
+    blocked_since: dict[str, dict] = {}   # actor -> its failed attempt (one that counted) till its next record
     for r in history:  # in invocation order
-        if r["op"] not in APPENDS:
+        since = blocked_since.pop(r["actor"], None)
+        if since is not None:
+            report.blocked_seconds += r["t"] - since["t"]
+        blocked = _blocked(r)
+        if r["op"] in APPENDS:
+            every.append(r["t_end"] - r["t"])
+            if r["outcome"] == OK:
+                acked.append(r["t_end"] - r["t"])
+        elif not blocked:
             continue
-        if r["outcome"] == OK:
-            latencies.append(r["t_end"] - r["t"])
         if r["outcome"] != OK and r.get("error", "").startswith(REFUSED):
             continue
         while next_span < len(spans) and spans[next_span][0] <= r["t"]:
@@ -355,9 +441,28 @@ def _availability(history: list[dict], faults: list[dict], report: Report) -> No
         if len({node for s in active for node in s[2]}) <= 1:
             report.attempted_available += 1
             report.acked_available += r["outcome"] == OK
-    if latencies:
-        latencies.sort()
-        report.p99_append_ms = 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+            if blocked:
+                report.blocked_available += 1
+                blocked_since[r["actor"]] = r
+    report.blocked_seconds += sum(r["t_end"] - r["t"] for r in blocked_since.values())   # an actor's last record
+    report.p99_append_ms = _p99(acked)
+    report.p99_any_append_ms = _p99(every)
+
+
+def _blocked(r: dict) -> bool:
+    """A writer's attempt that failed before it could append: a create, takeover or roll, or the connect of a
+    writer that is writing (not an idle stream writer's)."""
+    if r["outcome"] == OK:
+        return False
+    return r["op"] in WRITER_STEPS or (r["op"] == "connect" and bool(r.get("writing")))
+
+
+def _p99(latencies: list[float]) -> float:
+    """In ms; 0 for none."""
+    if not latencies:
+        return 0.0
+    latencies.sort()
+    return 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
 
 
 def recover_all(client: LedgerClient, seconds: float) -> list[str]:
@@ -482,3 +587,10 @@ def _ranges(values: list[int]) -> list[tuple[int, int]]:
 
 def _span(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}..{high}"
+
+
+def _runs(values: list[int]) -> str:
+    """Sorted values as their runs, the first MAX_RUNS of them: 3..7, 9 and 2 more runs."""
+    runs = _ranges(values)
+    shown = ", ".join(_span(low, high) for low, high in runs[:MAX_RUNS])
+    return shown + (f" and {len(runs) - MAX_RUNS} more runs" if len(runs) > MAX_RUNS else "")

@@ -21,9 +21,12 @@ the killed run wrote); a batch job's driver killed mid-job would leave its task 
 dead drivers' jobs, which does not exist yet (issue 15 item 7).
 
 At most two storage nodes are faulty at a time (kills, pauses, full disks and proxy faults count), so that a
-ledger of E=3 always has nodes to move to. Each fault is logged twice to the nemesis log, when it starts and
-when it ends; the end record ({"fault", "t", "t_end", "target", "nodes", ...}) is what the checker's
-availability figure reads.
+ledger of E=3 always has nodes to move to. Each fault is logged twice to the nemesis log, when it took effect
+and when it ends. `records` holds one record per fault ({"fault", "t", "t_end", "target", "nodes", ...}), made
+when it took effect and completed when it ends (t_end None till then; "healed": false if its heal gave up, as
+a ZooKeeper that would not start again): what the checker counts and its availability figure reads. A fault
+that could not be applied (a session that did not expire) is logged and recorded as such ("applied": false),
+and is no fault of the run.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ SPARK_WEIGHTS = {"spark-driver-kill": 1}  # with --spark only: a soak without it
 MAX_FAULTY_NODES = 2
 FAULT_EVERY = (2.0, 6.0)
 HEAL_SECONDS = 120.0  # a heal not over by then is logged as not healed ("healed": false) and let go
+EXPIRE_SECONDS = 5.0  # the most a session expiry waits for ZooKeeper
 FILLER = "soak-disk-filler"
 
 
@@ -67,6 +71,8 @@ class Fault:
     t: float = dataclasses.field(default_factory=time.time)
     detail: dict = dataclasses.field(default_factory=dict)
     healing_since: float | None = None
+    applied: bool = True                  # False: it could not be applied (detail says why); nothing to heal
+    record: dict = dataclasses.field(default_factory=dict)   # its entry in Nemesis.records
 
 
 class Nemesis:
@@ -75,7 +81,7 @@ class Nemesis:
         self.rng = rng
         self.weights = {**WEIGHTS, **(SPARK_WEIGHTS if soak.spark else {})}
         self.active: list[Fault] = []
-        self.ended: list[dict] = []
+        self.records: list[dict] = []
         self._log = open(log_path, "a", buffering=1)
         self._next_at = time.monotonic() + rng.uniform(*FAULT_EVERY)
 
@@ -91,10 +97,20 @@ class Nemesis:
             for kind in kinds:
                 fault = getattr(self, "_" + kind.replace("-", "_"))()
                 if fault is not None:
-                    self.active.append(fault)
-                    self._write({"event": "start", "fault": fault.kind, "t": round(fault.t, 4),
-                                 "target": fault.target, "nodes": list(fault.nodes), **fault.detail})
+                    self._started(fault)
                     break
+
+    def _started(self, fault: Fault) -> None:
+        """Record a fault as it took effect (or could not be)."""
+        fault.record = {"fault": fault.kind, "t": round(fault.t, 4), "t_end": None, "target": fault.target,
+                        "nodes": list(fault.nodes), **fault.detail}
+        self.records.append(fault.record)
+        if fault.applied:
+            self.active.append(fault)
+            self._write({"event": "start", **fault.record})
+        else:
+            fault.record["applied"] = False
+            self._write({"event": "not-applied", **fault.record})
 
     def heal_all(self) -> None:
         """Heal every fault now and wait (bounded) until each heal is over."""
@@ -123,10 +139,8 @@ class Nemesis:
                 return
             more = {"healed": False}
         self.active.remove(fault)
-        record = {"event": "end", "fault": fault.kind, "t": round(fault.t, 4), "t_end": round(time.time(), 4),
-                  "target": fault.target, "nodes": list(fault.nodes), **fault.detail, **more}
-        self.ended.append(record)
-        self._write(record)
+        fault.record.update(t_end=round(time.time(), 4), **more)
+        self._write({"event": "end", **fault.record})
 
     def _write(self, record: dict) -> None:
         self._log.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -237,15 +251,16 @@ class Nemesis:
         if not session:
             return None
         other = KazooClient(hosts=self.soak.zookeeper_address, client_id=(session[0], bytes.fromhex(session[1])))
+        applied = True
         try:
-            other.start(timeout=5)  # the same session from another connection; closing it ends the session
+            other.start(timeout=EXPIRE_SECONDS)  # the same session from another connection; closing it ends it
             other.stop()
             outcome = "expired"
         except Exception as exc:  # ZooKeeper away, or the session ended already
-            outcome = f"not expired: {type(exc).__name__}"
+            outcome, applied = f"not expired: {type(exc).__name__}", False
         finally:
             other.close()
-        return Fault("session-expire", writer.slot, (), time.monotonic(), lambda: None,
+        return Fault("session-expire", writer.slot, (), time.monotonic(), lambda: None, applied=applied,
                      detail={"writer": writer.name, "session": hex(session[0]), "outcome": outcome})
 
     def _zk_restart(self) -> Fault | None:
@@ -253,8 +268,10 @@ class Nemesis:
             return None
         how = self.rng.choice((signal.SIGKILL, signal.SIGTERM))
         self.soak.stop_zookeeper(how)
-        return Fault("zk-restart", "zookeeper", (), self._after(1, 8), self.soak.start_zookeeper,
-                     detail={"signal": how.name})
+        started: list[bool] = []   # whether ZooKeeper started again, once the heal ran (it gives up after tries)
+        return Fault("zk-restart", "zookeeper", (), self._after(1, 8),
+                     lambda: started.append(self.soak.start_zookeeper()),
+                     healed=lambda: {} if all(started) else {"healed": False}, detail={"signal": how.name})
 
     def _spark_driver_kill(self) -> Fault | None:
         actor = self.soak.spark_actor()

@@ -61,6 +61,7 @@ OTHER_SLOTS = {
 }
 GROUP_SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 SPARK_SLOT = "spark"  # with --spark: its own process (and its JVM and Python workers, one process group)
+TRACEBACK = "Traceback (most recent call last):"
 
 
 @dataclasses.dataclass
@@ -133,6 +134,7 @@ class Soak:
         self.actors: dict[str, ActorProcess] = {}
         self.owner: str | None = None
         self.crashes: list[str] = []
+        self._crashed: set[str] = set()   # the actors (by name: slot and generation) in crashes
         self._crashes_per_slot: collections.Counter = collections.Counter()
         self.nemesis: Nemesis | None = None
         self.metadata_uri = ""
@@ -183,14 +185,17 @@ class Soak:
         if not wait_gone(pid, 20):
             os.kill(pid, signal.SIGKILL)
 
-    def start_zookeeper(self) -> None:
+    def start_zookeeper(self) -> bool:
+        """Whether ZooKeeper started (five tries)."""
         for _ in range(5):
             try:
                 self.cluster.start_zookeeper(timeout=60)
-                return
+                return True
             except Exception as exc:  # e.g. the port not free yet: try again
                 self.echo(f"soak: ZooKeeper did not start ({exc}); trying again")
                 time.sleep(1)
+        self.echo("soak: ZooKeeper did not start in five tries; the fault is reported as not healed")
+        return False
 
     def take_over_from(self, writer: ActorProcess) -> str | None:
         """Another actor takes over what `writer` writes: another stream writer the stream, the janitor a
@@ -310,15 +315,15 @@ class Soak:
             if time.monotonic() >= next_progress:
                 next_progress += 60
                 self.echo(f"soak: {(time.monotonic() - started) / 60:.0f}/{self.minutes:g} minutes, "
-                          f"{len(self.nemesis.ended) + len(self.nemesis.active)} faults")
+                          f"{len(self.nemesis.records)} faults")
             time.sleep(0.2)
 
     def _supervise(self, restart: bool = True) -> None:
         """An actor that exited without being killed crashed: note it and start its slot again."""
         for actor in self.actors.values():
             if actor.process is not None and not actor.alive() and not actor.expected_exit:
-                self.crashes.append(f"actor {actor.name} exited with status {actor.process.returncode}; see "
-                                    f"{self.actors_dir / (actor.name + '.log')}")
+                self._crash(actor.name, f"actor {actor.name} exited with status {actor.process.returncode}; see "
+                                        f"{self.actors_dir / (actor.name + '.log')}")
                 self.echo(f"soak: {self.crashes[-1]}")
                 actor.expected_exit = True
                 self._crashes_per_slot[actor.slot] += 1
@@ -338,7 +343,7 @@ class Soak:
             for error in checker.recover_all(client, RECOVERY_SECONDS):
                 self.echo(f"soak: final recovery failed: {error}")
             final = checker.FinalState.read(client, [STREAM], arrow_streams=[SPARK_STREAM] if self.spark else [])
-            report = checker.check(final, records, self.nemesis.ended)
+            report = checker.check(final, records, self.nemesis.records)
             if self.spark:
                 self._check_spark(client, records, report)
         report.violations += [checker.Violation("crashed", c) for c in self.crashes]
@@ -369,6 +374,10 @@ class Soak:
         report.violations += violations
 
     def _stop_actors(self) -> None:
+        """SIGTERM every actor and wait: each must stop in time, with status 0 (or killed by the SIGTERM itself,
+        which came before its handler was in place); any other status is a crash (an exception, say)."""
+        self._supervise(restart=False)   # those that died since: crashes of their own, not of the stop
+        running = [actor for actor in self.actors.values() if actor.alive()]
         for actor in self.actors.values():
             actor.expected_exit = True
             actor.signal(signal.SIGTERM)
@@ -376,15 +385,39 @@ class Soak:
         for actor in self.actors.values():
             if actor.process is None:
                 continue
+            log = self.actors_dir / (actor.name + ".log")
             try:
-                actor.process.wait(max(0.1, deadline - time.monotonic()))
+                status = actor.process.wait(max(0.1, deadline - time.monotonic()))
+                if actor in running and status not in (0, -signal.SIGTERM):
+                    self._crash(actor.name, f"actor {actor.name} exited with status {status} after the final SIGTERM "
+                                            f"({_last_line(log)}); see {log}")
             except subprocess.TimeoutExpired:
-                self.crashes.append(f"actor {actor.name} did not stop within {self._stop_seconds:.0f}s of SIGTERM; "
-                                    f"see {self.actors_dir / (actor.name + '.log')}")
+                self._crash(actor.name, f"actor {actor.name} did not stop within {self._stop_seconds:.0f}s of "
+                                        f"SIGTERM; see {log}")
                 actor.signal(signal.SIGKILL)
                 actor.process.wait(10)
             if actor.group:
                 actor.signal(signal.SIGKILL)  # what is left of its group (a JVM that outlived its driver)
+        self._check_logs()
+
+    def _crash(self, name: str, what: str) -> None:
+        self.crashes.append(what)
+        self._crashed.add(name)
+
+    def _check_logs(self) -> None:
+        """An exception that escaped in an actor that lived on (in a thread, a callback) leaves only a traceback in
+        its log: each actor's log is read once all stopped (not the Spark actor's, whose driver logs its tasks'
+        tracebacks, which a node fault causes and Spark retries)."""
+        for log in sorted(self.actors_dir.glob("*.log")):
+            name = log.name.removesuffix(".log")
+            if name in self._crashed or name.split(".")[0] == SPARK_SLOT:
+                continue
+            lines = log.read_text(errors="replace").splitlines()
+            starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
+            if starts:
+                error = next((line for line in lines[starts[-1] + 1:] if not line.startswith(" ")), "")
+                self._crash(name, f"actor {name}'s log holds {len(starts)} traceback(s) (an exception escaped in a "
+                                  f"thread or a callback; the last: {error[:300]}); see {log}")
 
     def _cleanup(self) -> None:
         """Whatever happened (also Ctrl-C): every process and proxy started is stopped, every filler removed."""
@@ -407,6 +440,17 @@ class Soak:
 
 def _interrupt(*_) -> None:
     raise KeyboardInterrupt
+
+
+def _last_line(path: pathlib.Path) -> str:
+    """The last line of an actor's log (an exception's, after a traceback), or what says there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError as exc:
+        return f"its log cannot be read: {exc}"
+    return f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"
 
 
 def _serving(address: str) -> bool:

@@ -72,6 +72,7 @@ class Actor:
         self.takeover = threading.Event()
         self.parent = os.getppid()
         self.client: LedgerClient | None = None
+        self.writing: Callable[[], bool] = lambda: False   # whether it is meant to append now (a writer's role sets it)
         self._session: tuple | None = None
         signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
         signal.signal(signal.SIGUSR1, lambda *_: self.takeover.set())
@@ -87,14 +88,15 @@ class Actor:
     # -- the client ----------------------------------------------------------------------------------
 
     def connect(self) -> LedgerClient | None:
-        """A client (through this actor's proxies, if it has them), retried while ZooKeeper is away."""
+        """A client (through this actor's proxies, if it has them), retried while ZooKeeper is away. A failed
+        connect of a writer that is meant to append says so (writing: the checker counts it as unavailable)."""
         while not self.stopping():
             t = time.time()
             try:
                 self.client = LedgerClient(self.args.metadata, timeout=3.0, add_timeout=5.0,
                                            node_addresses=json.loads(self.args.node_addresses))
             except LedgerError as exc:
-                self.history.record("connect", FAILED, t, error=_describe(exc))
+                self.history.record("connect", FAILED, t, error=_describe(exc), writing=self.writing())
                 self.pause(1.0)
                 continue
             self.history.record("connect", OK, t, writer_id=self.client.writer_id)
@@ -134,9 +136,10 @@ class Actor:
     def append_many(self, append: Callable[[bytes], concurrent.futures.Future], ledger_id: int, first: int,
                     count: int, op: str, fields: dict, result_field: str) -> str:
         """Append entries first..first+count-1 of ledger_id with at most --window in flight at --rate per
-        second, recording each outcome (an ack's result as result_field). Returns 'done', 'failed' (the ledger took an error: stop using it),
-        'stuck' (an append went unanswered for STUCK_AFTER: give the client up), 'stopped' or 'interrupted'
-        (a take-over was asked for)."""
+        second, recording each outcome (an ack's result as result_field). Returns 'done', 'failed' (the ledger
+        took an error: stop using it), 'stuck' (an append went unanswered for STUCK_AFTER: give the client up),
+        'stopped' or 'interrupted' (a take-over was asked for). An append that raised was refused before it was
+        sent: it is recorded failed, with its payload's digest (the checker looks for it in the ledger)."""
         pending: collections.deque[_Pending] = collections.deque()
         sent = 0
         failed = False
@@ -152,7 +155,8 @@ class Actor:
                 try:
                     future = append(data)
                 except LedgerError as exc:
-                    self.history.record(op, FAILED, t, ledger=ledger_id, entry=index, error=_describe(exc), **fields)
+                    self.history.record(op, FAILED, t, ledger=ledger_id, entry=index, size=len(data),
+                                        digest=digest(data), error=_describe(exc), **fields)
                     failed = True
                     break
                 done_at: list = []
@@ -198,6 +202,7 @@ class Actor:
 
 def run_ledger_writer(actor: Actor) -> None:
     e, wq, aq = (int(x) for x in actor.args.quorum.split(","))
+    actor.writing = lambda: True
     while not actor.stopping():
         client = actor.client or actor.connect()
         if client is None:
@@ -231,6 +236,7 @@ def run_stream_writer(actor: Actor) -> None:
     roll_at = 0
     if actor.args.own:
         actor.takeover.set()
+    actor.writing = lambda: writer is not None or actor.takeover.is_set()   # it holds the stream or was asked to
     while not actor.stopping():
         client = actor.client or actor.connect()  # connected also while idle: ready to be asked
         if client is None:

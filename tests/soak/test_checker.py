@@ -255,3 +255,248 @@ def test_a_closed_ledger_read_back_short_is_reported_lost():
     whole = FinalState({}, {}, {}, {}, [])
     whole.add_ledger(ledger(2, 2, soak_role="ledger"), entries("lw", 2, 3))
     assert whole.violations == []
+
+
+# -- soak audit 2026-12: the verdict's gaps ---------------------------------------------------------------------
+
+
+def copies(**by_node: dict[int, bytes | str]) -> dict[str, NodeCopies]:
+    """NodeCopies by node from entry id -> payload (a str: a bad copy's problem, as read_copies keeps it)."""
+    from connector.soak.replicas import NodeCopies, payload_hash
+
+    return {node.replace("_", "-"): NodeCopies({e: c if isinstance(c, str) else payload_hash(c)
+                                                for e, c in held.items()})
+            for node, held in by_node.items()}
+
+
+def test_copies_that_disagree_between_nodes_are_divergent_and_a_short_entry_is_counted_or_under_replicated():
+    """Soak audit: the final read took each entry from one replica, so copies that disagree between nodes were
+    never compared. Ledger 1 (E=3 WQ=3 AQ=2, entries 0..4): node-3 holds another payload at entry 1 and a
+    damaged copy at entry 2; entry 3 is missing on node-3 (two copies left: a figure); entry 4 is on node-1
+    only (fewer than AQ: a violation)."""
+    good = entries("lw", 1, 5)
+    final = FinalState({}, {}, {}, {}, [])
+    meta = ledger(1, 4, soak_role="ledger")
+    final.add_ledger(meta, good)
+    final.add_copies(meta, copies(node_1=dict(enumerate(good)), node_2=dict(enumerate(good[:4])),
+                                  node_3={0: good[0], 1: payload("lw", 1, 1, 99), 2: "!digest mismatch"}))
+    assert sorted((v.kind, v.detail.split(":")[0]) for v in final.violations) == [
+        ("divergent", "ledger 1 entry 1"), ("divergent", "ledger 1 entry 2"),
+        ("under-replicated", "ledger 1 (E=3 WQ=3 AQ=2)")]
+    assert "entries 4 (node-2 missing, node-3 missing)" in final.violations[-1].detail
+    assert (final.replicas.entries, final.replicas.copies, final.replicas.missing, final.replicas.short_entries) \
+        == (5, 11, 3, 1)
+    report = check(final, [], [])
+    assert report.count("under-replicated") == 1
+    line = report.line(1, 1)
+    assert ", orphaned 0, under-replicated 1; append availability" in line
+    assert line.endswith("; copies compared 11 of 5 entries on every node of their write sets, entries short of a "
+                         "copy 1 (3 copies missing; each entry still on AQ nodes or more; no auditor runs)")
+
+
+def test_a_striped_ledgers_copies_are_looked_for_on_their_write_sets_only_and_an_unread_node_is_named():
+    """E=3 WQ=2: entry e is on nodes e%3 and (e+1)%3 of the ensemble; a node whose read failed holds its copies
+    unread, not missing."""
+    meta = LedgerMetadata(2, 3, 2, 2, (Fragment(0, NODES),), state=LedgerState.CLOSED, last_entry_id=2,
+                          custom_metadata=(("soak_role", "ledger"),))
+    data = entries("lw", 2, 3)
+    final = FinalState({}, {}, {}, {}, [])
+    final.add_ledger(meta, data)
+    found = copies(node_1={0: data[0], 2: data[2]}, node_2={0: data[0], 1: data[1]}, node_3={1: data[1]})
+    found["node-3"].unread.append((0, 2, "node node-3: ReadRange failed: UNAVAILABLE"))
+    final.add_copies(meta, found)
+    assert [(v.kind, v.detail) for v in final.violations] == [
+        ("under-replicated", "ledger 2 (E=3 WQ=2 AQ=2): 1 entries with fewer good copies on their write sets than "
+                             "AQ, entries 2 (node-3 unread: node node-3: ReadRange failed: UNAVAILABLE)")]
+    assert (final.replicas.copies, final.replicas.missing, final.replicas.unread) == (5, 0, 1)
+
+
+def test_the_final_read_compares_every_copy_of_a_closed_ledger_node_by_node(cluster, metadata_uri):
+    """End to end, against real nodes: one node's copy of entry 1 is overwritten (a recovery add) with a payload
+    the soak could have sent there; a ledger read, taking each entry from one replica, cannot tell."""
+    from connector.client import LedgerClient
+    from protos import ledger_pb2 as pb
+    from protos.digest import master_key
+    from tests.harness.node_client import NodeClient, make_entry
+
+    nodes = {node.node_id: node for node in cluster(3)}
+    with LedgerClient(metadata_uri) as client:
+        with client.create_ledger(3, 3, 2, custom_metadata={"soak_role": "ledger"}) as handle:
+            for entry_id in range(4):
+                handle.append(payload("lw", handle.ledger_id, entry_id, 100))
+        ledger_id = handle.ledger_id
+        other = payload("lw-2", ledger_id, 1, 100)
+        with NodeClient(nodes["node-3"].address) as node:
+            [result] = node.add(make_entry(ledger_id, 1, other, key=master_key(b""), lac=0, recovery=True))
+        assert result.status == pb.OK
+        final = FinalState.read(client, [])
+    assert [(v.kind, v.detail.split(" (")[0]) for v in final.violations] == [
+        ("divergent", f"ledger {ledger_id} entry 1: its copies hold different payloads")]
+    assert (final.replicas.entries, final.replicas.copies, final.replicas.missing) == (4, 12, 0)
+
+
+def test_a_writers_failed_connects_creates_takeovers_and_rolls_count_against_availability():
+    """Soak audit: availability counted only appends that were sent, so a writer stuck in its connect, create
+    or takeover retries lowered nothing; and the p99 counted only acknowledged appends."""
+    def op(actor: str, name: str, outcome: str, t: float, **fields) -> dict:
+        return {"t": t, "t_end": t + 0.5, "actor": actor, "op": name, "outcome": outcome, **fields}
+
+    history = [append("lw", 1, e) for e in range(5)]   # invoked at 10.00..10.04, 10 ms each
+    history += [op("lw", "create", UNKNOWN, 20.0, error="NodeError: no nodes"),
+                op("lw", "create", UNKNOWN, 21.0, error="NodeError: no nodes"),
+                op("lw", "create", OK, 22.0, ledger=2),
+                op("sw", "connect", FAILED, 20.0, error="ZooKeeper away", writing=True),
+                op("sw", "takeover", UNKNOWN, 23.0, error="MetadataError: timeout"),
+                op("sw-old", "roll", UNKNOWN, 30.0, error="LedgerFencedError: fenced"),   # the store working
+                op("idle", "connect", FAILED, 20.0, error="ZooKeeper away", writing=False),
+                op("r", "read", FAILED, 20.0, ledger=1, error="NodeError: x")]
+    history.append(append("lw", 2, 0, outcome=UNKNOWN, t=24.0, t_end=27.0, error="NodeError: timeout"))
+    history.sort(key=lambda r: r["t"])
+    report = check(state_with_stream(), history, [])
+    assert (report.acked_available, report.attempted_available) == (5, 10)
+    assert report.blocked_available == 4
+    # lw: 20.0 -> 21.0 -> 22.0; sw: 20.0 -> 23.0, 23.0 -> its end 23.5
+    assert report.blocked_seconds == pytest.approx(5.5)
+    assert report.p99_append_ms == pytest.approx(10) and report.p99_any_append_ms == pytest.approx(3000)
+    assert ("append availability 50.00% (5/10 while at most one node was faulty: appends acked / appends invoked + "
+            "4 failed connects, creates, takeovers and rolls of writers, 6 s till each writer's next try), p99 append "
+            "latency 10 ms acked, 3000 ms every append (acked, failed or unknown: invoke to outcome)") \
+        in report.line(1, 1)
+
+
+def test_faults_count_when_they_took_effect_and_one_not_applied_or_not_healed_says_so():
+    """Soak audit: faults were counted when they ended, so one still active at the end went uncounted (and its
+    span unseen by availability), a session-expire that did not expire counted as a fault, and a ZooKeeper
+    restart whose start gave up as healed."""
+    faults = [{"fault": "node-kill", "t": 10.0, "t_end": None, "nodes": ["node-1"]},         # never ended
+              {"fault": "node-pause", "t": 10.0, "t_end": 10.5, "nodes": ["node-2"]},
+              {"fault": "session-expire", "t": 11.0, "t_end": None, "nodes": [], "applied": False},
+              {"fault": "zk-restart", "t": 12.0, "t_end": 20.0, "nodes": [], "healed": False}]
+    history = [append("lw", 1, e, t=10.2) for e in range(5)]   # at 10.2..10.24: two nodes down
+    history.append(append("lw", 1, 0, t=11.0))                 # at 11.0: one node still down
+    report = check(state_with_stream(), history, faults)
+    assert report.faults == {"node-kill": 1, "node-pause": 1, "zk-restart": 1}
+    assert report.not_applied == {"session-expire": 1}
+    assert report.not_healed == {"node-kill": 1, "zk-restart": 1}
+    assert (report.acked_available, report.attempted_available) == (1, 1)
+    assert ("faults 3 by kind (node-kill 1, node-pause 1, zk-restart 1; not applied 1: session-expire 1; not healed "
+            "2: node-kill 1, zk-restart 1), lost 0") in report.line(1, 1)
+
+
+class FakeWriter:
+    slot, name, role = "lw-1", "lw-1.1", "ledger-writer"
+
+    def ready(self) -> bool:
+        return True
+
+    def status(self) -> dict:
+        return {"session": [1234, "00" * 16]}
+
+
+class FakeSoak:
+    """What the nemesis acts on, for a session expiry and a ZooKeeper restart: no ZooKeeper is listening."""
+
+    spark = False
+    node_ids = ["node-1", "node-2", "node-3"]
+
+    def __init__(self, port: int):
+        self.zookeeper_address = f"127.0.0.1:{port}"
+        self.zookeeper_stops = 0
+
+    def writers(self) -> list:
+        return [FakeWriter()]
+
+    def stop_zookeeper(self, how) -> None:
+        self.zookeeper_stops += 1
+
+    def start_zookeeper(self) -> bool:
+        return False   # five tries, all failed
+
+
+def test_the_nemesis_records_a_fault_as_it_took_effect_and_one_it_could_not_apply_as_such(tmp_path, monkeypatch):
+    import json
+    import random
+    import socket
+
+    from connector.soak import nemesis as nemesis_module
+    from connector.soak.nemesis import Nemesis
+
+    monkeypatch.setattr(nemesis_module, "EXPIRE_SECONDS", 0.5)
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    soak = FakeSoak(port)
+    nemesis = Nemesis(soak, random.Random(1), tmp_path / "nemesis.jsonl")
+    for kind in ("session-expire", "zk-restart"):
+        nemesis.weights = {kind: 1}
+        nemesis._next_at = 0.0
+        nemesis.step()
+    assert [(r["fault"], r["t_end"], r.get("applied", True)) for r in nemesis.records] == [
+        ("session-expire", None, False), ("zk-restart", None, True)]   # counted as it took effect
+    assert soak.zookeeper_stops == 1 and [f.kind for f in nemesis.active] == ["zk-restart"]
+    nemesis.heal_all()
+    nemesis.close()
+    assert nemesis.records[1]["healed"] is False and nemesis.records[1]["t_end"] is not None
+    events = [(e["event"], e["fault"]) for e in map(json.loads, (tmp_path / "nemesis.jsonl").read_text().splitlines())]
+    assert events == [("not-applied", "session-expire"), ("start", "zk-restart"), ("end", "zk-restart")]
+    report = check(FinalState({}, {}, {}, {}, []), [], nemesis.records)
+    assert (report.faults, report.not_applied, report.not_healed) == ({"zk-restart": 1}, {"session-expire": 1},
+                                                                       {"zk-restart": 1})
+
+
+ACTOR = """
+import signal, sys, threading, time
+how = sys.argv[1]
+if how in ("clean", "thread"):
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+elif how == "crash":
+    def crash(*_):
+        raise RuntimeError("the client raised something it should not")
+    signal.signal(signal.SIGTERM, crash)
+if how == "thread":
+    def fail():
+        raise ValueError("a bug in a callback")
+    worker = threading.Thread(target=fail)
+    worker.start()
+    worker.join()
+print("ready", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_an_actor_that_crashes_on_the_final_sigterm_or_logs_a_traceback_is_reported(tmp_path):
+    """Soak audit: the actors' exit statuses after the final SIGTERM were not looked at, so one that died of an
+    exception on its way out passed; nor their logs, so one whose thread died of an exception passed too. One
+    killed by the SIGTERM itself (before its handler was in place) did not crash."""
+    import subprocess
+    import sys
+
+    from connector.soak.run import ActorProcess, Soak
+
+    soak = Soak(1, 1, tmp_path / "soak")
+    soak.actors_dir.mkdir(parents=True)
+    for how in ("clean", "crash", "default", "thread"):
+        actor = ActorProcess(how, "ledger-writer", [], soak.actors_dir, generation=1)
+        with open(soak.actors_dir / f"{actor.name}.log", "wb") as log:
+            actor.process = subprocess.Popen([sys.executable, "-c", ACTOR, how], stdout=subprocess.PIPE, stderr=log)
+        assert actor.process.stdout.readline() == b"ready\n"   # its handler is in place
+        soak.actors[how] = actor
+    soak._stop_actors()
+    assert [a.process.returncode for a in soak.actors.values()] == [0, 1, -15, 0]
+    assert len(soak.crashes) == 2, soak.crashes
+    assert soak.crashes[0].startswith("actor crash.1 exited with status 1 after the final SIGTERM (its log ends: "
+                                      "RuntimeError: the client raised something it should not); see ")
+    assert soak.crashes[1].startswith("actor thread.1's log holds 1 traceback(s) (an exception escaped in a thread "
+                                      "or a callback; the last: ValueError: a bug in a callback); see ")
+
+
+def test_a_failed_append_found_in_its_ledger_is_duplicated():
+    """Soak audit: appends recorded failed (refused before they were sent: append_async raised) were never looked
+    for; one in its ledger means 'failed' was wrong, and a caller would write it again."""
+    failed = append("lw", 1, 2, outcome=FAILED, error="LedgerClosedError: closed")
+    not_there = append("lw", 1, 5, outcome=FAILED, error="LedgerClosedError: closed")
+    report = check(state_with_stream(), [failed, not_there], [])
+    assert [(v.kind, v.detail) for v in report.violations] == [
+        ("duplicated", "lw's append of ledger 1 entry 2 failed (LedgerClosedError: closed), and the ledger holds it: "
+                       "its caller, told it failed, would write it again")]
