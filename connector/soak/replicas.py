@@ -11,8 +11,8 @@ entry from one replica, so copies that disagree between nodes would pass it unse
   nemesis destroys no data, and a repair only adds copies: nothing accounts for fewer.
 - missing copies (a figure, not a violation): a node of an entry's write set without it, while AQ or more have
   it. With AQ < WQ an append is acknowledged without the last WQ - AQ copies, and a writer's ensemble change moves
-  only the entries after its LAC: the copies a failed node never took stay missing until an auditor repairs the
-  fragment (BookKeeper's design), and the soak runs no auditor.
+  only the entries after its LAC: the copies a failed node never took stay missing (BookKeeper's design: the
+  auditor repairs the fragments of lost nodes, not copies a live node lacks).
 
 Copies on a node that did not answer its read in full (a broken call, an error status) are unread: counted
 apart, and they do not count as good copies. The cost is one read of every copy of the history's closed ledgers,
@@ -67,7 +67,7 @@ class ReplicaFigures:
         unread = f", {self.unread} unread" if self.unread else ""
         return (f"copies compared {self.copies} of {self.entries} entries on every node of their write sets, "
                 f"entries short of a copy {self.short_entries} ({self.missing} copies missing{unread}; each entry "
-                "still on AQ nodes or more; no auditor runs)")
+                "still on AQ nodes or more)")
 
 
 def payload_hash(payload: bytes | memoryview) -> str:

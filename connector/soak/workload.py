@@ -9,6 +9,8 @@
   thousand entries to each, then closes it.
 - ledger-reader: tails the newest ledgers without fencing them (open_ledger(recover=False), wait_lac).
 - stream-reader: tails the stream with Streams.read.
+- auditor: `ledger audit --watch` with a short --lost-after: re-replicates the fragments of nodes the nemesis keeps
+  away, which then drop their over-replicated copies once back.
 - janitor: recovers ledgers whose writer is gone (its ZooKeeper session ended), and takes over the ledgers
   of a writer the nemesis paused (a file DIR/requests/*.json names its writer id).
 - spark (`ledger soak --spark`): a streaming query (rate source -> ledger sink) and a batch writer in one
@@ -47,6 +49,8 @@ LEDGER_ENTRIES = (200, 3000)
 PAYLOAD_BYTES = (32, 4096)
 READ_BATCH = 500
 TAILED_LEDGERS = 6
+LOST_AFTER = 2.0          # the auditor's --lost-after: a node unregistered this long has its fragments moved
+AUDIT_FULL_SECONDS = 30.0
 
 
 @dataclasses.dataclass
@@ -409,12 +413,41 @@ def run_janitor(actor: Actor) -> None:
         actor.pause(2.0)
 
 
+def run_auditor(actor: Actor) -> None:
+    """`ledger audit --watch --lost-after LOST_AFTER`: moves the fragments of a node away for longer (killed, or
+    paused past its ZooKeeper session) to other nodes, so that the node, once back, holds copies its metadata no
+    longer names, which its garbage collection drops (over-replicated ledgers: a repair racing that drop must never
+    leave the metadata naming a node without the entries, which the checker's copy comparison would find)."""
+    from connector.client.replication import AuditSchedule
+    from connector.client.rereplicate import Rereplicator
+    from connector.commands.replication import watch
+
+    while not actor.stopping():
+        client = actor.client or actor.connect()
+        if client is None:
+            return
+        t = time.time()
+        try:
+            with Rereplicator(client, lost_after=LOST_AFTER) as worker:
+                schedule = AuditSchedule(full_seconds=AUDIT_FULL_SECONDS)
+                while not actor.stopping():
+                    t = time.time()
+                    status = watch(worker, 0.0, schedule, rounds=1)
+                    actor.history.record("audit", OK if status == 0 else FAILED, t)
+                    actor.pause(1.0)
+        except LedgerError as exc:
+            actor.history.record("audit", FAILED, t, error=_describe(exc))
+            actor.abandon_client()
+            actor.pause(1.0)
+
+
 ROLES = {
     "ledger-writer": run_ledger_writer,
     "stream-writer": run_stream_writer,
     "ledger-reader": run_ledger_reader,
     "stream-reader": run_stream_reader,
     "janitor": run_janitor,
+    "auditor": run_auditor,
     "spark": spark_actor.run_spark,
 }
 

@@ -291,7 +291,7 @@ def test_copies_that_disagree_between_nodes_are_divergent_and_a_short_entry_is_c
     line = report.line(1, 1)
     assert ", orphaned 0, under-replicated 1; append availability" in line
     assert line.endswith("; copies compared 11 of 5 entries on every node of their write sets, entries short of a "
-                         "copy 1 (3 copies missing; each entry still on AQ nodes or more; no auditor runs)")
+                         "copy 1 (3 copies missing; each entry still on AQ nodes or more)")
 
 
 def test_a_striped_ledgers_copies_are_looked_for_on_their_write_sets_only_and_an_unread_node_is_named():
