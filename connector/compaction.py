@@ -43,6 +43,7 @@ run's bytes stored twice for that long.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -51,7 +52,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -123,7 +124,7 @@ class Compaction:
     state: str = RUNNING
     swapped_at: float | None = None
     ledgers: tuple[StreamLedger, ...] = ()   # the run's replacement, once swapped
-    replaced_pages: tuple[str, ...] = ()     # page names the swap replaced
+    replaced_pages: tuple[str, ...] = ()     # the pages the swap replaced (layout.page_ref)
 
     @property
     def path(self) -> str:
@@ -226,7 +227,8 @@ def plan_runs(
     planned = ledgers[:-1]   # the last ledger stays (replace_run)
     with concurrent.futures.ThreadPoolExecutor(PLAN_THREADS) as pool:
         looked = list(pool.map(lambda ledger: _candidate(lc, ledger, policy, password), planned))
-    runs = runs_of([c if isinstance(c, Candidate) else None for c in looked], policy)
+    runs = runs_of([c if isinstance(c, Candidate) else None for c in looked], policy,
+                   streams.book_starts(lc.store, record))
     if ledgers:
         _set_plan_mark(lc.store, record, policy, plan_start(planned, looked, runs, ledgers[-1].first_offset))
     return runs
@@ -279,20 +281,28 @@ def _policy_key(policy: CompactionPolicy) -> list[int]:
     return [policy.small, policy.target_bytes, policy.min_ledgers]
 
 
-def runs_of(candidates: list[Candidate | None], policy: CompactionPolicy) -> list[list[list[Candidate]]]:
+def runs_of(candidates: list[Candidate | None], policy: CompactionPolicy,
+            breaks: Sequence[int] = ()) -> list[list[list[Candidate]]]:
     """Pure: candidates in stream order (None: a ledger that stays) cut into runs of contiguous candidates with
     the same quorums and entry format (with or without times) and at most MAX_RUN_LEDGERS ledgers, each packed
-    into groups of at most target_bytes.
+    into groups of at most target_bytes; breaks (sorted) are offsets where books of the stream's pages start
+    (streams.book_starts): a run never holds offsets on both sides of one (a new ledger may not straddle books).
     A run neither starts nor ends with a ledger without rows, nor with a group of one ledger (nothing to
     merge), and one of fewer than min_ledgers ledgers is dropped."""
     runs, current = [], []
     for candidate in candidates + [None]:
-        if current and (candidate is None or candidate.kind != current[0].kind or len(current) == MAX_RUN_LEDGERS):
+        if current and (candidate is None or candidate.kind != current[0].kind or len(current) == MAX_RUN_LEDGERS
+                        or _book(breaks, candidate) != _book(breaks, current[0])):
             runs.append(_groups(current, policy.target_bytes))
             current = []
         if candidate is not None:
             current.append(candidate)
     return [run for run in map(_trimmed, runs) if sum(map(len, run)) >= max(2, policy.min_ledgers)]
+
+
+def _book(breaks: Sequence[int], candidate: Candidate) -> int:
+    """Which of the books starting at breaks the candidate's ledger is in (as streams.replace_run places it)."""
+    return bisect.bisect_right(breaks, candidate.ledger.first_offset)
 
 
 def _groups(run: list[Candidate], target_bytes: int) -> list[list[Candidate]]:
@@ -542,7 +552,7 @@ def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLed
             return None
         rewrite = replace_run(lc.store, head, compaction.run, replacement)
         done = dataclasses.replace(compaction, state=SWAPPED, swapped_at=time.time(), ledgers=replacement,
-                                   replaced_pages=tuple(layout.page_name(page) for page in rewrite.replaced))
+                                   replaced_pages=tuple(layout.page_ref(page) for page in rewrite.replaced))
         return dataclasses.replace(rewrite, also=((compaction.path, done.encode(), 0),))
 
     update_stream(lc.store, compaction.stream, transform, read_back=True)
@@ -587,8 +597,8 @@ def _finish(lc: LedgerClient, compaction: Compaction, password: bytes) -> None:
     the new ledgers, which the stream holds)."""
     for ledger in compaction.run:
         discard(lc, ledger.ledger_id, password)
-    for page_name in compaction.replaced_pages:
-        lc.store.delete(f"{layout.stream_pages_path(compaction.stream)}/{page_name}")
+    for page_ref in compaction.replaced_pages:
+        lc.store.delete(layout.page_ref_path(compaction.stream, page_ref))
     lc.store.delete(compaction.path, recursive=True)
 
 

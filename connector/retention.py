@@ -15,8 +15,9 @@ calls first) finishes what it left:
    the tail ledgers taken off, which no page holds. Pages are not rewritten: readers skip a page's ledgers
    below first_offset (streams.iter_ledgers). A lost reply is read back: the record's state says whether the
    cut landed (rule 16).
-3. delete: the record's tail ledgers, then the ledgers of the pages below the new first offset and the pages
-   left with none (streams.drop_below), then the record. Everything here is idempotent.
+3. delete: the record's tail ledgers, then the ledgers of the pages below the new first offset, the pages
+   left with none and the books left with no page (streams.drop_below), then the record. Everything here is
+   idempotent.
 
 A planned record whose process is gone is deleted: its cut cannot land any more (ZooKeeper drops the
 requests of a session that ended, and the cut's multi sets the record at version 0).
@@ -41,9 +42,10 @@ retentionMs / retentionBytes) is applied by apply_retention, run by `ledger stre
   run and of those it removes. An overwrite (first_offset moved by another path) or a compaction of counted
   offsets invalidates the count, and the next run counts the stream's ledgers again once.
 
-Cost of one run, whatever the stream's age: the head; the page names (one listing, as any read below the
-tail makes); the pages holding the ledgers it looks at; ledger metadata for those it removes plus one (age),
-and for those added since the last run (size); then one delete per removed ledger and per emptied page.
+Cost of one run, whatever the stream's age: the head; the book names and the page names of the books it
+looks at (as any read below the tail lists); the pages holding the ledgers it looks at; ledger metadata for
+those it removes plus one (age), and for those added since the last run (size); then one delete per removed
+ledger and per emptied page and book.
 """
 from __future__ import annotations
 

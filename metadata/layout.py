@@ -10,11 +10,17 @@
     /streams/<name>/queries/<query id>
                                 the last micro-batch a streaming query committed to the stream, set in the
                                 multi that commits it (metadata/query_commits.py)
-    /streams/<name>/pages/F-L-M a stream's sealed page: closed ledgers covering offsets F..L, M the highest
-                                ledger id in it; immutable, created in the multi that takes them off the tail
-    /streams/<name>/pages/F-L-M-G
+    /streams/<name>/books/K-F-P a book of the stream's sealed pages: its K-th, holding the pages from offset F
+                                up to the next book's F; P the highest ledger id in the stream's pages when it
+                                was created (metadata/streams.py)
+    /streams/<name>/books/K-F-P/F-L-M
+                                a sealed page: closed ledgers covering offsets F..L, M the highest ledger id in
+                                it; immutable, created in the multi that takes them off the tail
+    /streams/<name>/books/K-F-P/F-L-M-G
                                 a page of generation G, rewritten by a compaction (the page it replaces stays
                                 for the compaction's grace period)
+    /streams/<name>/pages/F-L-M[-G]
+                                a flat page, as software before books sealed them: read, never created again
     /streams/<name>/cuts/<id>   a truncation or retention run's cut: planned, then (in the multi that moves the
                                 stream's first offset) the ledgers it took off the tail; deleted once they are
                                 (connector/retention.py)
@@ -39,7 +45,7 @@ import json
 import re
 import urllib.parse
 
-from metadata.model import StreamPage
+from metadata.model import StreamBook, StreamPage
 
 LEDGERS = "/ledgers"
 IDGEN = "/idgen"
@@ -121,8 +127,30 @@ def stream_pages_path(name: str) -> str:
     return f"{STREAMS}/{name}/pages"
 
 
+def stream_books_path(name: str) -> str:
+    return f"{STREAMS}/{name}/books"
+
+
+def stream_book_path(name: str, book: StreamBook) -> str:
+    return f"{stream_books_path(name)}/{book_name(book)}"
+
+
 def stream_page_path(name: str, page: StreamPage) -> str:
-    return f"{stream_pages_path(name)}/{page_name(page)}"
+    """A page's znode: in its book, or directly under /pages for a flat page."""
+    return f"{STREAMS}/{name}/{page_ref(page)}" if page.book else f"{stream_pages_path(name)}/{page_name(page)}"
+
+
+def page_ref(page: StreamPage) -> str:
+    """How a compaction's record names a page it replaced: a flat page by its name (under /pages, as older
+    records do), a page in a book by its path under the stream's head (books/K-F-P/F-L-M-G)."""
+    if page.book is None:
+        return page_name(page)
+    return f"books/{book_name(page.book)}/{page_name(page)}"
+
+
+def page_ref_path(name: str, ref: str) -> str:
+    """The znode of a page a compaction's record names (page_ref)."""
+    return f"{STREAMS}/{name}/{ref}" if "/" in ref else f"{stream_pages_path(name)}/{ref}"
 
 
 def stream_queries_path(name: str) -> str:
@@ -161,13 +189,30 @@ def page_name(page: StreamPage) -> str:
 _PAGE_NAME = re.compile(r"^(\d+)-(-?\d+)-(\d+)(?:-(\d+))?$")
 
 
-def page_from_name(page_name: str) -> StreamPage:
-    """The page a name says. A page of empty ledgers only (a stream writer opened and closed without an append
-    leaves one) ends one offset before it starts: at offset 0 its name is 0--1-M."""
+def page_from_name(page_name: str, book: StreamBook | None = None) -> StreamPage:
+    """The page a name says (in `book`, None: a flat page). A page of empty ledgers only (a stream writer
+    opened and closed without an append leaves one) ends one offset before it starts: at offset 0 its name
+    is 0--1-M."""
     found = _PAGE_NAME.match(page_name)
     if found is None:
         raise ValueError(f"{page_name!r} is not a stream page's name (F-L-M or F-L-M-G)")
-    return StreamPage(*(int(part) for part in found.groups() if part is not None))
+    first, last, max_id, generation = (None if part is None else int(part) for part in found.groups())
+    return StreamPage(first, last, max_id, generation or 0, book)
+
+
+def book_name(book: StreamBook) -> str:
+    """K-F-P: its ordinal, its first offset, the highest ledger id in the stream's pages before it (-1: none)."""
+    return f"{book.ordinal}-{book.first_offset}-{book.max_ledger_id}"
+
+
+_BOOK_NAME = re.compile(r"^(\d+)-(\d+)-(-1|\d+)$")
+
+
+def book_from_name(name: str) -> StreamBook:
+    found = _BOOK_NAME.match(name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a stream book's name (K-F-P)")
+    return StreamBook(*(int(part) for part in found.groups()))
 
 
 def compaction_path(compaction_id: str) -> str:

@@ -183,18 +183,46 @@ class StreamLedger:
 
 
 @dataclasses.dataclass(frozen=True)
+class StreamBook:
+    """A book of a stream's sealed pages, as its znode name K-F-P tells it (metadata/streams.py): the stream's
+    K-th book (numbered from 0 as they are created), holding its pages from offset F up to the next book's F
+    (the newest book: up to the tail). P is the highest ledger id in the stream's pages when the book was
+    created (-1: none): no ledger with a higher id was sealed into the books before it (or the flat pages)."""
+
+    ordinal: int
+    first_offset: int
+    max_ledger_id: int
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamPage:
     """A sealed page of a stream, as its znode name tells it: closed ledgers covering offsets first_offset..
     last_offset, the highest of their ids max_ledger_id (a ledger with a higher id cannot be in it).
 
     generation is 0 for a page sealed off the tail; a compaction's rewritten pages carry the head's new
     page_generation, and the pages they replace stay until its grace period has passed (metadata/streams.py).
+    book is the book the page is in, None for a flat page (directly under /streams/NAME/pages, as software
+    before books sealed them).
     """
 
     first_offset: int
     last_offset: int
     max_ledger_id: int
     generation: int = 0
+    book: StreamBook | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Shelf:
+    """Where a stream's next sealed page goes, kept in its head: into `book`, which holds `pages` pages sealed
+    off the tail so far, or (book None) into a new book of ordinal next_ordinal, created in the multi that
+    seals its first page. max_ledger_id is the highest ledger id put into the stream's pages so far (the next
+    book's P), -1 if none."""
+
+    book: StreamBook | None = None
+    pages: int = 0
+    next_ordinal: int = 0
+    max_ledger_id: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +286,9 @@ class StreamRecord:
 
     retention is the stream's retention setting, byte_count what retention by size counted so far (so that a
     run reads only the ledgers added since, and those it removes).
+
+    shelf says where the next sealed page goes; None in a head written by software before books, whose stream
+    may have flat pages (its first seal into a book looks up their highest ledger id, once).
     """
 
     name: str
@@ -272,6 +303,7 @@ class StreamRecord:
     page_generation: int = 0
     retention: Retention = Retention()
     byte_count: ByteCount | None = None
+    shelf: Shelf | None = None
 
     @property
     def next_offset(self) -> int:

@@ -14,6 +14,8 @@ from metadata.model import (
     NodeRegistration,
     NodeState,
     Retention,
+    Shelf,
+    StreamBook,
     StreamLedger,
     StreamRecord,
 )
@@ -24,7 +26,9 @@ FORMAT_VERSION = 1
 # Version 3: streaming queries' commit records are znodes beside the head (metadata/query_commits.py), which
 # software that reads version 2 would not look at, so it must not read such a head (it could commit a replayed
 # batch twice); `commits` holds only records not yet moved out of an older head.
-STREAM_FORMAT_VERSION = 3
+# Version 4: new pages are sealed into books (/streams/NAME/books/BOOK/PAGE, the head's `shelf` says where the
+# next goes), which software that reads version 3 would not look at (and it would seal flat pages after them).
+STREAM_FORMAT_VERSION = 4
 
 
 def _dump(kind: str, body: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
@@ -165,11 +169,23 @@ def encode_stream(stream: StreamRecord) -> bytes:
     if stream.byte_count is not None:
         count = stream.byte_count
         body["byte_count"] = [count.first_offset, count.end_offset, count.bytes]
+    if stream.shelf is not None:
+        shelf = stream.shelf
+        book = shelf.book
+        body["shelf"] = {"book": None if book is None else [book.ordinal, book.first_offset, book.max_ledger_id],
+                         "pages": shelf.pages, "next": shelf.next_ordinal, "max": shelf.max_ledger_id}
     return _dump("stream", body, STREAM_FORMAT_VERSION)
 
 
+def _shelf(raw: dict | None) -> Shelf | None:
+    if raw is None:
+        return None
+    book = None if raw["book"] is None else StreamBook(*raw["book"])
+    return Shelf(book, raw["pages"], raw["next"], raw["max"])
+
+
 def decode_stream(data: bytes) -> StreamRecord:
-    r = _load("stream", data, (1, 2, STREAM_FORMAT_VERSION))
+    r = _load("stream", data, (1, 2, 3, STREAM_FORMAT_VERSION))
     if r["format_version"] == 1:
         tail = _ledgers(r["ledgers"])
         commits = sorted(r["commits"].items())
@@ -191,6 +207,7 @@ def decode_stream(data: bytes) -> StreamRecord:
         page_generation=r.get("page_generation", 0),
         retention=Retention(**r["retention"]) if "retention" in r else Retention(),
         byte_count=ByteCount(*r["byte_count"]) if "byte_count" in r else None,
+        shelf=_shelf(r.get("shelf")),
     )
 
 

@@ -1,32 +1,49 @@
 """Streams: the head of a segmented log and the sealed pages that hold its older ledgers.
 
     /streams/NAME                 the head (StreamRecord): format, schema, owner, batch jobs' outcomes, first
-                                  offset, and the tail: the most recent ledgers, always including the last one
-    /streams/NAME/pages/F-L-M     a sealed page: PAGE_LEDGERS closed ledgers covering offsets F..L, M the
+                                  offset, where the next page is sealed (shelf), and the tail: the most recent
+                                  ledgers, always including the last one
+    /streams/NAME/books/K-F-P     a book: up to BOOK_PAGES pages sealed one after the other, from offset F
+    /streams/NAME/books/K-F-P/F-L-M
+                                  a sealed page: PAGE_LEDGERS closed ledgers covering offsets F..L, M the
                                   highest ledger id in it; immutable once created
+    /streams/NAME/pages/F-L-M     a flat page, as software before books sealed them (read, never sealed again)
     /streams/NAME/queries/Q       streaming query Q's last committed batch (metadata/query_commits.py), set in
                                   the multi of the head's update that commits it
 
 Every update goes through update_stream (find or create, transform the head, compare-and-set): the head's
-CAS and the creation of the pages an overflowing tail is sealed into are one ZooKeeper multi, so a job's
-or micro-batch's ledgers become visible in one step, and a commit writes the head plus at most
-PAGES_PER_UPDATE pages (and a streaming commit its query's record) whatever the stream's history (DESIGN
-rule 15). A head written by older software (every ledger in one record) is read as a head with a long tail
-and sealed into pages over its next writes.
+CAS and the creation of the pages an overflowing tail is sealed into (and of the book a page starts) are one
+ZooKeeper multi, so a job's or micro-batch's ledgers become visible in one step, and a commit writes the head
+plus at most PAGES_PER_UPDATE pages (and a streaming commit its query's record) whatever the stream's history
+(DESIGN rule 15). A head written by older software (every ledger in one record) is read as a head with a long
+tail and sealed into pages over its next writes.
 Offsets only grow (rule 17), so a page's name never comes back: pages below first_offset (after an
-overwrite or a truncation) are skipped by readers and deleted by drop_below once their ledgers are.
+overwrite or a truncation) are skipped by readers and deleted by drop_below once their ledgers are, and a
+book once its pages are.
+
+Books keep every read's listing small (rule 15). A book's name K-F-P says where its offsets start (F; they end
+where the next book's start), so a reader lists the book names (one per BOOK_PAGES * PAGE_LEDGERS ledgers) and
+then only the books that hold the offsets it reads (metadata/paging.py chooses them). P, the highest ledger id
+in the stream's pages when the book was made, tells held_ledgers which older books can still hold a ledger.
+The head's shelf names the book the next page goes into and how full it is; the seal that fills a book's
+last place leaves the next page to make a new one. A cut that takes every page off the stream (first_offset
+reaches the tail) leaves the next page a new book as well, as drop_below deletes the emptied ones.
+A stream paged by software before books keeps its flat pages where they are: they all hold offsets below its
+first book's (that software refuses a head of format version 4), so only reads of those offsets list them.
 
 A compaction replaces a contiguous run of closed ledgers by fewer, larger ones at the same offsets
 (replace_run): in its one multi it sets the head (the run taken off the tail, page_generation up by one)
 and creates the rewritten pages, named F-L-M-G with G that generation, covering exactly the offsets of the
-pages they replace. The replaced pages are not deleted then: a reader that read the head before the swap
-may still list and read them, so a reader whose head has page_generation g reads, for every offset, the
-page of the highest generation up to g (live_pages), and sees the stream exactly as its head described
-it, with the replaced ledgers, which also stay for the grace. The compaction deletes both after it.
+pages they replace, in the same book (a new ledger across a book's end is refused). The replaced pages are
+not deleted then: a reader that read the head before the swap may still list and read them, so a reader
+whose head has page_generation g reads, for every offset, the page of the highest generation up to g
+(live_pages), and sees the stream exactly as its head described it, with the replaced ledgers, which also
+stay for the grace. The compaction deletes both after it.
 
 Reads take the head (one znode), then iter_ledgers reads only the pages that overlap the offsets asked
-for (none when the tail covers them), and held_ledgers only the pages that can hold the ledger ids asked
-for (a page's name carries its highest ledger id; ledger ids grow, so these are the recent pages).
+for (none when the tail covers them), listing the book names and the books holding those offsets, and
+held_ledgers only the pages that can hold the ledger ids asked for (a page's name carries its highest ledger
+id; ledger ids grow, so these are the recent pages, in the newest books).
 """
 from __future__ import annotations
 
@@ -37,16 +54,18 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from kazoo.exceptions import (
-    BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, SessionExpiredError,
+    BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError, OperationTimeoutError,
+    SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from metadata import layout, serde
+from metadata import layout, paging, serde
 from metadata.errors import (
     LedgerError, MetadataConflictError, MetadataError, NoSuchStreamError, OffsetsGoneError, StreamExistsError,
     ZooKeeperUnreachableError,
 )
-from metadata.model import StreamLedger, StreamPage, StreamRecord, Versioned
+from metadata.model import Shelf, StreamBook, StreamLedger, StreamPage, StreamRecord, Versioned
+from metadata.paging import Region
 from metadata.store import ZK_WAIT_ENV, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +77,10 @@ _NO_REPLY = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTi
 # (the encoding is more compact), so none exceeds ZooKeeper's 1 MB request limit.
 PAGE_LEDGERS = 256
 PAGES_PER_UPDATE = 8
+# A book holds BOOK_PAGES pages sealed off the tail (262,144 ledgers), plus the pages compactions rewrite in it
+# while their grace lasts: a book's listing is some 30-40 KB of names, and a stream's book names grow by one per
+# 262,144 ledgers.
+BOOK_PAGES = 1024
 
 
 class InvalidStreamNameError(LedgerError):
@@ -85,10 +108,10 @@ ZnodeWrite = tuple[str, "bytes | None", "int | None"]
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
     """A transform's result that changes more than the head in its multi: the multi sets head, creates pages (of
-    generation head.page_generation: a compaction's, built by replace_run), and writes each znode of `also` that
-    changes in the same step (path, data, expected version: a compare-and-set; version None: a create), such as
-    a compaction's record or a streaming query's commit record. replaced are the pages the new ones hide: still
-    readable by older heads, deleted after the caller's grace."""
+    generation head.page_generation, in the books they name: a compaction's, built by replace_run), and writes
+    each znode of `also` that changes in the same step (path, data, expected version: a compare-and-set;
+    version None: a create), such as a compaction's record or a streaming query's commit record. replaced are
+    the pages the new ones hide: still readable by older heads, deleted after the caller's grace."""
 
     head: StreamRecord
     pages: tuple[tuple[StreamPage, tuple[StreamLedger, ...]], ...] = ()
@@ -104,10 +127,10 @@ def check_stream_name(name: str) -> str:
 
 def create_stream(store: MetadataStore, record: StreamRecord) -> Versioned[StreamRecord]:
     check_stream_name(record.name)
-    record = record.replace(created_at=record.created_at or time.time())
+    record = record.replace(created_at=record.created_at or time.time(), shelf=record.shelf or Shelf())
     transaction = store.transaction()
     transaction.create(layout.stream_path(record.name), serde.encode_stream(record))
-    transaction.create(layout.stream_pages_path(record.name))
+    transaction.create(layout.stream_books_path(record.name))
     transaction.create(layout.stream_queries_path(record.name))
     transaction.create(layout.stream_cuts_path(record.name))
     try:
@@ -133,26 +156,30 @@ def write_stream(
     store: MetadataStore, record: StreamRecord | Rewrite, expected_version: int
 ) -> Versioned[StreamRecord]:
     """Compare-and-set the head at expected_version; in the same multi, the oldest ledgers of a tail longer
-    than PAGE_LEDGERS are sealed into new pages (and a Rewrite's pages are created and its `also` written).
-    Returns the head as stored (its tail shortened so)."""
+    than PAGE_LEDGERS are sealed into new pages (and the books they start created; a Rewrite's pages are
+    created and its `also` written). Returns the head as stored (its tail shortened so)."""
     rewrite = record if isinstance(record, Rewrite) else Rewrite(record)
-    head, pages = _sealed(rewrite.head)
+    head = rewrite.head
+    if head.shelf is None and _seals(head.tail):   # a head of older software: once, the highest id of its flat pages
+        highest = max([_highest_flat_id(store, head.name)] + [page.max_ledger_id for page, _ in rewrite.pages])
+        head = head.replace(shelf=Shelf(max_ledger_id=highest))
+    head, books, pages = _sealed(head)
     pages = list(rewrite.pages) + pages
     try:
-        version = _commit(store, head, expected_version, pages, rewrite.also)
+        version = _commit(store, head, expected_version, books, pages, rewrite.also)
     except NoNodeError as exc:
         if not store.exists(layout.stream_path(head.name)):
             raise NoSuchStreamError(f"stream {head.name!r} was deleted while being updated") from exc
         for path, _, also_version in rewrite.also:
             if also_version is not None and not store.exists(path):
                 raise MetadataConflictError(f"{path} is gone; re-read and retry") from exc
-        # A stream created before pages (or query commit records) existed: those directories come with their
-        # first znode.
-        for directory in (layout.stream_pages_path(head.name), layout.stream_queries_path(head.name),
+        # A stream created before books (or query commit records, or cuts) existed: those directories come with
+        # their first znode.
+        for directory in (layout.stream_books_path(head.name), layout.stream_queries_path(head.name),
                           layout.stream_cuts_path(head.name)):
             create_directory(store, head.name, directory)
         try:
-            version = _commit(store, head, expected_version, pages, rewrite.also)
+            version = _commit(store, head, expected_version, books, pages, rewrite.also)
         except NoNodeError as again:   # deleted meanwhile: the stream, or a znode of `also`
             raise MetadataConflictError(f"stream {head.name!r}: a znode of the update went; re-read") from again
     return Versioned(head, version)
@@ -170,12 +197,15 @@ def create_directory(store: MetadataStore, name: str, path: str) -> None:
 
 
 def _commit(
-    store: MetadataStore, head: StreamRecord, expected_version: int, pages: list[tuple[StreamPage, tuple]],
-    also: tuple[ZnodeWrite, ...],
+    store: MetadataStore, head: StreamRecord, expected_version: int, books: list[StreamBook],
+    pages: list[tuple[StreamPage, tuple]], also: tuple[ZnodeWrite, ...],
 ) -> int:
-    """One multi: the head's CAS, the pages' creation and `also`; returns the head's new version."""
+    """One multi: the head's CAS, the creation of the books, then of the pages, and `also`; returns the head's
+    new version."""
     transaction = store.transaction()
     transaction.set_data(layout.stream_path(head.name), serde.encode_stream(head), expected_version)
+    for book in books:
+        transaction.create(layout.stream_book_path(head.name, book))
     for page, ledgers in pages:
         transaction.create(layout.stream_page_path(head.name, page), serde.encode_page(ledgers))
     for path, data, also_version in also:
@@ -203,18 +233,38 @@ def _commit(
         ) from exc
 
 
-def _sealed(record: StreamRecord) -> tuple[StreamRecord, list[tuple[StreamPage, tuple[StreamLedger, ...]]]]:
-    """record with the oldest PAGE_LEDGERS-runs of its tail taken off into pages, while the tail is longer than
-    PAGE_LEDGERS (it keeps at least its last ledger); only closed ledgers are sealed."""
+def _seals(tail: tuple[StreamLedger, ...]) -> bool:
+    """Whether a tail is long enough to seal a page off it, of closed ledgers."""
+    return len(tail) > PAGE_LEDGERS and all(ledger.last_offset is not None for ledger in tail[:PAGE_LEDGERS])
+
+
+def _sealed(
+    record: StreamRecord,
+) -> tuple[StreamRecord, list[StreamBook], list[tuple[StreamPage, tuple[StreamLedger, ...]]]]:
+    """Pure: record with the oldest PAGE_LEDGERS-runs of its tail taken off into pages, while the tail is longer
+    than PAGE_LEDGERS (it keeps at least its last ledger; only closed ledgers are sealed), at most
+    PAGES_PER_UPDATE of them; and the books to create for them. A page goes into the shelf's book, or starts a
+    new one when there is none (the last one is full, or the stream has none yet). A head whose offsets are all
+    in its tail (a cut took every page) starts a new book with its next page: drop_below deletes the old ones
+    once their pages are gone."""
+    shelf = record.shelf
+    if shelf is not None and shelf.book is not None and record.first_offset >= record.tail_offset:
+        shelf = dataclasses.replace(shelf, book=None, pages=0)
     tail = record.tail
-    pages = []
-    while len(tail) > PAGE_LEDGERS and len(pages) < PAGES_PER_UPDATE:
+    books, pages = [], []
+    while _seals(tail) and len(pages) < PAGES_PER_UPDATE:
         run = tail[:PAGE_LEDGERS]
-        if any(ledger.last_offset is None for ledger in run):
-            break
-        pages.append((_page(run), run))
+        if shelf.book is None:
+            book = StreamBook(shelf.next_ordinal, run[0].first_offset, shelf.max_ledger_id)
+            shelf = Shelf(book, 0, book.ordinal + 1, shelf.max_ledger_id)
+            books.append(book)
+        page = _page(run, book=shelf.book)
+        pages.append((page, run))
+        full = shelf.pages + 1 >= BOOK_PAGES
+        shelf = Shelf(None if full else shelf.book, 0 if full else shelf.pages + 1, shelf.next_ordinal,
+                      max(shelf.max_ledger_id, page.max_ledger_id))
         tail = tail[PAGE_LEDGERS:]
-    return record.replace(tail=tail), pages
+    return record.replace(tail=tail, shelf=shelf), books, pages
 
 
 def update_stream(
@@ -317,38 +367,51 @@ def iter_ledgers(
     store: MetadataStore, record: StreamRecord, lo: int | None = None, hi: int | None = None
 ) -> Iterator[StreamLedger]:
     """The ledgers of the stream whose head is record that hold offsets in lo..hi (None: no bound), in offset
-    order. Reads only the pages overlapping the range, none if the tail covers it (rule 15)."""
-    if lo is None or lo < record.tail_offset:
-        for page in live_pages(store, record):
-            if _overlaps(page.first_offset, page.last_offset, lo, hi):
-                for ledger in read_page(store, record.name, page):
-                    if _kept(ledger, record) and _overlaps(ledger.first_offset, ledger.last_offset, lo, hi):
-                        yield ledger
+    order. Lists the book names, then each book that holds offsets of the range as the iteration reaches it, and
+    reads only the pages overlapping the range; nothing if the tail covers it (rule 15)."""
+    for _, pages in _live_regions(store, record, lo, hi):
+        for page in pages:
+            for ledger in read_page(store, record.name, page):
+                if _kept(ledger, record) and _overlaps(ledger.first_offset, ledger.last_offset, lo, hi):
+                    yield ledger
     for ledger in record.tail:
         if _overlaps(ledger.first_offset, ledger.last_offset, lo, hi):
             yield ledger
 
 
-def held_ledgers(store: MetadataStore, record: StreamRecord, ledger_ids: Iterable[int]) -> set[int]:
+def held_ledgers(
+    store: MetadataStore, record: StreamRecord, ledger_ids: Iterable[int], *, rewritten: bool = False
+) -> set[int]:
     """Which of ledger_ids the stream holds.
 
     Reads only the pages that can hold one of them, newest first: a page whose highest ledger id is below
-    every id asked for cannot. Ledger ids grow and a ledger is registered after it is created, so for the
-    ledgers of a recent job or micro-batch these are the pages sealed since: the cost does not grow with the
-    stream's history (rule 15).
+    every id asked for cannot, and neither can the books before a book made when the stream's pages held no
+    higher id (paging.regions_holding). Ledger ids grow and a ledger is registered after it is created, so for
+    the ledgers of a recent job or micro-batch these are the pages sealed since, in the newest book or two: the
+    cost does not grow with the stream's history (rule 15). That holds for every ledger that came onto the
+    stream through its tail (a commit's, a stream writer's), which are all but a compaction's new ledgers: a
+    compaction puts those into the (old) pages it rewrites, and rewritten=True looks for them in every book
+    (listing every page of the stream: for an operator's check of one such ledger).
     """
     missing = set(ledger_ids)
     held = {ledger.ledger_id for ledger in record.tail if ledger.ledger_id in missing}
     missing -= held
-    for page in reversed(live_pages(store, record) if missing else []):
-        if page.max_ledger_id < min(missing):
-            continue
-        found = {ledger.ledger_id for ledger in read_page(store, record.name, page)
-                 if ledger.ledger_id in missing and _kept(ledger, record)}
-        held |= found
-        missing -= found
-        if not missing:
-            break
+    if not missing:
+        return held
+    first, last = _paged_range(record, None, None)
+    if first > last:
+        return held
+    books = list_books(store, record.name)
+    for region in paging.regions_holding(books, min(missing), first, everywhere=rewritten):
+        for page in reversed(region_pages(store, record, region)):
+            if page.max_ledger_id < min(missing):
+                continue
+            found = {ledger.ledger_id for ledger in read_page(store, record.name, page)
+                     if ledger.ledger_id in missing and _kept(ledger, record)}
+            held |= found
+            missing -= found
+            if not missing:
+                return held
     return held
 
 
@@ -363,57 +426,89 @@ def held_by_streams(store: MetadataStore, names: Iterable[str], ledger_ids: Iter
     return held
 
 
-def live_pages(store: MetadataStore, record: StreamRecord) -> list[StreamPage]:
-    """The pages holding the stream's ledgers below its tail, in offset order (listed once): of the pages up to
-    the head's page_generation, those no page of a higher such generation replaced. They must cover
-    first_offset up to the tail without a gap: pages deleted after this head was read (an overwrite or a
-    truncation landed meanwhile, or a compaction's grace passed) raise OffsetsGoneError rather than read as
-    fewer ledgers."""
-    if record.first_offset >= record.tail_offset:
+def live_pages(
+    store: MetadataStore, record: StreamRecord, lo: int | None = None, hi: int | None = None
+) -> list[StreamPage]:
+    """The pages holding the stream's ledgers below its tail that hold offsets in lo..hi (None: no bound), in
+    offset order (see region_pages); none when the tail covers the range."""
+    return [page for _, pages in _live_regions(store, record, lo, hi) for page in pages]
+
+
+def regions(store: MetadataStore, record: StreamRecord, lo: int | None = None,
+            hi: int | None = None) -> list[Region]:
+    """The regions (books, flat pages) that hold the stream's paged offsets in lo..hi (None: no bound), in
+    offset order: one listing of the book names."""
+    first, last = _paged_range(record, lo, hi)
+    return paging.regions_between(list_books(store, record.name), first, last) if first <= last else []
+
+
+def region_pages(store: MetadataStore, record: StreamRecord, region: Region, lo: int | None = None,
+                 hi: int | None = None) -> list[StreamPage]:
+    """The pages of one region that a reader of the head record reads for offsets lo..hi (None: no bound), in
+    offset order (one listing): of the pages up to the head's page_generation, those no page of a higher such
+    generation replaced. They must cover the range (within the region) without a gap: pages deleted after this
+    head was read (an overwrite or a truncation landed meanwhile, or a compaction's grace passed) raise
+    OffsetsGoneError rather than read as fewer ledgers."""
+    first, last = region.clamp(*_paged_range(record, lo, hi))
+    if first > last:
         return []
-    pages = [page for page in _current(list_pages(store, record.name), record.page_generation)
-             if page.last_offset >= record.first_offset and page.first_offset < record.tail_offset]
-    ends = [record.first_offset] + [page.last_offset + 1 for page in pages]
-    starts = [page.first_offset for page in pages] + [record.tail_offset]
-    if not pages or starts[0] > ends[0] or ends[1:] != starts[1:]:
+    pages = paging.covering(_listed(store, record.name, region), record.page_generation, first, last)
+    if pages is None:
         raise OffsetsGoneError(
-            f"stream {record.name!r}: offsets {record.first_offset}..{record.tail_offset - 1} are no longer all in "
-            "its pages (overwritten or truncated after its head was read); read it again"
+            f"stream {record.name!r}: offsets {first}..{last} are no longer all in its pages (overwritten or "
+            "truncated after its head was read); read it again"
         )
     return pages
 
 
-def _current(pages: list[StreamPage], generation: int) -> list[StreamPage]:
-    """Of pages (in offset order), those a head of page_generation `generation` reads: the pages up to that
-    generation that no page of a higher one overlaps. A rewrite covers exactly the offsets of the pages it
-    replaces, so a page is either hidden whole or not at all."""
-    if all(page.generation == 0 for page in pages):
-        return pages
-    # A page of empty ledgers only covers no offset (F..F-1): which rewrite replaced it cannot be told from offsets,
-    # and a reader needs none of its ledgers, so with rewrites about it is left out.
-    pages = [page for page in pages if page.last_offset >= page.first_offset]
-    starts: list[int] = []
-    chosen: list[StreamPage] = []
-    for page in sorted((p for p in pages if p.generation <= generation), key=lambda p: -p.generation):
-        at = bisect.bisect_left(starts, page.first_offset)
-        if (at > 0 and chosen[at - 1].last_offset >= page.first_offset) or (
-                at < len(chosen) and chosen[at].first_offset <= page.last_offset):
-            continue  # replaced by a newer generation
-        starts.insert(at, page.first_offset)
-        chosen.insert(at, page)
-    return chosen
+def _live_regions(
+    store: MetadataStore, record: StreamRecord, lo: int | None, hi: int | None
+) -> Iterator[tuple[Region, list[StreamPage]]]:
+    """Each region holding paged offsets of lo..hi with its pages for them, a region listed as it is reached."""
+    for region in regions(store, record, lo, hi):
+        yield region, region_pages(store, record, region, lo, hi)
+
+
+def _paged_range(record: StreamRecord, lo: int | None, hi: int | None) -> tuple[int, int]:
+    """lo..hi (None: no bound) narrowed to the offsets the head's pages hold: first_offset up to its tail."""
+    first = record.first_offset if lo is None else max(lo, record.first_offset)
+    last = record.tail_offset - 1 if hi is None else min(hi, record.tail_offset - 1)
+    return first, last
+
+
+def list_books(store: MetadataStore, name: str) -> list[StreamBook]:
+    """The stream's books (one listing, names only), in no order."""
+    try:
+        names = store.children(layout.stream_books_path(name))
+    except NoNodeError:
+        return []  # a stream from before books, none sealed since
+    return [layout.book_from_name(book) for book in names]
+
+
+def _listed(store: MetadataStore, name: str, region: Region) -> list[StreamPage]:
+    """Every page znode of one region in offset order (one listing), including those below first_offset not yet
+    deleted and those a compaction replaced, until its grace period has passed; none if it is gone."""
+    if region.book is None:
+        path = layout.stream_pages_path(name)
+    else:
+        path = layout.stream_book_path(name, region.book)
+    try:
+        names = store.children(path)
+    except NoNodeError:
+        return []  # a book deleted after the listing (its offsets left the stream), or no flat pages
+    return paging.sort_pages(layout.page_from_name(page, region.book) for page in names)
 
 
 def list_pages(store: MetadataStore, name: str) -> list[StreamPage]:
     """Every page znode of the stream in offset order, including those below first_offset not yet deleted and
-    those a compaction replaced, until its grace period has passed."""
-    try:
-        names = store.children(layout.stream_pages_path(name))
-    except NoNodeError:
-        return []  # a stream created before pages existed, never sealed since
-    pages = (layout.page_from_name(page_name) for page_name in names)
-    # A page of empty ledgers only (F..F-1) comes before the page that starts at the same offset F.
-    return sorted(pages, key=lambda page: (page.first_offset, page.last_offset, page.generation))
+    those a compaction replaced, until its grace period has passed: a listing of every book (a stream's
+    deletion, tests), its cost grows with the stream's history."""
+    return [page for region in paging.regions(list_books(store, name)) for page in _listed(store, name, region)]
+
+
+def _highest_flat_id(store: MetadataStore, name: str) -> int:
+    """The highest ledger id in the stream's flat pages (-1: none), for its first book's name."""
+    return max((page.max_ledger_id for page in _listed(store, name, Region(None, None, None))), default=-1)
 
 
 def replace_run(
@@ -421,12 +516,13 @@ def replace_run(
 ) -> Rewrite:
     """A compaction's update of the stream whose head is record: the run of closed ledgers (contiguous, as the
     stream holds them) replaced by the ledgers `by`, which cover exactly the run's offsets. Raises
-    RunChangedError unless the run is still in the stream as given.
+    RunChangedError unless the run is still in the stream as given, and if a ledger of `by` would hold offsets
+    of two books (a plan breaks its runs where books start: book_starts).
 
     A run within the tail changes the head only. One that starts in the pages rewrites the pages holding it
-    (and takes the tail's ledgers up to its end, if it reaches into the tail) into pages of the next
-    generation that cover the same offsets; the pages they replace are in the result's `replaced`. The
-    stream's last ledger is never in a run: the head keeps it in its tail.
+    (and takes the tail's ledgers up to its end, if it reaches into the tail, into the newest book) into pages
+    of the next generation that cover the same offsets, in the same books; the pages they replace are in the
+    result's `replaced`. The stream's last ledger is never in a run: the head keeps it in its tail.
     """
     _check_replacement(record.name, run, by)
     first, last = run[0].first_offset, run[-1].last_offset
@@ -441,16 +537,60 @@ def replace_run(
     if first >= record.tail_offset:
         at = _position(record, record.tail, run)
         return Rewrite(record.replace(tail=record.tail[:at] + by + record.tail[at + len(run):]))
-    pages = [page for page in live_pages(store, record) if page.last_offset >= first and page.first_offset <= last]
+    parts = list(_live_regions(store, record, first, last))
     reached = tuple(ledger for ledger in record.tail if ledger.first_offset <= last)
-    ledgers = tuple(ledger for page in pages for ledger in read_page(store, record.name, page)) + reached
-    at = _position(record, ledgers, run)
-    rewritten = ledgers[:at] + by + ledgers[at + len(run):]
+    placed = [(region, ledger) for region, pages in parts for page in pages
+              for ledger in read_page(store, record.name, page)] + [(parts[-1][0], ledger) for ledger in reached]
+    at = _position(record, tuple(ledger for _, ledger in placed), run)
+    rewritten = placed[:at] + _placed(record.name, [region for region, _ in parts], by) + placed[at + len(run):]
     generation = record.page_generation + 1
-    created = tuple((_page(chunk, generation), chunk)
-                    for chunk in (rewritten[i:i + PAGE_LEDGERS] for i in range(0, len(rewritten), PAGE_LEDGERS)))
+    created = tuple((_page(chunk, generation, region.book), chunk) for region, chunk in _chunks(rewritten))
     head = record.replace(tail=record.tail[len(reached):], page_generation=generation)
-    return Rewrite(head, created, tuple(pages))
+    if head.shelf is not None:   # the next book's P counts what the rewrite put into pages
+        highest = max(page.max_ledger_id for page, _ in created)
+        head = head.replace(shelf=dataclasses.replace(head.shelf, max_ledger_id=max(head.shelf.max_ledger_id,
+                                                                                      highest)))
+    return Rewrite(head, created, tuple(page for _, pages in parts for page in pages))
+
+
+def _placed(name: str, parts: list[Region], by: tuple[StreamLedger, ...]) -> list[tuple[Region, StreamLedger]]:
+    """Pure: the region (of parts, in offset order) each new ledger goes into, the one holding its first offset;
+    RunChangedError for one that would hold offsets of the next as well (pages never straddle two regions)."""
+    starts = [region.first_offset for region in parts[1:]]
+    placed = []
+    for ledger in by:
+        at = bisect.bisect_right(starts, ledger.first_offset)
+        if at < len(starts) and ledger.last_offset >= starts[at]:
+            raise RunChangedError(
+                f"stream {name!r}: the new ledger {ledger.ledger_id} (offsets {ledger.first_offset}.."
+                f"{ledger.last_offset}) would hold offsets of two books (one starts at {starts[at]}): plan runs that "
+                "break where books start (book_starts)"
+            )
+        placed.append((parts[at], ledger))
+    return placed
+
+
+def _chunks(placed: list[tuple[Region, StreamLedger]]) -> list[tuple[Region, tuple[StreamLedger, ...]]]:
+    """Pure: ledgers (in offset order, each with its region) cut into pages of at most PAGE_LEDGERS, each in one
+    region."""
+    chunks: list[tuple[Region, list[StreamLedger]]] = []
+    for region, ledger in placed:
+        if not chunks or chunks[-1][0] != region or len(chunks[-1][1]) == PAGE_LEDGERS:
+            chunks.append((region, []))
+        chunks[-1][1].append(ledger)
+    return [(region, tuple(ledgers)) for region, ledgers in chunks]
+
+
+def book_starts(store: MetadataStore, record: StreamRecord) -> list[int]:
+    """Offsets where the stream's books start, above its first offset (one listing of the book names), and,
+    when its tail reaches that far, where the head's next seals will start one: a compaction's plan breaks its
+    runs there, as replace_run refuses a new ledger across a book's start."""
+    starts = sorted({book.first_offset for book in list_books(store, record.name)
+                     if book.first_offset > record.first_offset})
+    shelf = record.shelf or Shelf()
+    starting = shelf.book is None or record.first_offset >= record.tail_offset   # the next seal starts a book
+    at = 0 if starting else (BOOK_PAGES - shelf.pages) * PAGE_LEDGERS
+    return starts + ([record.tail[at].first_offset] if at < len(record.tail) else [])
 
 
 def _check_replacement(name: str, run: tuple[StreamLedger, ...], by: tuple[StreamLedger, ...]) -> None:
@@ -469,7 +609,6 @@ def _check_replacement(name: str, run: tuple[StreamLedger, ...], by: tuple[Strea
             f"{run[0].first_offset}..{run[-1].last_offset}"
         )
 
-
 def _position(record: StreamRecord, ledgers: tuple[StreamLedger, ...], run: tuple[StreamLedger, ...]) -> int:
     """Where run starts in ledgers; RunChangedError if it is not there, all of it, as given."""
     at = ledgers.index(run[0]) if run[0] in ledgers else -1
@@ -481,9 +620,9 @@ def _position(record: StreamRecord, ledgers: tuple[StreamLedger, ...], run: tupl
     return at
 
 
-def _page(ledgers: tuple[StreamLedger, ...], generation: int = 0) -> StreamPage:
+def _page(ledgers: tuple[StreamLedger, ...], generation: int = 0, book: StreamBook | None = None) -> StreamPage:
     return StreamPage(ledgers[0].first_offset, ledgers[-1].last_offset, max(ledger.ledger_id for ledger in ledgers),
-                      generation)
+                      generation, book)
 
 
 def read_page(store: MetadataStore, name: str, page: StreamPage) -> tuple[StreamLedger, ...]:
@@ -501,10 +640,10 @@ def drop_below(
     still_there: Callable[[], bool],
 ) -> None:
     """After the CAS that moved the stream's first offset from before's up to first_offset (an overwrite, a
-    truncation): discard (by id) every ledger that left the stream, then delete the pages left with none.
-    O(what left): the tail of before and the pages below first_offset (pages whose deletion failed before
-    included). Best effort: a ledger that cannot be discarded is logged, and its page stays for a later call
-    (readers skip it).
+    truncation): discard (by id) every ledger that left the stream, then delete the pages left with none, and
+    the books left with no page. O(what left): the tail of before, the book names, and the books (and flat
+    pages) below first_offset (pages whose deletion failed before included). Best effort: a ledger that cannot
+    be discarded is logged, and its page stays for a later call (readers skip it).
 
     Pages are found by the stream's name, so before each page still_there() (the cut's record exists: it goes with
     its stream) says the stream is the one that was cut: a call that comes late (its process stalled) must not
@@ -513,20 +652,44 @@ def drop_below(
     for ledger in before.tail:
         if ledger.last_offset is not None and ledger.last_offset < first_offset:
             _discard_quietly(name, ledger.ledger_id, discard)
-    for page in list_pages(store, name):
-        if page.first_offset >= first_offset:
+    for region in paging.regions(list_books(store, name)):
+        if region.first_offset is not None and region.first_offset >= first_offset:
             break
-        if not still_there():
-            log.info("stream %r was deleted (or created again) since its cut: its pages are left alone", name)
-            return
-        try:
-            ledgers = read_page(store, name, page)
-        except OffsetsGoneError:
-            continue  # deleted meanwhile by another call
-        gone = [ledger for ledger in ledgers if ledger.last_offset < first_offset]
-        discarded = [_discard_quietly(name, ledger.ledger_id, discard) for ledger in gone]
-        if all(discarded) and len(gone) == len(ledgers):
-            store.delete(layout.stream_page_path(name, page))
+        emptied = True
+        for page in _listed(store, name, region):
+            if page.first_offset >= first_offset:
+                emptied = False
+                break
+            if not still_there():
+                log.info("stream %r was deleted (or created again) since its cut: its pages are left alone", name)
+                return
+            emptied &= _drop_page(store, name, page, first_offset, discard)
+        if region.book is not None and emptied and still_there():
+            _delete_book(store, name, region.book)
+
+
+def _drop_page(store: MetadataStore, name: str, page: StreamPage, first_offset: int,
+               discard: Callable[[int], None]) -> bool:
+    """Discard the page's ledgers below first_offset, and delete it if that was all of them; whether it is gone."""
+    try:
+        ledgers = read_page(store, name, page)
+    except OffsetsGoneError:
+        return True  # deleted meanwhile by another call
+    gone = [ledger for ledger in ledgers if ledger.last_offset < first_offset]
+    discarded = [_discard_quietly(name, ledger.ledger_id, discard) for ledger in gone]
+    if all(discarded) and len(gone) == len(ledgers):
+        store.delete(layout.stream_page_path(name, page))
+        return True
+    return False
+
+
+def _delete_book(store: MetadataStore, name: str, book: StreamBook) -> None:
+    try:
+        store.delete(layout.stream_book_path(name, book))
+    except MetadataError as exc:
+        if not isinstance(exc.__cause__, NotEmptyError):
+            raise
+        log.info("stream %r: book %s got a page meanwhile and stays", name, layout.book_name(book))
 
 
 def _discard_quietly(name: str, ledger_id: int, discard: Callable[[int], None]) -> bool:

@@ -2,11 +2,12 @@
 
 The search has two binary searches, both over the predicate "reaches T" (the time is >= T):
 
-1. over the stream's ledgers, by each ledger's last time: its sealed pages are listed once (one ZooKeeper
-   call), then the search reads the page and ledger metadata it probes: log2(pages) probes find the page, at
-   most log2(256) the ledger within it. A ledger closed by its writer carries its first and last append
-   time in its metadata (entry_time.LedgerTimes); a timed ledger closed by a recovery has its last entry
-   read instead; the OPEN last ledger of a live writer reaches any time (its entries are searched).
+1. over the stream's ledgers, by each ledger's last time: its book names are listed once (one ZooKeeper call),
+   log2(books) probes find the book (each lists the book and reads its last page), then the pages of that book
+   are searched: log2(pages) probes find the page, at most log2(256) the ledger within it. A ledger closed by
+   its writer carries its first and last append time in its metadata (entry_time.LedgerTimes); a timed
+   ledger closed by a recovery has its last entry read instead; the OPEN last ledger of a live writer
+   reaches any time (its entries are searched).
 2. over the entries of that ledger, by entry time, with single-entry reads: log2(entries) reads (none when
    the ledger's first time already reaches T).
 
@@ -195,16 +196,35 @@ class TimeSearch:
         self.record = record
         self.store = client.store
         self.probe = LedgerProbe(client, password, entry_row)
+        self._regions: list | None = None
+        self._region_blocks: dict[int, list] = {}
 
     @property
     def cost(self) -> SearchCost:
         return self.probe.cost
 
     def first_offset_at_or_after(self, time_ms: int) -> int | None:
-        blocks = self._blocks()
-        return search(len(blocks), lambda b: self._block(blocks, b),
-                      lambda ledger: self._reaches(ledger, time_ms),
-                      lambda ledger: self.probe.offset_in(ledger, time_ms))
+        """A binary search over the stream's regions (its books, its flat pages, its tail) by each one's last
+        ledger, then search() over the pages of the region found; where that finds no offset (its ledgers reaching
+        T hold none), the same from the next region reaching T."""
+        regions = self._region_list()
+
+        def reaches(ledger: StreamLedger) -> bool:
+            return self._reaches(ledger, time_ms)
+
+        def region_reaches(region: int) -> bool:
+            blocks = self._blocks(region)
+            return reaches(self._block(blocks, len(blocks) - 1)[-1])
+
+        region = first_true(0, len(regions), region_reaches)
+        while region < len(regions):
+            blocks = self._blocks(region)
+            found = search(len(blocks), lambda b: self._block(blocks, b), reaches,
+                           lambda ledger: self.probe.offset_in(ledger, time_ms))
+            if found is not None:
+                return found
+            region = first_true(region + 1, len(regions), region_reaches)
+        return None
 
     def _reaches(self, ledger: StreamLedger, time_ms: int) -> bool:
         if ledger.empty:
@@ -212,12 +232,25 @@ class TimeSearch:
         last = self.probe.last_time(ledger.ledger_id)
         return last is None or last >= time_ms
 
-    def _blocks(self) -> list:
-        """The stream's ledgers in offset order, as blocks: its live pages (not read yet), then its tail."""
-        self.cost.pages += 1   # the listing
-        pages: list = list(streams.live_pages(self.store, self.record))
-        tail = tuple(self.record.tail)
-        return pages + ([tail] if tail else [])
+    def _region_list(self) -> list:
+        """The stream's ledgers in offset order, as regions: those of its pages (listed once), then its tail."""
+        if self._regions is None:
+            self.cost.pages += 1   # the listing of the book names
+            tail = tuple(self.record.tail)
+            self._regions = list(streams.regions(self.store, self.record)) + ([tail] if tail else [])
+        return self._regions
+
+    def _blocks(self, index: int) -> list:
+        """A region's ledgers in offset order, as blocks: its live pages (listed once, not read yet), or the
+        tail."""
+        if index not in self._region_blocks:
+            region = self._region_list()[index]
+            if isinstance(region, tuple):
+                self._region_blocks[index] = [region]
+            else:
+                self.cost.pages += 1   # the region's listing
+                self._region_blocks[index] = list(streams.region_pages(self.store, self.record, region))
+        return self._region_blocks[index]
 
     def _block(self, blocks: list, index: int) -> Sequence[StreamLedger]:
         block = blocks[index]

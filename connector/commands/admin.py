@@ -20,6 +20,7 @@ from metadata.errors import LedgerError
 from metadata.model import LedgerMetadata, NodeRegistration
 
 STREAM_TAG = "stream"  # the custom metadata tag every stream ledger carries (stream writer, Spark tasks)
+COMPACTION_TAG = "compaction"  # and the one a compaction's new ledgers carry (connector/compaction.py)
 
 
 class LedgerHeldError(LedgerError):
@@ -146,9 +147,11 @@ def holding_stream(client: LedgerClient, meta: LedgerMetadata) -> str | None:
         head = streams.find_stream(client.store, name)
     except LedgerError:
         return None  # not a valid stream name: not a stream's ledger
-    if head is None or meta.ledger_id not in streams.held_ledgers(client.store, head.value, [meta.ledger_id]):
+    if head is None:
         return None
-    return name
+    rewritten = COMPACTION_TAG in meta.custom   # a compaction's ledger may be in any book it rewrote
+    held = streams.held_ledgers(client.store, head.value, [meta.ledger_id], rewritten=rewritten)
+    return name if meta.ledger_id in held else None
 
 
 # The free-text columns come last, so that a long reason does not push the others out of line.

@@ -125,11 +125,15 @@ def run_list(args) -> int:
 def run_show(args) -> int:
     with open_client(args) as client:
         record = streams.read_stream(client.store, args.name).value
+        # A summary of the whole stream: it lists every book and reads every page (and, for bytes, every ledger's
+        # metadata on a stream without a size retention), so its cost grows with the stream's history.
         ledgers = list(streams.iter_ledgers(client.store, record))
+        pages = streams.live_pages(client.store, record)
         shown = dict(
             _summary(record),
             ledgers=len(ledgers),
-            pages=len(streams.live_pages(client.store, record)),
+            pages=len(pages),
+            books=len({page.book for page in pages if page.book is not None}),
             bytes=held_bytes(client.store, record),
             first_ledger=ledgers[0].ledger_id if ledgers else None,
             commits=[{"query": query, "batch": batch}
@@ -165,7 +169,7 @@ def _describe(shown: dict) -> str:
     lines = [
         f"stream        {shown['name']} ({shown['format']})",
         f"offsets       {_offsets(shown)}",
-        f"ledgers       {shown['ledgers']:,} ({shown['pages']:,} sealed pages)",
+        f"ledgers       {shown['ledgers']:,} ({shown['pages']:,} sealed pages in {shown['books']:,} books)",
         f"bytes         {shown['bytes']:,} in closed ledgers",
     ]
     if shown["open_ledger"] is not None:

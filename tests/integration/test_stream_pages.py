@@ -44,8 +44,8 @@ def appended(record: StreamRecord, ledger_ids) -> StreamRecord:
 def znode_sizes(store: MetadataStore, name: str) -> tuple[int, dict[str, int]]:
     """(head size, {page name: size}) in bytes, as stored in ZooKeeper."""
     head = store.read(layout.stream_path(name), len).value
-    pages_dir = layout.stream_pages_path(name)
-    return head, {page: store.read(f"{pages_dir}/{page}", len).value for page in store.children(pages_dir)}
+    return head, {layout.page_name(page): store.read(layout.stream_page_path(name, page), len).value
+                  for page in streams.list_pages(store, name)}
 
 
 def build_history(store: MetadataStore, name: str, ledgers: int = HISTORY) -> tuple[list[int], int]:
@@ -54,10 +54,10 @@ def build_history(store: MetadataStore, name: str, ledgers: int = HISTORY) -> tu
     streams.create_stream(store, StreamRecord(name, "raw"))
     created, largest_head = [], 0
     for start in range(0, ledgers, BATCH):
-        before = len(store.children(layout.stream_pages_path(name)))
+        before = len(streams.list_pages(store, name))
         ids = range(FIRST_ID + start, FIRST_ID + start + BATCH)
         streams.update_stream(store, name, lambda r: appended(r, ids))
-        created.append(len(store.children(layout.stream_pages_path(name))) - before)
+        created.append(len(streams.list_pages(store, name)) - before)
         largest_head = max(largest_head, store.read(layout.stream_path(name), len).value)
     return created, largest_head
 
@@ -92,21 +92,26 @@ def test_commits_go_on_past_the_old_limit_with_small_znodes_and_one_page_per_com
 
 
 class CountingStore(MetadataStore):
-    """A metadata store that records the znodes read and the children listed under the stream's pages."""
+    """A metadata store that records the page znodes read, the listings of the stream's books and pages, and the
+    names those listings returned."""
 
     def __init__(self, uri: str):
         super().__init__(uri)
         self.pages_read: list[str] = []
         self.listings = 0
+        self.names = 0
 
     def read(self, path, decode):
-        if "/pages/" in path:
+        if "/pages/" in path or "/books/" in path:
             self.pages_read.append(path.rsplit("/", 1)[1])
         return super().read(path, decode)
 
     def children(self, path):
-        self.listings += path.endswith("/pages")
-        return super().children(path)
+        listed = super().children(path)
+        if path.endswith("/pages") or "/books" in path:
+            self.listings += 1
+            self.names += len(listed)
+        return listed
 
 
 def test_a_range_deep_in_a_long_stream_reads_only_the_pages_it_needs(store, metadata_uri):
@@ -121,9 +126,8 @@ def test_a_range_deep_in_a_long_stream_reads_only_the_pages_it_needs(store, meta
         ledgers = list(streams.iter_ledgers(counting, head, lo, hi))
         assert ledgers[0].first_offset <= lo <= ledgers[0].last_offset
         assert ledgers[-1].first_offset <= hi <= ledgers[-1].last_offset
-        assert sorted(counting.pages_read) == sorted(layout.stream_page_path("events", p).rsplit("/", 1)[1]
-                                                     for p in wanted)
-        assert counting.listings == 1
+        assert sorted(counting.pages_read) == sorted(layout.page_name(p) for p in wanted)
+        assert counting.listings == 2   # the book names, then the one book holding the range
 
         # A micro-batch plans the same way (raw: no ledger metadata needed): its own pages, nothing else.
         counting.pages_read.clear()
@@ -264,7 +268,7 @@ def test_deleting_a_stream_deletes_its_pages_and_a_new_one_starts_clean(store):
     build_history(store, "events", ledgers=3 * PAGE_LEDGERS)
     assert streams.list_pages(store, "events")
     streams.delete_stream(store, "events")
-    assert streams.find_stream(store, "events") is None and not store.exists(layout.stream_pages_path("events"))
+    assert streams.find_stream(store, "events") is None and not store.exists(layout.stream_books_path("events"))
     streams.create_stream(store, StreamRecord("events", "raw"))
     assert streams.list_pages(store, "events") == [] and streams.read_stream(store, "events").value.next_offset == 0
 
@@ -289,8 +293,7 @@ def test_a_page_of_empty_ledgers_only_leaves_the_stream_readable(store, at_start
     for _ in range(3):   # enough after them that both pages are sealed off the tail
         streams.update_stream(store, "s", lambda r: appended(r, [next(ids) for _ in range(PAGE_LEDGERS)]))
     record = streams.read_stream(store, "s").value
-    names = store.children(layout.stream_pages_path("s"))
-    empty_pages = [n for n in names if layout.page_from_name(n).last_offset < layout.page_from_name(n).first_offset]
+    empty_pages = [page for page in streams.list_pages(store, "s") if page.last_offset < page.first_offset]
     assert len(empty_pages) == 1
     expected = [(l.ledger_id, l.first_offset, l.last_offset) for l in streams.iter_ledgers(store, record)]
     for order in (sorted, lambda found: sorted(found, reverse=True)):   # both orders ZooKeeper may list them in

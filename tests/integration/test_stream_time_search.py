@@ -68,7 +68,7 @@ class CountingStore:
             original = self._originals[name]
 
             def call(path, *args, **kwargs):
-                if "/pages" in path:
+                if "/pages" in path or "/books" in path:
                     self.pages += 1
                 elif path.startswith(LEDGERS):
                     self.ledgers += 1
@@ -102,9 +102,12 @@ def test_a_stream_writer_stamps_every_entry_and_readers_get_the_payload_back(cli
     assert meta.length == sum(8 + len(e.payload) for e in read if e.ledger_id == ledger.ledger_id)
 
 
-def test_a_search_over_many_ledgers_reads_logarithmically_many_ledgers_and_entries(client, monkeypatch):
-    # Pages of 16 ledgers instead of 256: 256 ledgers fill 15 sealed pages and a tail, and the page bound bites
+@pytest.mark.parametrize("book_pages", [1024, 4], ids=["one-book", "four-books"])
+def test_a_search_over_many_ledgers_reads_logarithmically_many_ledgers_and_entries(client, monkeypatch, book_pages):
+    # Pages of 16 ledgers instead of 256: 256 ledgers fill 15 sealed pages and a tail, and the page bound bites;
+    # in books of 4 pages, the search goes over the books first, then the pages of one
     monkeypatch.setattr(streams, "PAGE_LEDGERS", 16)
+    monkeypatch.setattr(streams, "BOOK_PAGES", book_pages)
     ledgers, per_ledger = 256, 4
     count = ledgers * per_ledger
     # entry n was appended at BASE + n // 3: runs of equal times cross ledger boundaries
@@ -127,7 +130,10 @@ def test_a_search_over_many_ledgers_reads_logarithmically_many_ledgers_and_entri
         assert counted.ledgers <= bound, (k, counted.ledgers, search.cost)
         assert search.cost.entries <= math.ceil(math.log2(per_ledger)) + 1
         assert entries_read() - before == search.cost.entries
-        assert counted.pages <= math.ceil(math.log2(ledgers / streams.PAGE_LEDGERS + 1)) + 2
+        # the book names, then per region probed its listing and last page, then the pages of the one found
+        regions = len(streams.regions(client.store, record)) + 1
+        pages = min(book_pages, ledgers // streams.PAGE_LEDGERS)
+        assert counted.pages <= 1 + 2 * math.ceil(math.log2(regions + 1)) + math.ceil(math.log2(pages + 1))
 
 
 def test_a_search_inside_one_large_ledger_reads_logarithmically_many_entries(client):
