@@ -62,6 +62,13 @@ ALL_DIRS = (
     LEDGERS, IDGEN, STREAMS, NODES, COOKIES, WRITERS, DECOMMISSIONED, READONLY, SPARK_JOBS, SPARK_QUERIES, COMPACTIONS,
 )
 MARKER = "/layout"
+# Features a cluster turns on once every client that could break them runs a version that keeps them (a znode
+# each; `ledger init` creates them on a new root, `ledger init --enable FEATURE` on an existing one).
+FEATURES = "/features"
+# Storage nodes drop their over-replicated copies (storage_node/gc.py): safe only once every auditor and
+# `ledger decommission` checks a ledger's copy_drops in its re-replication's compare-and-set.
+COPY_DROPS = f"{FEATURES}/copy-drops"
+KNOWN_FEATURES = {"copy-drops": COPY_DROPS}
 # Names that become one znode each (streams, storage node ids): no '/', no '.' or '..', nothing ZooKeeper or a
 # file system (a node's directory in a local cluster) reads specially.
 NAME_RULE = "1-200 letters, digits, '_', '.' or '-', starting with a letter or digit"

@@ -319,7 +319,7 @@ class MetadataStore:
     def _initialise_layout(self) -> layout.LayoutMarker:
         """Create the layout directories and the marker in one multi, unless the marker is there. Refuses a root
         holding znodes that are not a ledger store's (another application's tree)."""
-        ours = {path.lstrip("/") for path in (*layout.ALL_DIRS, layout.MARKER)}
+        ours = {path.lstrip("/") for path in (*layout.ALL_DIRS, layout.MARKER, layout.FEATURES)}
         for _ in range(5):
             try:
                 data, _ = self._retried(self.zk.get, layout.MARKER)
@@ -342,6 +342,10 @@ class MetadataStore:
                 if path.lstrip("/") not in children:
                     request.create(path)
             request.create(layout.MARKER, marker.encode())
+            if layout.LEDGERS.lstrip("/") not in children:   # a new cluster: every client runs this version or later
+                request.create(layout.FEATURES)
+                for path in layout.KNOWN_FEATURES.values():
+                    request.create(path)
             try:
                 request.commit()
             except NodeExistsError:
@@ -354,6 +358,15 @@ class MetadataStore:
             return marker
         raise MetadataError(f"metadata root {self.uri.root} at ZooKeeper {self.uri.hosts} kept changing while it "
                             "was being initialised; retry `ledger init`")
+
+    def enable_feature(self, path: str) -> bool:
+        """Create a feature's znode (layout.KNOWN_FEATURES); whether it was not there before."""
+        self.ensure_path(layout.FEATURES)
+        try:
+            self._retried(self.zk.create, path)
+        except NodeExistsError:
+            return False
+        return True
 
     def close(self) -> None:
         self._closed = True

@@ -61,6 +61,7 @@ _log = logging.getLogger(__name__)
 EXISTS_PER_NAME = 8
 OVERREPLICATED_BATCH = 1000      # held ledgers whose metadata is read at once (pipelined), then dropped if garbage
 METADATA_READ_SECONDS = 30.0     # a batch's reads are all answered within this, or the round does nothing more
+OVERREPLICATED_RETRY_SECONDS = 600.0   # the most until a look for over-replicated ledgers that failed is made again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,9 @@ class GcRound:
     ledgers_deleted: int
     compaction: CompactionResult | None
     overreplicated_deleted: int = 0
+    # the round's look for over-replicated ledgers: "done", "off" (the cluster has not enabled it), "failed"
+    # (ZooKeeper did not answer: the round compacted all the same), "" (not this round)
+    overreplicated: str = ""
 
 
 def deleted_ledgers(store: MetadataStore, held: list[int]) -> list[int]:
@@ -144,9 +148,13 @@ def advance_copy_drops(store: MetadataStore, found: list[Versioned[LedgerMetadat
     return touched
 
 
-async def drop_overreplicated(store: MetadataStore, storage: Storage, node_id: str, grace: float) -> int:
+async def drop_overreplicated(store: MetadataStore, storage: Storage, node_id: str, grace: float) -> int | None:
     """Drop the copies of the held ledgers past the grace whose metadata is CLOSED and names node_id nowhere (the
-    module's docstring says how, and why in that order); returns how many ledgers were dropped."""
+    module's docstring says how, and why in that order); returns how many ledgers were dropped, None if the
+    cluster has not enabled the feature (layout.COPY_DROPS: a cluster initialised by an older version, until
+    `ledger init --enable copy-drops`)."""
+    if not await asyncio.to_thread(store.exists, layout.COPY_DROPS):
+        return None
     held = past_grace(storage, sorted(storage.ledgers), grace)
     dropped = 0
     for start in range(0, len(held), OVERREPLICATED_BATCH):
@@ -178,18 +186,28 @@ async def collect_garbage(store: MetadataStore, storage: Storage, compaction_thr
     # Checked again: a late writer may have re-created a ledger of that id meanwhile (a fresh state).
     gone = past_grace(storage, gone, grace)
     dropped = await storage.delete_ledgers(gone) if gone else 0
-    overreplicated = await drop_overreplicated(store, storage, overreplicated_of, grace) if overreplicated_of else 0
+    overreplicated, how = 0, ""
+    if overreplicated_of:
+        try:
+            found = await drop_overreplicated(store, storage, overreplicated_of, grace)
+        except MetadataError as exc:   # a failed look must not cost the round its compaction
+            _log.warning("looking for over-replicated ledgers failed, metadata unavailable: %s", exc)
+            how = "failed"
+        else:
+            overreplicated, how = found or 0, "off" if found is None else "done"
     compaction = await storage.compact(compaction_threshold)
-    return GcRound(dropped, compaction, overreplicated)
+    return GcRound(dropped, compaction, overreplicated, how)
 
 
 async def run_periodically(store: MetadataStore, storage: Storage, interval: float, compaction_threshold: float,
                            grace: float, node_id: str = "", overreplicated_interval: float = 0.0) -> None:
     """The node's garbage collector task; a failed round is logged and the next one tries again. Over-replicated
-    ledgers of node_id are looked for in the first round and then every overreplicated_interval seconds (0: never),
-    again in the next round after one that failed."""
+    ledgers of node_id are looked for in the first round and then every overreplicated_interval seconds (0: never);
+    a look that failed is made again after OVERREPLICATED_RETRY_SECONDS at most (not every round: each reads the
+    metadata of every ledger the node holds)."""
     loop = asyncio.get_running_loop()
     next_overreplicated = loop.time()
+    told_off = False
     while True:
         await asyncio.sleep(interval)
         check = node_id if overreplicated_interval and loop.time() >= next_overreplicated else ""
@@ -202,7 +220,14 @@ async def run_periodically(store: MetadataStore, storage: Storage, interval: flo
             _log.error("garbage collection round failed: %r", exc)
             continue
         if check:
-            next_overreplicated = loop.time() + overreplicated_interval
+            retry = done.overreplicated == "failed"
+            next_overreplicated = loop.time() + (min(overreplicated_interval, OVERREPLICATED_RETRY_SECONDS) if retry
+                                                 else overreplicated_interval)
+            if done.overreplicated == "off" and not told_off:
+                _log.info("over-replicated ledgers are not collected: this cluster was initialised before nodes "
+                          "dropped them; run `ledger init --enable copy-drops` once every `ledger audit` and "
+                          "`ledger decommission` that may run, runs this version")
+            told_off = done.overreplicated == "off"
         if done.ledgers_deleted or done.overreplicated_deleted or done.compaction.deleted:
             _log.info("garbage collection dropped %d deleted ledger(s) and %d over-replicated one(s) (CLOSED, their "
                       "metadata names this node nowhere), removed %d file(s), reclaimed %d bytes",

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from connector.client import default_metadata_uri
 from connector.commands.command_client import CONNECT_TIMEOUT
-from metadata.store import MetadataUri, initialise_root
+from metadata import layout
+from metadata.store import MetadataStore, MetadataUri, initialise_root
+
+FEATURE_HELP = {
+    "copy-drops": "storage nodes drop their copies of CLOSED ledgers whose metadata names them nowhere any more "
+                  "(over-replicated ledgers); enable it once every `ledger audit` and `ledger decommission` that "
+                  "may run, runs this version (an older one's re-replication does not check a ledger's copy_drops "
+                  "and could name a node that has just dropped the copies)",
+}
 
 
 def register(subparsers) -> None:
@@ -22,6 +30,10 @@ def register(subparsers) -> None:
     parser.add_argument("--metadata", default=default_metadata_uri(),
                         help="metadata URI, zk://[user:secret@]host:port/root "
                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    parser.add_argument("--enable", choices=sorted(layout.KNOWN_FEATURES), action="append", default=[],
+                        metavar="FEATURE",
+                        help="turn a feature on in an initialised cluster (a new cluster has every one): "
+                             + "; ".join(f"{name}: {text}" for name, text in sorted(FEATURE_HELP.items())))
     parser.set_defaults(func=run)
 
 
@@ -36,4 +48,9 @@ def run(args) -> int:
         print(f"{where} was made by an older version without a layout marker; marked it initialised {about}")
     else:
         print(f"initialised {where} {about}")
+    if args.enable:
+        with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
+            for feature in args.enable:
+                done = store.enable_feature(layout.KNOWN_FEATURES[feature])
+                print(f"feature {feature} {'enabled' if done else 'was enabled already'}")
     return 0

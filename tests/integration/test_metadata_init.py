@@ -65,7 +65,9 @@ def test_ledger_init_creates_the_root_with_its_layout_and_is_idempotent(fresh_ro
     first = ledger("init", "--metadata", fresh_root)
     assert first.returncode == 0 and first.stderr == "", first.stderr
     assert first.stdout.startswith(f"initialised metadata root {root} at ZooKeeper "), first.stdout
-    assert sorted(zk.get_children(root)) == sorted(d.lstrip("/") for d in (*layout.ALL_DIRS, layout.MARKER))
+    assert sorted(zk.get_children(root)) == sorted(d.lstrip("/") for d in (*layout.ALL_DIRS, layout.MARKER,
+                                                                            layout.FEATURES))
+    assert zk.exists(root + layout.COPY_DROPS)     # a new cluster has every feature
     data, stat = zk.get(root + layout.MARKER)
     marker = layout.LayoutMarker.decode(data)
     assert marker.version == layout.LAYOUT_VERSION and marker.instance_id in first.stdout
@@ -175,6 +177,7 @@ def test_init_marks_a_root_made_by_an_older_version(fresh_root, zk):
     assert "was made by an older version without a layout marker; marked it initialised" in adopted.stdout
     assert zk.get(root + layout.LEDGERS + "/L0000000007")[0] == b"kept"
     assert sorted(zk.get_children(root)) == sorted(d.lstrip("/") for d in (*layout.ALL_DIRS, layout.MARKER))
+    assert not zk.exists(root + layout.FEATURES)   # an existing cluster's clients may be older: none is enabled
 
 
 def test_ledger_init_with_credentials_protects_the_whole_tree(fresh_root, zk):

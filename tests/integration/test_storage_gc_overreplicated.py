@@ -14,13 +14,13 @@ from connector.client import LedgerClient
 from connector.client import rereplicate
 from connector.client.rereplicate import Rereplicator
 from connector.soak.proxy import TcpProxy
-from metadata import registry
+from metadata import layout, registry
 from metadata.errors import MetadataError
 from metadata.model import Fragment, LedgerMetadata, LedgerState, Versioned
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
 from storage_node.config import NodeConfig
-from storage_node.gc import drop_overreplicated
+from storage_node.gc import collect_garbage, drop_overreplicated
 from storage_node.storage import Storage
 from tests.harness.ledger_data import append_entries, assert_every_entry_reads_back
 from tests.harness.node_client import NodeClient, make_entry, payload_for
@@ -255,7 +255,13 @@ def test_a_zookeeper_that_does_not_answer_drops_nothing(zookeeper, metadata_uri,
                 storage = await open_storage(tmp_path, metadata_uri)
                 ledger_id = (await held_elsewhere(direct, storage)).value.ledger_id
                 if lost_at == "the reads":
-                    proxy.set_mode("blackhole")
+                    read_many_within = store.read_many_within
+
+                    def unanswered_reads(*args):
+                        proxy.set_mode("blackhole")
+                        return read_many_within(*args)
+
+                    monkeypatch.setattr(store, "read_many_within", unanswered_reads)
                 else:
                     write_ledger = store.write_ledger
 
@@ -273,5 +279,50 @@ def test_a_zookeeper_that_does_not_answer_drops_nothing(zookeeper, metadata_uri,
                 await storage.close()
                 proxy.set_mode("pass")
             assert direct.read_ledger(ledger_id).value.copy_drops == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cluster_initialised_before_copy_drops_drops_nothing_until_it_is_enabled(metadata_uri, tmp_path):
+    """Review 2026-11-29: an auditor or `ledger decommission` of an older version neither checks a ledger's
+    copy_drops nor keeps it, so on a cluster it may still run on, a node's drop races its repairs unguarded. A
+    root initialised before nodes dropped copies has no copy-drops feature: nothing is dropped until
+    `ledger init --enable copy-drops` (a new root has it)."""
+    from connector.cli import main
+
+    async def scenario():
+        with MetadataStore(metadata_uri) as store:
+            assert store.exists(layout.COPY_DROPS)                       # a root `ledger init` made
+            store.delete(layout.COPY_DROPS)                              # as an older version left it
+            storage = await open_storage(tmp_path, metadata_uri)
+            ledger_id = (await held_elsewhere(store, storage)).value.ledger_id
+            assert await drop_overreplicated(store, storage, "gc-node", grace=0) is None
+            assert ledger_id in storage.ledgers and store.read_ledger(ledger_id).value.copy_drops == 0
+            assert main(["init", "--metadata", metadata_uri, "--enable", "copy-drops"]) == 0
+            assert await drop_overreplicated(store, storage, "gc-node", grace=0) == 1
+            assert ledger_id not in storage.ledgers
+            await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_look_for_over_replicated_ledgers_that_fails_does_not_cost_the_round_its_compaction(
+        metadata_uri, tmp_path, monkeypatch):
+    """Review 2026-11-29: a MetadataError of the look (a batch of reads not answered in time, a drop whose reply
+    was lost) ended the whole round before it compacted, and the look, still due, read every held ledger's
+    metadata again the next round: on a flapping ZooKeeper the node never compacted."""
+    async def scenario():
+        with MetadataStore(metadata_uri) as store:
+            storage = await open_storage(tmp_path, metadata_uri)
+            ledger_id = (await held_elsewhere(store, storage)).value.ledger_id
+
+            def unanswered(*args):
+                raise MetadataError("scripted: ZooKeeper did not answer in time")
+
+            monkeypatch.setattr(store, "read_many_within", unanswered)
+            done = await collect_garbage(store, storage, 0.5, grace=0, overreplicated_of="gc-node")
+            assert done.overreplicated == "failed" and done.compaction is not None
+            assert ledger_id in storage.ledgers
+            await storage.close()
 
     asyncio.run(scenario())
