@@ -15,7 +15,9 @@ entry from one replica, so copies that disagree between nodes would pass it unse
   auditor repairs the fragments of lost nodes, not copies a live node lacks).
 
 Copies on a node that did not answer its read in full (a broken call, an error status) are unread: counted
-apart, and they do not count as good copies. The cost is one read of every copy of the history's closed ledgers,
+apart, and they do not count as good copies; an entry that reaches AQ only with its unread copies is unverified
+(a figure: that node's failure to answer is not a lost copy, and a heal that gave up is reported already), below
+AQ even with them it is under-replicated. The cost is one read of every copy of the history's closed ledgers,
 which the soak's minutes bound (about 3 x 1 KiB per acknowledged append).
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ class ReplicaFigures:
     missing: int = 0           # copies a node of the write set does not hold (the node answered in full)
     unread: int = 0            # copies on a node of the write set that did not answer in full
     short_entries: int = 0     # entries with a copy missing or unread (yet AQ or more good ones)
+    unverified: int = 0        # entries with fewer than AQ good copies but AQ or more with the unread ones
 
     def add(self, other: "ReplicaFigures") -> None:
         for field in dataclasses.fields(self):
@@ -65,6 +68,8 @@ class ReplicaFigures:
 
     def line(self) -> str:
         unread = f", {self.unread} unread" if self.unread else ""
+        unread += (f"; {self.unverified} entries not verified: fewer than AQ good copies read, a node holding "
+                   "others did not answer" if self.unverified else "")
         return (f"copies compared {self.copies} of {self.entries} entries on every node of their write sets, "
                 f"entries short of a copy {self.short_entries} ({self.missing} copies missing{unread}; each entry "
                 "still on AQ nodes or more)")
@@ -136,13 +141,16 @@ def judge(meta: LedgerMetadata, found: dict[str, NodeCopies]) -> Verdict:
             if len(set(good.values())) > 1:
                 verdict.differing.append((entry_id, good))
             held_by = sum(1 for node in good if node in write_set)
+            unread = sum(1 for why in lacking.values() if why != "missing")
             figures.entries += 1
             figures.copies += held_by
-            figures.missing += sum(1 for why in lacking.values() if why == "missing")
-            figures.unread += sum(1 for why in lacking.values() if why != "missing")
-            if held_by < meta.ack_quorum:
+            figures.missing += len(lacking) - unread
+            figures.unread += unread
+            if held_by + unread < meta.ack_quorum:
                 verdict.below_quorum.append(entry_id)
                 verdict.lacking.update(lacking)
+            elif held_by < meta.ack_quorum:
+                figures.unverified += 1   # AQ copies only with those that could not be read: not known either way
             elif lacking:
                 figures.short_entries += 1
     return verdict

@@ -34,7 +34,7 @@ from connector.client import LedgerClient
 from connector.cluster import LocalCluster, pid_alive, wait_gone
 from connector.soak import checker
 from connector.soak.history import merge
-from connector.soak.nemesis import FILLER, Nemesis
+from connector.soak.nemesis import FILLER, HEAL_SECONDS, Nemesis
 from connector.soak.proxy import TcpProxy
 from connector.soak.spark_actor import ROWS_PER_SECOND, SPARK_STREAM
 
@@ -45,6 +45,7 @@ HANDOVER_EVERY = (15.0, 25.0)
 ACTOR_STOP_SECONDS = 90.0
 SPARK_STOP_SECONDS = 180.0  # the Spark actor's batch write in flight, its query's stop and its last drain run
 SPARK_START_SECONDS = 300.0  # the most the timed run waits for the Spark actor's first micro-batch (a loaded machine)
+CLUSTER_START_SECONDS = 120.0
 RECOVERY_SECONDS = 300.0  # the final recovery of every OPEN ledger, retried for this long in all
 MAX_RESTARTS = 50  # per slot
 WRITER_SLOTS = {  # slot -> role and its arguments; each writer slot has its own proxy to every node
@@ -68,6 +69,10 @@ NODE_GC_ARGS = ("--zk-session-timeout", "3", "--gc-interval", "2", "--gc-grace",
 GROUP_SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 SPARK_SLOT = "spark"  # with --spark: its own process (and its JVM and Python workers, one process group)
 TRACEBACK = "Traceback (most recent call last):"
+# What Python writes before the traceback of an exception that escaped where nothing catches it: a thread's
+# target (threading.excepthook), an asyncio task nobody awaited, an event loop callback. Tracebacks a library
+# logs of errors it handled, or "Exception ignored in" at interpreter exit (grpc's teardown), are not crashes.
+ESCAPED = ("Exception in thread", "exception was never retrieved", "Exception in callback")
 
 
 @dataclasses.dataclass
@@ -258,13 +263,16 @@ class Soak:
             raise SystemExit(f"ledger soak: --dir {self.directory} is not empty; give a new or empty directory")
         (self.actors_dir / "requests").mkdir(parents=True)
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # a reconnect loop per ZooKeeper restart
-        self.metadata_uri = self.cluster.start(timeout=120)
+        self.metadata_uri = self.cluster.start(timeout=CLUSTER_START_SECONDS)
         self.nemesis = Nemesis(self, self.rng, self.directory / "nemesis.jsonl")
         for slot in WRITER_SLOTS:
             self.proxies[slot] = {spec.node_id: TcpProxy("127.0.0.1", spec.port).start()
                                   for spec in self.cluster.state.nodes}
-        self._until = (time.time() + self.minutes * 60 + self._stop_seconds + 60
-                       + (SPARK_START_SECONDS if self.spark else 0))
+        # Actors stop by themselves at _until (also if this process dies): after the drive, the heal (up to
+        # HEAL_SECONDS), the cluster's restart and the final SIGTERM, so that none exits before it on a slow machine
+        # (an exit before the SIGTERM is a crash).
+        self._until = (time.time() + self.minutes * 60 + HEAL_SECONDS + CLUSTER_START_SECONDS + self._stop_seconds
+                       + 60 + (SPARK_START_SECONDS if self.spark else 0))
         for slot, (role, args) in self._slots().items():
             self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir, group=slot == SPARK_SLOT)
             self.actors[slot].start(self._actor_command(slot))
@@ -342,7 +350,7 @@ class Soak:
         self._supervise(restart=False)
         for actor in self.actors.values():
             actor.signal(signal.SIGCONT)
-        self.cluster.start(timeout=120)
+        self.cluster.start(timeout=CLUSTER_START_SECONDS)
         self._stop_actors()
         records = merge(sorted(self.actors_dir.glob("*.jsonl")), self.history_path)
         with LedgerClient(self.metadata_uri, timeout=5.0) as client:
@@ -412,14 +420,15 @@ class Soak:
 
     def _check_logs(self) -> None:
         """An exception that escaped in an actor that lived on (in a thread, a callback) leaves only a traceback in
-        its log: each actor's log is read once all stopped (not the Spark actor's, whose driver logs its tasks'
+        its log (after one of ESCAPED): each actor's log is read once all stopped (not the Spark actor's, whose driver logs its tasks'
         tracebacks, which a node fault causes and Spark retries)."""
         for log in sorted(self.actors_dir.glob("*.log")):
             name = log.name.removesuffix(".log")
             if name in self._crashed or name.split(".")[0] == SPARK_SLOT:
                 continue
             lines = log.read_text(errors="replace").splitlines()
-            starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
+            starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)
+                      and any(mark in before for before in lines[max(0, i - 3):i] for mark in ESCAPED)]
             if starts:
                 error = next((line for line in lines[starts[-1] + 1:] if not line.startswith(" ")), "")
                 self._crash(name, f"actor {name}'s log holds {len(starts)} traceback(s) (an exception escaped in a "

@@ -296,19 +296,25 @@ def test_copies_that_disagree_between_nodes_are_divergent_and_a_short_entry_is_c
 
 def test_a_striped_ledgers_copies_are_looked_for_on_their_write_sets_only_and_an_unread_node_is_named():
     """E=3 WQ=2: entry e is on nodes e%3 and (e+1)%3 of the ensemble; a node whose read failed holds its copies
-    unread, not missing."""
+    unread, not missing. Entry 2 is on node-1 and on node-3, which did not answer: it reaches AQ only with the
+    unread copy, so it is unverified (a figure: review 2026-11-29, a node that does not answer at the end is not
+    a lost copy, and was reported as under-replicated); without its copy on node-1 it is under-replicated."""
     meta = LedgerMetadata(2, 3, 2, 2, (Fragment(0, NODES),), state=LedgerState.CLOSED, last_entry_id=2,
                           custom_metadata=(("soak_role", "ledger"),))
     data = entries("lw", 2, 3)
-    final = FinalState({}, {}, {}, {}, [])
-    final.add_ledger(meta, data)
-    found = copies(node_1={0: data[0], 2: data[2]}, node_2={0: data[0], 1: data[1]}, node_3={1: data[1]})
-    found["node-3"].unread.append((0, 2, "node node-3: ReadRange failed: UNAVAILABLE"))
-    final.add_copies(meta, found)
-    assert [(v.kind, v.detail) for v in final.violations] == [
-        ("under-replicated", "ledger 2 (E=3 WQ=2 AQ=2): 1 entries with fewer good copies on their write sets than "
-                             "AQ, entries 2 (node-3 unread: node node-3: ReadRange failed: UNAVAILABLE)")]
-    assert (final.replicas.copies, final.replicas.missing, final.replicas.unread) == (5, 0, 1)
+    for node_1, violations in (({0: data[0], 2: data[2]}, []),
+                               ({0: data[0]}, [("under-replicated", "ledger 2 (E=3 WQ=2 AQ=2): 1 entries with fewer "
+                                                "good copies on their write sets than AQ, entries 2 (node-1 missing, "
+                                                "node-3 unread: node node-3: ReadRange failed: UNAVAILABLE)")])):
+        final = FinalState({}, {}, {}, {}, [])
+        final.add_ledger(meta, data)
+        found = copies(node_1=node_1, node_2={0: data[0], 1: data[1]}, node_3={1: data[1]})
+        found["node-3"].unread.append((0, 2, "node node-3: ReadRange failed: UNAVAILABLE"))
+        final.add_copies(meta, found)
+        assert [(v.kind, v.detail) for v in final.violations] == violations
+        assert (final.replicas.missing, final.replicas.unread, final.replicas.unverified) == \
+            ((0, 1, 1) if not violations else (1, 1, 0))
+        assert ("1 entries not verified: fewer than AQ good copies read" in final.replicas.line()) == (not violations)
 
 
 def test_the_final_read_compares_every_copy_of_a_closed_ledger_node_by_node(cluster, metadata_uri):
@@ -449,6 +455,12 @@ import signal, sys, threading, time
 how = sys.argv[1]
 if how in ("clean", "thread"):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if how == "clean":   # a library logs an error it handled, with its traceback: not a crash
+    import logging
+    try:
+        raise KeyError("handled")
+    except KeyError:
+        logging.getLogger("kazoo.handlers.threading").exception("a library's handled error")
 elif how == "crash":
     def crash(*_):
         raise RuntimeError("the client raised something it should not")
@@ -468,7 +480,8 @@ while True:
 def test_an_actor_that_crashes_on_the_final_sigterm_or_logs_a_traceback_is_reported(tmp_path):
     """Soak audit: the actors' exit statuses after the final SIGTERM were not looked at, so one that died of an
     exception on its way out passed; nor their logs, so one whose thread died of an exception passed too. One
-    killed by the SIGTERM itself (before its handler was in place) did not crash."""
+    killed by the SIGTERM itself (before its handler was in place) did not crash, nor one whose log holds the
+    traceback of an error a library handled (review 2026-11-29: any traceback counted, a flaky verdict in CI)."""
     import subprocess
     import sys
 
