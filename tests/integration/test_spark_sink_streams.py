@@ -51,7 +51,8 @@ def commit_unswept(writer: LedgerStreamWriter, message, batch_id: int, monkeypat
         writer.commit([message], batch_id)
 
 
-def rows_of(uri: str, stream: str) -> list[int]:
+def ledgers_of(uri: str, stream: str) -> list[int]:
+    """The ledgers the stream holds, each read (NoSuchLedgerError for one deleted)."""
     with LedgerClient(uri) as lc:
         record = find_stream(lc.store, stream).value
         return [lc.ledger_metadata(ledger.ledger_id).ledger_id for ledger in streams.iter_ledgers(lc.store, record)]
@@ -76,8 +77,8 @@ def test_a_query_restarted_on_another_stream_keeps_the_committed_ledgers_of_the_
     second = sink(metadata_uri, checkpoint, "second")   # restarted from the checkpoint with another path
     second.commit([write_batch(second, 1, range(50, 80))], 1)   # its sweep goes through the registry up to 1
 
-    assert rows_of(metadata_uri, "first") == [committed.ledger_id]   # NoSuchLedgerError before the fix
-    assert len(rows_of(metadata_uri, "second")) == 1
+    assert ledgers_of(metadata_uri, "first") == [committed.ledger_id]   # NoSuchLedgerError before the fix
+    assert len(ledgers_of(metadata_uri, "second")) == 1
     assert task_entries(store, query_registry(first.query_id)) == []
 
 
@@ -94,4 +95,4 @@ def test_the_janitors_sweep_keeps_a_ledger_committed_to_another_stream_than_the_
         outcome = Cleaned(Registry("query", writer.query_id, {}, frozenset()))
         Sweep(lc, [b""], patient=False, outcome=outcome)(entries, ["first"])   # the stream its run recorded
     assert outcome.kept == [committed.ledger_id] and outcome.deleted == []
-    assert rows_of(metadata_uri, "second") == [committed.ledger_id]
+    assert ledgers_of(metadata_uri, "second") == [committed.ledger_id]
