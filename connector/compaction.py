@@ -23,8 +23,9 @@ undoes what it left:
    one time), so compaction never changes a row's _timestamp; the new ledger records its earliest and
    latest time at close. Ledgers written before entry times existed are compacted among themselves, never
    with timed ones (a run ends where the format changes).
-4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers and sets the
-   record to swapped (the swap time, the pages it replaced) at version 0. Refused if the run changed
+4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers, adjusts
+   retention's byte count (the new ledgers' lengths for the run's) and sets the record to swapped (the swap
+   time, the pages it replaced) at version 0. Refused if the run changed
    (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
    in the same step as the stream, so its state says whether the swap landed: a lost reply is read back.
 5. after the grace: the replaced ledgers and pages are deleted, then the record.
@@ -68,7 +69,7 @@ from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import decode_schema
 from metadata import layout, registry, streams
 from metadata.errors import LedgerError, MetadataConflictError
-from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import ByteCount, LedgerMetadata, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import RunChangedError, replace_run, update_stream
 
@@ -363,9 +364,11 @@ def _compact_run(
     lc.store.create(compaction.path, compaction.encode())
     on_step("recorded", compaction)
     try:
-        replacement = tuple(_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups)
+        written = [_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups]
         on_step("written", compaction)
-        swapped = _swap(lc, compaction, replacement)
+        replacement = tuple(ledger for ledger, _ in written)
+        lengths = tuple(max(0, c.length) for group in groups for c in group), sum(length for _, length in written)
+        swapped = _swap(lc, compaction, replacement, lengths)
     except (RunChangedError, CompactionAbandonedError) as exc:
         log.info("compaction %s of stream %r left offsets %d..%d as they were: %s", compaction.compaction_id,
                  stream.name, run[0].first_offset, run[-1].last_offset, exc)
@@ -389,8 +392,9 @@ def _result(compaction: Compaction, ledgers, state: str, groups: list[list[Candi
 def _rewrite(
     lc: LedgerClient, stream: StreamRecord, compaction: Compaction, group: list[Candidate],
     policy: CompactionPolicy, password: bytes, on_step: Step,
-) -> StreamLedger:
-    """One new ledger holding the group's rows (registered under the compaction's record before it exists)."""
+) -> tuple[StreamLedger, int]:
+    """One new ledger holding the group's rows (registered under the compaction's record before it exists), and
+    its length."""
     first, last = group[0].ledger.first_offset, group[-1].ledger.last_offset
     ensemble_size, write_quorum, ack_quorum = group[0].quorum
     tags = {STREAM_TAG: stream.name, COMPACTION_TAG: compaction.compaction_id}
@@ -421,8 +425,8 @@ def _rewrite(
                 f"compaction {compaction.compaction_id}: ledgers {group[0].ledger.ledger_id}.."
                 f"{group[-1].ledger.ledger_id} hold {copy.offsets} offsets, the stream gives them {last - first + 1}"
             )
-        handle.close(custom_metadata={**copy.custom_metadata(), **(times.close_metadata() if times else {})})
-    return StreamLedger(handle.ledger_id, first, last)
+        closed = handle.close(custom_metadata={**copy.custom_metadata(), **(times.close_metadata() if times else {})})
+    return StreamLedger(handle.ledger_id, first, last), max(0, closed.length)
 
 
 def _read_ahead(lc: LedgerClient, group: list[Candidate], password: bytes) -> Iterator[tuple[StreamLedger, list]]:
@@ -528,9 +532,11 @@ def _check_count(ledger: StreamLedger, offsets: int) -> None:
         )
 
 
-def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLedger, ...]) -> Compaction:
-    """The one CAS: the run replaced in the stream and the record set to swapped, in one multi. A lost reply is
-    read back: the record's state says whether it landed."""
+def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLedger, ...],
+          lengths: tuple[tuple[int, ...], int]) -> Compaction:
+    """The one CAS: the run replaced in the stream and the record set to swapped, in one multi, with retention's
+    byte count adjusted (lengths: of the run's ledgers, and the replacement's bytes). A lost reply is read back: the
+    record's state says whether it landed."""
     swapped: list[Compaction] = []
 
     def transform(head: StreamRecord):
@@ -541,12 +547,29 @@ def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLed
             swapped[:] = [found.value]
             return None
         rewrite = replace_run(lc.store, head, compaction.run, replacement)
+        count = _count_swapped(head, compaction.run, *lengths)
+        if count is not None:
+            rewrite = dataclasses.replace(rewrite, head=rewrite.head.replace(byte_count=count))
         done = dataclasses.replace(compaction, state=SWAPPED, swapped_at=time.time(), ledgers=replacement,
                                    replaced_pages=tuple(layout.page_name(page) for page in rewrite.replaced))
         return dataclasses.replace(rewrite, also=((compaction.path, done.encode(), 0),))
 
     update_stream(lc.store, compaction.stream, transform, read_back=True)
     return swapped[0] if swapped else _read_record(lc, compaction.compaction_id).value
+
+
+def _count_swapped(head: StreamRecord, run: tuple[StreamLedger, ...], run_lengths: tuple[int, ...],
+                   new_bytes: int) -> ByteCount | None:
+    """Retention's byte count once the run is replaced, for a head whose valid count (from the stream's first
+    offset) covers the run's start: the lengths of the run's counted ledgers swapped for the new ledgers' bytes, and
+    the count then reaches the run's end. None when the count is not touched (invalid, or the run after it): there
+    replace_run's head stands. Counted ledgers end below the count's end: it is a ledger boundary."""
+    count = head.byte_count
+    if count is None or count.first_offset != head.first_offset or run[0].first_offset >= count.end_offset:
+        return None
+    counted = sum(length for ledger, length in zip(run, run_lengths) if ledger.last_offset < count.end_offset)
+    return ByteCount(count.first_offset, max(count.end_offset, run[-1].last_offset + 1),
+                     count.bytes - counted + new_bytes)
 
 
 # -- cleanup -------------------------------------------------------------------------------------------

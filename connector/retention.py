@@ -37,13 +37,17 @@ retentionMs / retentionBytes) is applied by apply_retention, run by `ledger stre
   ledger counts from its compaction. It stops at the first ledger that is not that old (as Kafka does).
 - max_bytes: from the front, the oldest closed ledgers while the stream's closed ledgers hold more than
   max_bytes (ledger metadata `length`; a length a recovery did not record counts 0), never its last ledger.
-  The head keeps what was counted (ByteCount): a run reads the lengths of the ledgers added since the last
-  run and of those it removes. An overwrite (first_offset moved by another path) or a compaction of counted
-  offsets invalidates the count, and the next run counts the stream's ledgers again once.
+  The head keeps what was counted (ByteCount), stored by a run that cuts (in its CAS) and by one that cuts
+  nothing once COUNT_LEDGERS ledgers were counted since the stored count (a CAS of the head alone): a run reads
+  the lengths of the ledgers added since the stored count and of those it removes, and none of the front's
+  while the stream is under its limit. A compaction of counted offsets adjusts the count in its swap (the new
+  ledgers' lengths for the old ones'); an overwrite (first_offset moved by another path) invalidates it, and the
+  next run counts the stream's ledgers again once.
 
 Cost of one run, whatever the stream's age: the head; the page names (one listing, as any read below the
-tail makes); the pages holding the ledgers it looks at; ledger metadata for those it removes plus one (age),
-and for those added since the last run (size); then one delete per removed ledger and per emptied page.
+tail makes); the pages holding the ledgers it looks at; ledger metadata for those it removes and a read-ahead
+(age, and size over its limit), and for those added since the last run and fewer than COUNT_LEDGERS before
+(size: those counted since the stored count); then one delete per removed ledger and per emptied page.
 """
 from __future__ import annotations
 
@@ -75,6 +79,7 @@ TAIL_DELETED, DELETED = "tail-deleted", "deleted"
 TRUNCATE, RETENTION = "truncate", "retention"
 CHUNK_LEDGERS = 64   # ledger metadata read ahead (in parallel) while looking for the end of a cut
 READ_THREADS = 8
+COUNT_LEDGERS = 64   # ledgers counted since the head's byte count that make a run which cuts nothing store it
 
 Step = Callable[[str, "Cut"], None]
 
@@ -223,9 +228,11 @@ def _cut_front(
             made.append(found.value)   # landed, and its reply was lost: read back (rule 16)
             return None
         decision = decide(record, facts)
-        if decision is None or decision[0] <= record.first_offset:
+        if decision is None:
             return None
         first, count = decision
+        if first <= record.first_offset:   # nothing to cut: keep what was counted, for the next runs (rule 15)
+            return record.replace(byte_count=count) if _worth_storing(record, count) else None
         removed = tuple(itertools.takewhile(lambda s: s.last_offset is not None and s.last_offset < first, record.tail))
         cut = dataclasses.replace(planned, state=CUT, from_offset=record.first_offset, to_offset=first,
                                   ledgers=removed)
@@ -371,6 +378,8 @@ def _retained_from(
     count = _counted(store, record, facts) if retention.max_bytes is not None else None
     total = count.bytes if count is not None else 0
     first = record.first_offset
+    if retention.max_age is None and total <= retention.max_bytes:
+        return first, count   # under its size and no age: no ledger of the front is looked at
     last = record.last_ledger
     for ledger in _read_ahead(iter_ledgers(store, record, record.first_offset), facts, retention):
         if ledger.last_offset is None:
@@ -385,6 +394,21 @@ def _retained_from(
     if count is None:
         return first, _count_after(store, record, first, facts)
     return first, ByteCount(first, max(count.end_offset, first), total)
+
+
+def _worth_storing(record: StreamRecord, count: ByteCount | None) -> bool:
+    """Whether a run that cuts nothing stores its byte count in the head (a CAS of the head alone): when the head
+    has no valid count (it was counted from the stream's first offset: the next runs would count it all again), or
+    when COUNT_LEDGERS ledgers or more were counted since the stored one. Below that, the next run counts those
+    few again rather than this one writing the head on every pass of a retention loop."""
+    stored = record.byte_count
+    if count is None or count == stored:
+        return False
+    if stored is None or stored.first_offset != record.first_offset or stored.end_offset < record.tail_offset:
+        return True   # no valid count; or ledgers counted since it were sealed: once, it then reaches the tail
+    counted = [s for s in record.tail if s.last_offset is not None and stored.end_offset <= s.first_offset
+               and s.last_offset < count.end_offset]
+    return len(counted) >= COUNT_LEDGERS
 
 
 def _read_ahead(ledgers: Iterator[StreamLedger], facts: "_LedgerFacts", retention: Retention) -> Iterator[StreamLedger]:

@@ -18,6 +18,7 @@ from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
 from metadata.errors import LedgerError
+from metadata.model import ByteCount
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
 
@@ -334,3 +335,51 @@ def test_a_job_start_on_the_stream_deletes_what_a_compaction_replaced_once_its_g
         poll_until(lambda: not janitor.clean_stream(lc, "events", b"") and not lc.store.children(layout.COMPACTIONS),
                    timeout=30, what="a job start past the grace to finish the compaction")
         assert not any(exists(lc, i) for i in replaced)
+
+
+def small_raw_stream(lc: LedgerClient, name: str, entries: int, first: int = 0) -> None:
+    """entries raw entries in ledgers of two (a new writer: it closes the last one)."""
+    with Streams(lc).open_writer(name, ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        for n in range(first, first + entries):
+            w.append(f"p-{n}".encode())
+
+
+def test_a_compaction_adjusts_retentions_byte_count_and_the_next_run_counts_only_what_came_since(
+        metadata_uri, cluster, monkeypatch):
+    """Day-300 audit 2026-11-29 (rule 15): a compaction of offsets retention had counted dropped the stream's byte
+    count, so the retention run after every compaction read every ledger's length again. The swap now adjusts the
+    count (the new ledgers' lengths for the run's), here for a run that starts in the counted offsets and goes on
+    past them."""
+    from connector import retention
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("sized", ensemble_size=3, write_quorum=2, ack_quorum=2,
+                                     max_ledger_entries=2) as w:
+            for n in range(40):
+                w.append(b"x" * 20_000)   # 20 ledgers of 40 KB: not small, never compacted
+            for n in range(20):
+                w.append(f"s-{n}".encode())   # 10 small ones
+        retention.set_retention(lc.store, "sized", max_bytes=1 << 40)
+        retention.apply_retention(lc, "sized")   # counts the stream and stores the count
+        counted = streams.read_stream(lc.store, "sized").value.byte_count
+        assert counted.end_offset == 60
+        small_raw_stream(lc, "sized", 10, first=20)   # 5 small ledgers more, after the count
+
+        reads: list[int] = []
+        read_length = retention._LedgerFacts._read_length
+        monkeypatch.setattr(retention._LedgerFacts, "_read_length",
+                            lambda facts, ledger_id: reads.append(ledger_id) or read_length(facts, ledger_id))
+        retention.apply_retention(lc, "sized")
+        assert len(reads) == 5   # what came since the count, not the stream's 35 ledgers
+
+        result = compact_stream(lc, "sized", CompactionPolicy(target_bytes=30_000, grace=GRACE))
+        (run,) = result.runs
+        assert run.state == "swapped" and (run.first_offset, run.last_offset) == (40, 67)   # 14 of the 15 small
+        head = streams.read_stream(lc.store, "sized").value
+        closed = [s for s in streams.iter_ledgers(lc.store, head) if s.last_offset < 68]
+        assert head.byte_count == ByteCount(0, 68, sum(lc.ledger_metadata(s.ledger_id).length for s in closed))
+
+        reads.clear()
+        assert not retention.apply_retention(lc, "sized").cut
+        assert reads == [stream_ledgers(lc.store, "sized")[-1].ledger_id]   # the one ledger after the run

@@ -15,8 +15,8 @@ import pytest
 
 from connector.client import LedgerClient, Streams
 from connector.retention import (
-    CHUNK_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
-    truncate_stream,
+    CHUNK_LEDGERS, COUNT_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention,
+    clean_cuts, pending_cuts, set_retention, truncate_stream,
 )
 from metadata import layout, streams
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
@@ -129,6 +129,42 @@ def test_retention_by_size_keeps_the_newest_ledgers_that_fit_and_counts_only_wha
     # Lengths read: the 5 added ledgers and the front ones, a read-ahead of CHUNK_LEDGERS from the first; not the
     # 200 counted before.
     assert set(added) | set(ids[100:105]) <= set(reads) <= set(added) | set(ids[100:100 + CHUNK_LEDGERS])
+
+
+def test_size_retention_that_cuts_nothing_stores_its_count_and_reads_only_the_ledgers_added_since(lc, monkeypatch):
+    """Day-300 audit 2026-11-29 (rule 15): a run that cut nothing dropped the count it had made, so a stream under its
+    retentionBytes (its normal state for weeks) had every ledger's length read again on every pass of the retention
+    loop. The first count is now stored at once, later ones once COUNT_LEDGERS ledgers were counted since the stored
+    one, and a run under the limit reads none of the front's ledgers either."""
+    store = lc.store
+    ids = closed_ledgers(store, 600, length=100)
+    appended(store, "events", ids)
+    set_retention(store, "events", max_bytes=1 << 40)
+    reads = []
+    read_ledger = MetadataStore.read_ledger
+    monkeypatch.setattr(MetadataStore, "read_ledger", lambda self, i: reads.append(i) or read_ledger(self, i))
+    assert not apply_retention(lc, "events").cut
+    assert sorted(reads) == ids                                          # the first run counts the stream, once
+    assert streams.read_stream(store, "events").value.byte_count == ByteCount(0, 6000, 60_000)
+
+    since: list[int] = []
+    for more in (1, 2, COUNT_LEDGERS - 3):
+        since += appended_ledgers(store, "events", more)
+        reads.clear()
+        assert not apply_retention(lc, "events").cut
+        assert sorted(reads) == since                 # those counted since the stored count, none of the 600 before
+    head = streams.read_stream(store, "events").value
+    assert head.byte_count == ByteCount(0, head.next_offset, (600 + COUNT_LEDGERS) * 100)   # stored: 64 since
+    last = appended_ledgers(store, "events", 1)
+    reads.clear()
+    assert not apply_retention(lc, "events").cut
+    assert reads == last
+
+
+def appended_ledgers(store: MetadataStore, name: str, count: int) -> list[int]:
+    ids = closed_ledgers(store, count, length=100)
+    appended(store, name, ids)
+    return ids
 
 
 def test_retention_by_size_never_removes_the_last_ledger(lc):
