@@ -28,7 +28,9 @@ undoes what it left:
    time, the pages it replaced) at version 0. Refused if the run changed
    (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
    in the same step as the stream, so its state says whether the swap landed: a lost reply is read back.
-5. after the grace: the replaced ledgers and pages are deleted, then the record.
+5. after the grace: the replaced ledgers and pages are deleted, then the record; by the next compaction of
+   the stream, truncation or retention run on it (which deletes a tail run's at once when it cut off all of its
+   offsets), or Spark job start on it (its janitor).
 
 Undoing a running compaction (its own failure, or its process gone: no writer znode) bumps its record's
 version (state abandoned) first. That fences it for good: its swap and its registrations check version 0.
@@ -577,13 +579,23 @@ def _count_swapped(head: StreamRecord, run: tuple[StreamLedger, ...], run_length
 
 def clean_compactions(
     lc: LedgerClient, name: str, *, password: bytes = b"", on_step: Step | None = None, now: float | None = None,
+    first_offset: int | None = None,
 ) -> CompactionResult:
     """Finish the stream's swapped compactions whose grace has passed and undo those whose process is gone.
-    Reads only the records of compactions in progress (rule 15); for a retention loop or janitor too."""
+    Reads only the records of compactions in progress (rule 15); for a retention loop or janitor too.
+
+    first_offset: the stream's first offset, given by a truncation or retention run after its cut. A swapped
+    compaction of tail ledgers (its record alone names them: no page) whose whole run lies below it is finished at
+    once, whatever its grace: its offsets left the stream, so a read planned on its ledgers gets failOnDataLoss, as
+    for the ledgers the cut deleted (connector/spark/data_loss.py: a ledger gone below the stream's first offset).
+    A run that starts in pages waits for its grace: the cut deletes the replaced pages' ledgers below the first
+    offset with those pages (streams.drop_below), and a replaced page may hold offsets the stream still has."""
     on_step = on_step or (lambda step, record: None)
     result = CompactionResult(name)
     for compaction in _records(lc, name):
-        if compaction.state == SWAPPED and compaction.due <= (now or time.time()):
+        if compaction.state == SWAPPED and (compaction.due <= (now or time.time()) or (
+                first_offset is not None and not compaction.replaced_pages and
+                compaction.run[-1].last_offset < first_offset)):
             _finish(lc, compaction, password)
             on_step("deleted", compaction)
             result.finished.append(compaction.compaction_id)

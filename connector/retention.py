@@ -16,7 +16,10 @@ calls first) finishes what it left:
    below first_offset (streams.iter_ledgers). A lost reply is read back: the record's state says whether the
    cut landed (rule 16).
 3. delete: the record's tail ledgers, then the ledgers of the pages below the new first offset and the pages
-   left with none (streams.drop_below), then the record. Everything here is idempotent.
+   left with none (streams.drop_below), then the record, kept while one of those ledgers could not be deleted
+   (the next run, or a Spark job's start on the stream, tries again: clean_cuts). Everything here is idempotent.
+4. the stream's compactions: those past their grace are finished, and at once those of tail ledgers whose whole
+   run the cut took off (compaction.clean_compactions): their replaced ledgers are named in their record only.
 
 A planned record whose process is gone is deleted: its cut cannot land any more (ZooKeeper drops the
 requests of a session that ended, and the cut's multi sets the record at version 0).
@@ -47,7 +50,8 @@ retentionMs / retentionBytes) is applied by apply_retention, run by `ledger stre
 Cost of one run, whatever the stream's age: the head; the page names (one listing, as any read below the
 tail makes); the pages holding the ledgers it looks at; ledger metadata for those it removes and a read-ahead
 (age, and size over its limit), and for those added since the last run and fewer than COUNT_LEDGERS before
-(size: those counted since the stored count); then one delete per removed ledger and per emptied page.
+(size: those counted since the stored count); then one delete per removed ledger and per emptied page; and
+a listing of the compaction records.
 """
 from __future__ import annotations
 
@@ -241,18 +245,39 @@ def _cut_front(
                        also=((cut.path, cut.encode(), 0),))
 
     try:
-        update_stream(store, name, transform, read_back=True)
+        stored = update_stream(store, name, transform, read_back=True).value
     except BaseException:
         _forget_planned(store, planned)
         raise
     if not made:
         _forget_planned(store, planned)
+        _clean_compactions(lc, stored, password)
         return CutResult(name, reason, head.first_offset, head.first_offset, finished_cuts=finished)
     cut = made[0]
     on_step(CUT, cut)
     deleted = _delete(lc, cut, password, on_step)
     on_step(DELETED, cut)
+    _clean_compactions(lc, stored, password)
     return CutResult(name, reason, cut.from_offset, cut.to_offset, deleted, finished)
+
+
+def _clean_compactions(lc: LedgerClient, head: StreamRecord, password: bytes) -> None:
+    """Finish the stream's compactions past their grace, and at once those whose run (in the tail: named in their
+    record only) lies below the stream's first offset, whose rows the cut took away; undo those of processes gone.
+    Without it, a stream compacted once and then only truncated kept the ledgers a compaction replaced for good,
+    truncated rows readable by ledger id. Best effort: what is left, the next run (or compaction, or job start)
+    finishes."""
+    from connector.compaction import clean_compactions   # here: it loads Spark's and Arrow's modules
+
+    try:
+        done = clean_compactions(lc, head.name, password=password, first_offset=head.first_offset)
+    except LedgerError as exc:
+        log.warning("stream %r: compactions past their grace or below the first offset not finished: %s",
+                    head.name, exc)
+        return
+    if done.finished or done.abandoned:
+        log.info("stream %r: %d compactions finished, %d of gone processes undone", head.name,
+                 len(done.finished), len(done.abandoned))
 
 
 def _forget_planned(store: MetadataStore, planned: Cut) -> None:
@@ -269,28 +294,35 @@ def _forget_planned(store: MetadataStore, planned: Cut) -> None:
 
 
 def _delete(lc: LedgerClient, cut: Cut, password: bytes, on_step: Step = lambda step, cut: None) -> int:
-    """Step 3: the cut's tail ledgers, the paged ledgers below its end and the pages emptied, then its record
-    (kept if a tail ledger could not be deleted: the next run tries again). Returns the ledgers deleted."""
+    """Step 3: the cut's tail ledgers, the paged ledgers below its end and the pages emptied, then its record,
+    kept if a ledger, of the tail or of a page, could not be deleted: the stream's next truncation or retention run,
+    or a Spark job's start on it (clean_cuts), tries again. Returns the ledgers deleted."""
     deleted = [0]
-    failed = False
+    failed: list[int] = []
 
     def counted(ledger_id: int) -> None:
         if lc.store.exists(layout.ledger_path(ledger_id)):   # not deleted by an earlier cut (a straddling page's)
-            discard(lc, ledger_id, password)
+            try:
+                discard(lc, ledger_id, password)
+            except LedgerError:
+                failed.append(ledger_id)
+                raise
             deleted[0] += 1
 
     for ledger in cut.ledgers:
         try:
             counted(ledger.ledger_id)
         except LedgerError as exc:
-            failed = True
             log.warning("stream %r: ledger %d left the stream but was not deleted: %s", cut.stream,
                         ledger.ledger_id, exc)
     on_step(TAIL_DELETED, cut)
     # The cut's record goes with its stream: while it is there, the pages under the name are this stream's.
     drop_below(lc.store, StreamRecord(cut.stream), cut.to_offset, counted,
                still_there=lambda: lc.store.exists(cut.path))
-    if not failed:
+    if failed:
+        log.warning("stream %r: cut %s kept: ledgers %s not deleted; the stream's next truncation or retention "
+                    "run, or a Spark job's start on it, deletes them", cut.stream, cut.cut_id, failed)
+    else:
         lc.store.delete(cut.path)
     return deleted[0]
 

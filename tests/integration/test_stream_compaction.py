@@ -14,6 +14,8 @@ from connector.cli import main
 from connector.client import LedgerClient, NoSuchLedgerError, Streams, entry_time
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource, janitor
+from connector.retention import apply_all, set_retention, truncate_stream
+from connector.spark.errors import DataLossError
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
@@ -383,3 +385,52 @@ def test_a_compaction_adjusts_retentions_byte_count_and_the_next_run_counts_only
         reads.clear()
         assert not retention.apply_retention(lc, "sized").cut
         assert reads == [stream_ledgers(lc.store, "sized")[-1].ledger_id]   # the one ledger after the run
+
+
+def planned_read(uri: str, stream: str, **options) -> tuple:
+    """A batch read planned now, to be read later: its reader and partitions."""
+    reader = arrow_reader(uri, stream, **options)
+    return reader, reader.partitions()
+
+
+def test_a_truncation_deletes_what_a_compaction_of_tail_ledgers_replaced_below_it_at_once(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: the ledgers a compaction replaced in the tail are named in its record only, and only
+    a compaction or a Spark job start finished records. A stream compacted once (without --wait) and then only
+    truncated kept them, and the truncated rows readable by ledger id, for good. A cut now finishes the stream's
+    compactions, and at once those whose run it took off whole: a read planned on those ledgers gets
+    failOnDataLoss, as for any ledger a cut deletes."""
+    cluster(3)
+    write_jobs(metadata_uri, "events", range(20))
+    with LedgerClient(metadata_uri) as lc:
+        before = stream_ledgers(lc.store, "events")
+        planned = planned_read(metadata_uri, "events")   # batch reads planned before the swap
+        skipping = planned_read(metadata_uri, "events", failOnDataLoss="false")
+        result = compact_stream(lc, "events", CompactionPolicy(target_bytes=1 << 20, grace=3600))
+        assert [r.state for r in result.runs] == ["swapped"]
+
+        cut = truncate_stream(lc, "events", before[-1].first_offset)   # every offset of the run
+
+        assert cut.first_offset == before[-1].first_offset and stream_ledgers(lc.store, "events") == before[-1:]
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1]) and compaction_ledgers(lc) == set()
+        assert lc.store.children(layout.COMPACTIONS) == []
+        with pytest.raises(DataLossError, match=f"first offset the stream still holds is {cut.first_offset}"):
+            rows_of(*planned)
+        assert rows_of(*skipping) == [
+            (n, n) for n in range(before[-1].first_offset, rows_in(20))]
+
+
+def test_a_retention_run_finishes_a_compaction_past_its_grace(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: a stream whose only maintenance is the retention loop kept what a compaction (without
+    --wait) replaced for good: the loop never finished compactions."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 20)
+        before = stream_ledgers(lc.store, "raw")
+        compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=GRACE))
+        set_retention(lc.store, "raw", max_age=86_400)   # nothing is that old
+        apply_all(lc)
+        assert all(exists(lc, s.ledger_id) for s in before[:-1])   # in its grace
+        poll_until(lambda: apply_all(lc) and not lc.store.children(layout.COMPACTIONS), timeout=30, interval=0.5,
+                   what="a retention run past the grace to finish the compaction")
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])
+        assert [e.payload for e in Streams(lc).read("raw")] == [f"p-{n}".encode() for n in range(20)]

@@ -19,6 +19,7 @@ from connector.retention import (
     clean_cuts, pending_cuts, set_retention, truncate_stream,
 )
 from metadata import layout, streams
+from metadata.errors import MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from tests.harness.poll import poll_until
@@ -303,6 +304,34 @@ def test_paged_ledgers_left_by_a_run_that_died_are_deleted_by_the_next_run(lc):
     assert result.finished_cuts == 1 and result.first_offset == 595 * OFFSETS
     assert streams.list_pages(store, "events") == [] and pending_cuts(store, "events") == []
     assert not any(exists(store, i) for i in ids[:595]) and all(exists(store, i) for i in ids[595:])
+
+
+def test_a_paged_ledger_that_could_not_be_deleted_keeps_the_cut_record_for_the_next_run(lc, monkeypatch):
+    """Day-300 audit 2026-11-29: a cut deleted its record even when the deletion of a paged ledger below it had failed,
+    and that ledger then waited for a later cut of the same stream, which may never come. The record now stays, and
+    the stream's next truncation or retention run, or a Spark job's start on it (clean_cuts), deletes the ledger."""
+    from connector import retention
+
+    store = lc.store
+    ids = closed_ledgers(store, 600)
+    appended(store, "events", ids)
+    discard = retention.discard
+
+    def failing(client, ledger_id, password):
+        if ledger_id == ids[10]:
+            raise MetadataError("ZooKeeper connection lost")
+        discard(client, ledger_id, password)
+
+    monkeypatch.setattr(retention, "discard", failing)
+    assert truncate_stream(lc, "events", 300 * OFFSETS).first_offset == 300 * OFFSETS
+    assert exists(store, ids[10]) and [c.state for c in pending_cuts(store, "events")] == [CUT]
+    assert not any(exists(store, i) for i in ids[:10] + ids[11:300])
+
+    monkeypatch.setattr(retention, "discard", discard)
+    assert clean_cuts(lc, "events") == 1
+    assert not exists(store, ids[10]) and pending_cuts(store, "events") == []
+    assert [p.first_offset for p in streams.list_pages(store, "events")] == [256 * OFFSETS]   # straddles: kept
+    assert ledger_ids(store, "events") == ids[300:]
 
 
 def test_a_cut_that_comes_late_leaves_the_pages_of_a_stream_created_again_under_the_name_alone(lc):
