@@ -31,6 +31,7 @@ undoes what it left:
 5. after the grace: the replaced ledgers and pages are deleted, then the record; by the next compaction of
    the stream, truncation or retention run on it (which deletes a tail run's at once when it cut off all of its
    offsets), or Spark job start on it (its janitor).
+   `ledger stream delete` deletes every record of the stream and its ledgers (stream_deleted).
 
 Undoing a running compaction (its own failure, or its process gone: no writer znode) bumps its record's
 version (state abandoned) first. That fences it for good: its swap and its registrations check version 0.
@@ -604,6 +605,26 @@ def clean_compactions(
             if _undo(lc, compaction, password, on_step) is None:
                 result.abandoned.append(compaction.compaction_id)
     return result
+
+
+def stream_deleted(lc: LedgerClient, name: str, password: bytes = b"") -> tuple[list[Compaction], list[str]]:
+    """After the stream's head was deleted (`ledger stream delete`), its compaction records: no compaction can swap
+    any more (its swap is one multi with the head's compare-and-set, and a head created again under the name is
+    another znode than the one its run was read from: the run is not in it). A running or abandoned one is undone
+    here (abandoned first, so that no registration of it lands after: then the ledgers registered under it are
+    discarded and the record deleted). Returns the swapped records, whose replaced ledgers (run) and new ones the
+    caller deletes and then the records, and what could not be undone (id: why)."""
+    swapped, failed = [], []
+    for compaction in _records(lc, name):
+        if compaction.state != SWAPPED:
+            try:
+                compaction = _undo(lc, compaction, password, lambda step, record: None)
+            except LedgerError as exc:
+                failed.append(f"{compaction.compaction_id}: {exc}")
+                continue
+        if compaction is not None:
+            swapped.append(compaction)
+    return swapped, failed
 
 
 def _records(lc: LedgerClient, name: str) -> list[Compaction]:

@@ -19,7 +19,7 @@ from connector.spark.errors import DataLossError
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import ByteCount
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
@@ -434,3 +434,49 @@ def test_a_retention_run_finishes_a_compaction_past_its_grace(metadata_uri, clus
                    what="a retention run past the grace to finish the compaction")
         assert not any(exists(lc, s.ledger_id) for s in before[:-1])
         assert [e.payload for e in Streams(lc).read("raw")] == [f"p-{n}".encode() for n in range(20)]
+
+
+def test_stream_delete_deletes_the_ledgers_and_records_of_its_compactions(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: `ledger stream delete` deleted the ledgers the stream's metadata named, not those
+    named in its compaction records: the ledgers a swapped compaction replaced (in the tail: its record names them
+    alone), the new ledgers of a compaction whose process died, and the records, which every later compaction and
+    job start lists."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 40)
+        before = stream_ledgers(lc.store, "raw")
+        result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=3600))   # without --wait
+        assert [r.state for r in result.runs] == ["swapped"]
+        small_raw_stream(lc, "raw", 40, first=40)
+        process = subprocess.Popen(   # a compaction that dies with its new ledgers written, before its swap
+            [sys.executable, "-m", "tests.harness.compaction_process", metadata_uri, "raw", "1000000", "3600",
+             "written"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert "stopped written" in (line.strip() for line in iter(process.stdout.readline, ""))
+        finally:
+            process.kill()
+            process.wait()
+        assert len(lc.store.children(layout.COMPACTIONS)) == 2 and compaction_ledgers(lc) - {
+            s.ledger_id for s in stream_ledgers(lc.store, "raw")}
+
+        assert main(["stream", "delete", "raw", "--yes", "--metadata", metadata_uri]) == 0
+
+        assert not any(exists(lc, s.ledger_id) for s in before) and lc.list_ledgers() == []
+        assert lc.store.children(layout.COMPACTIONS) == []
+
+
+def test_a_compaction_cannot_swap_into_a_stream_deleted_meanwhile(metadata_uri, cluster):
+    """The swap is one multi with the head's compare-and-set: with the head gone it fails, the compaction undoes
+    itself, and nothing of it (nor of the stream) is left."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 40)
+
+        def delete_stream(step, compaction):
+            if step == "written":
+                assert main(["stream", "delete", "raw", "--yes", "--metadata", metadata_uri]) == 0
+
+        with pytest.raises(NoSuchStreamError):
+            compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=3600), on_step=delete_stream)
+        assert streams.find_stream(lc.store, "raw") is None
+        assert lc.list_ledgers() == [] and lc.store.children(layout.COMPACTIONS) == []
