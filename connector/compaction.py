@@ -28,9 +28,9 @@ undoes what it left:
    time, the pages it replaced) at version 0. Refused if the run changed
    (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
    in the same step as the stream, so its state says whether the swap landed: a lost reply is read back.
-5. after the grace: the replaced ledgers and pages are deleted, then the record; by the next compaction of
-   the stream, truncation or retention run on it (which deletes a tail run's at once when it cut off all of its
-   offsets), or Spark job start on it (its janitor).
+5. after the grace, from the swap by ZooKeeper's clock (the record's mtime): the replaced ledgers and pages are
+   deleted, then the record; by the next compaction of the stream, truncation or retention run on it (which
+   deletes a tail run's at once when it cut off all of its offsets), or Spark job start on it (its janitor).
    `ledger stream delete` deletes every record of the stream and its ledgers (stream_deleted).
 
 Undoing a running compaction (its own failure, or its process gone: no writer znode) bumps its record's
@@ -72,7 +72,7 @@ from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import decode_schema
 from metadata import layout, registry, streams
 from metadata.errors import LedgerError, MetadataConflictError
-from metadata.model import ByteCount, LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import ByteCount, LedgerMetadata, StreamLedger, StreamRecord, Versioned
 from metadata.store import MetadataStore
 from metadata.streams import RunChangedError, replace_run, update_stream
 
@@ -125,7 +125,7 @@ class Compaction:
     run: tuple[StreamLedger, ...]
     created_at: float
     state: str = RUNNING
-    swapped_at: float | None = None
+    swapped_at: float | None = None   # as read (_read_record): the swap's time by ZooKeeper's clock
     ledgers: tuple[StreamLedger, ...] = ()   # the run's replacement, once swapped
     replaced_pages: tuple[str, ...] = ()     # page names the swap replaced
 
@@ -634,8 +634,18 @@ def _records(lc: LedgerClient, name: str) -> list[Compaction]:
     return [record.value for record in found if record is not None]
 
 
-def _read_record(lc: LedgerClient, compaction_id: str):
-    return lc.store.read(layout.compaction_path(compaction_id), Compaction.decode)
+def _read_record(lc: LedgerClient, compaction_id: str) -> Versioned[Compaction] | None:
+    """The record; a swapped one with swapped_at its last write by ZooKeeper's clock (its mtime: the swap's multi is
+    its last write), as retention by age judges a ledger's age, not by what the compacting host's clock said: before
+    2026-11-29 a cleaner's clock running ahead of the compactor's by more than the grace deleted the replaced ledgers
+    early. Records still carry the compactor's swapped_at, for older software, which judges by it."""
+    found = lc.store.read_with_stat(layout.compaction_path(compaction_id), Compaction.decode)
+    if found is None:
+        return None
+    compaction, stat = found
+    if compaction.state == SWAPPED:
+        compaction = dataclasses.replace(compaction, swapped_at=stat.mtime / 1000.0)
+    return Versioned(compaction, stat.version)
 
 
 def _finish(lc: LedgerClient, compaction: Compaction, password: bytes) -> None:

@@ -7,6 +7,8 @@ commit) without a SparkSession, and read the way Spark's executors read them.
 import json
 import subprocess
 import sys
+import time
+import types
 
 import pytest
 
@@ -480,3 +482,25 @@ def test_a_compaction_cannot_swap_into_a_stream_deleted_meanwhile(metadata_uri, 
             compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=3600), on_step=delete_stream)
         assert streams.find_stream(lc.store, "raw") is None
         assert lc.list_ledgers() == [] and lc.store.children(layout.COMPACTIONS) == []
+
+
+def test_the_grace_is_judged_by_zookeepers_clock_not_the_compacting_hosts(metadata_uri, cluster, monkeypatch):
+    """Day-300 audit 2026-11-29: the swap recorded the compacting host's time, and a cleaner compared it with its
+    own clock: a compactor whose clock ran behind the cleaner's by more than the grace had its replaced ledgers
+    deleted at once. The grace now runs from the record's last write (the swap) by ZooKeeper's clock."""
+    from connector import compaction
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 20)
+        before = stream_ledgers(lc.store, "raw")
+        behind = types.SimpleNamespace(time=lambda: time.time() - 3600, sleep=time.sleep)
+        with monkeypatch.context() as patched:
+            patched.setattr(compaction, "time", behind)   # the compacting host's clock, an hour behind
+            result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=60))
+        assert clean_compactions(lc, "raw").finished == []
+        assert all(exists(lc, s.ledger_id) for s in before[:-1])   # in its grace
+        ((_, due),) = result.pending
+        assert abs(due - (time.time() + 60)) < 10
+        assert clean_compactions(lc, "raw", now=time.time() + 70).finished == [result.runs[0].compaction_id]
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])
