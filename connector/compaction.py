@@ -23,11 +23,15 @@ undoes what it left:
    one time), so compaction never changes a row's _timestamp; the new ledger records its earliest and
    latest time at close. Ledgers written before entry times existed are compacted among themselves, never
    with timed ones (a run ends where the format changes).
-4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers and sets the
-   record to swapped (the swap time, the pages it replaced) at version 0. Refused if the run changed
+4. swap: one update_stream multi (streams.replace_run) that replaces the run by the new ledgers, adjusts
+   retention's byte count (the new ledgers' lengths for the run's) and sets the record to swapped (the swap
+   time, the pages it replaced) at version 0. Refused if the run changed
    (truncated, overwritten, compacted meanwhile): the new ledgers are then discarded. The record changes
    in the same step as the stream, so its state says whether the swap landed: a lost reply is read back.
-5. after the grace: the replaced ledgers and pages are deleted, then the record.
+5. after the grace, from the swap by ZooKeeper's clock (the record's mtime): the replaced ledgers and pages are
+   deleted, then the record; by the next compaction of the stream, truncation or retention run on it (which
+   deletes a tail run's at once when it cut off all of its offsets), or Spark job start on it (its janitor).
+   `ledger stream delete` deletes every record of the stream and its ledgers (stream_deleted).
 
 Undoing a running compaction (its own failure, or its process gone: no writer znode) bumps its record's
 version (state abandoned) first. That fences it for good: its swap and its registrations check version 0.
@@ -69,7 +73,7 @@ from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import decode_schema
 from metadata import layout, registry, streams
 from metadata.errors import LedgerError, MetadataConflictError
-from metadata.model import LedgerMetadata, StreamLedger, StreamRecord
+from metadata.model import ByteCount, LedgerMetadata, StreamLedger, StreamRecord, Versioned
 from metadata.store import MetadataStore
 from metadata.streams import RunChangedError, replace_run, update_stream
 
@@ -122,7 +126,7 @@ class Compaction:
     run: tuple[StreamLedger, ...]
     created_at: float
     state: str = RUNNING
-    swapped_at: float | None = None
+    swapped_at: float | None = None   # as read (_read_record): the swap's time by ZooKeeper's clock
     ledgers: tuple[StreamLedger, ...] = ()   # the run's replacement, once swapped
     replaced_pages: tuple[str, ...] = ()     # the pages the swap replaced (layout.page_ref)
 
@@ -373,9 +377,11 @@ def _compact_run(
     lc.store.create(compaction.path, compaction.encode())
     on_step("recorded", compaction)
     try:
-        replacement = tuple(_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups)
+        written = [_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups]
         on_step("written", compaction)
-        swapped = _swap(lc, compaction, replacement)
+        replacement = tuple(ledger for ledger, _ in written)
+        lengths = tuple(max(0, c.length) for group in groups for c in group), sum(length for _, length in written)
+        swapped = _swap(lc, compaction, replacement, lengths)
     except (RunChangedError, CompactionAbandonedError) as exc:
         log.info("compaction %s of stream %r left offsets %d..%d as they were: %s", compaction.compaction_id,
                  stream.name, run[0].first_offset, run[-1].last_offset, exc)
@@ -399,8 +405,9 @@ def _result(compaction: Compaction, ledgers, state: str, groups: list[list[Candi
 def _rewrite(
     lc: LedgerClient, stream: StreamRecord, compaction: Compaction, group: list[Candidate],
     policy: CompactionPolicy, password: bytes, on_step: Step,
-) -> StreamLedger:
-    """One new ledger holding the group's rows (registered under the compaction's record before it exists)."""
+) -> tuple[StreamLedger, int]:
+    """One new ledger holding the group's rows (registered under the compaction's record before it exists), and
+    its length."""
     first, last = group[0].ledger.first_offset, group[-1].ledger.last_offset
     ensemble_size, write_quorum, ack_quorum = group[0].quorum
     tags = {STREAM_TAG: stream.name, COMPACTION_TAG: compaction.compaction_id}
@@ -431,8 +438,8 @@ def _rewrite(
                 f"compaction {compaction.compaction_id}: ledgers {group[0].ledger.ledger_id}.."
                 f"{group[-1].ledger.ledger_id} hold {copy.offsets} offsets, the stream gives them {last - first + 1}"
             )
-        handle.close(custom_metadata={**copy.custom_metadata(), **(times.close_metadata() if times else {})})
-    return StreamLedger(handle.ledger_id, first, last)
+        closed = handle.close(custom_metadata={**copy.custom_metadata(), **(times.close_metadata() if times else {})})
+    return StreamLedger(handle.ledger_id, first, last), max(0, closed.length)
 
 
 def _read_ahead(lc: LedgerClient, group: list[Candidate], password: bytes) -> Iterator[tuple[StreamLedger, list]]:
@@ -538,9 +545,11 @@ def _check_count(ledger: StreamLedger, offsets: int) -> None:
         )
 
 
-def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLedger, ...]) -> Compaction:
-    """The one CAS: the run replaced in the stream and the record set to swapped, in one multi. A lost reply is
-    read back: the record's state says whether it landed."""
+def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLedger, ...],
+          lengths: tuple[tuple[int, ...], int]) -> Compaction:
+    """The one CAS: the run replaced in the stream and the record set to swapped, in one multi, with retention's
+    byte count adjusted (lengths: of the run's ledgers, and the replacement's bytes). A lost reply is read back: the
+    record's state says whether it landed."""
     swapped: list[Compaction] = []
 
     def transform(head: StreamRecord):
@@ -551,6 +560,9 @@ def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLed
             swapped[:] = [found.value]
             return None
         rewrite = replace_run(lc.store, head, compaction.run, replacement)
+        count = _count_swapped(head, compaction.run, *lengths)
+        if count is not None:
+            rewrite = dataclasses.replace(rewrite, head=rewrite.head.replace(byte_count=count))
         done = dataclasses.replace(compaction, state=SWAPPED, swapped_at=time.time(), ledgers=replacement,
                                    replaced_pages=tuple(layout.page_ref(page) for page in rewrite.replaced))
         return dataclasses.replace(rewrite, also=((compaction.path, done.encode(), 0),))
@@ -559,18 +571,42 @@ def _swap(lc: LedgerClient, compaction: Compaction, replacement: tuple[StreamLed
     return swapped[0] if swapped else _read_record(lc, compaction.compaction_id).value
 
 
+def _count_swapped(head: StreamRecord, run: tuple[StreamLedger, ...], run_lengths: tuple[int, ...],
+                   new_bytes: int) -> ByteCount | None:
+    """Retention's byte count once the run is replaced, for a head whose valid count (from the stream's first
+    offset) covers the run's start: the lengths of the run's counted ledgers swapped for the new ledgers' bytes, and
+    the count then reaches the run's end. None when the count is not touched (invalid, or the run after it): there
+    replace_run's head stands. Counted ledgers end below the count's end: it is a ledger boundary."""
+    count = head.byte_count
+    if count is None or count.first_offset != head.first_offset or run[0].first_offset >= count.end_offset:
+        return None
+    counted = sum(length for ledger, length in zip(run, run_lengths) if ledger.last_offset < count.end_offset)
+    return ByteCount(count.first_offset, max(count.end_offset, run[-1].last_offset + 1),
+                     count.bytes - counted + new_bytes)
+
+
 # -- cleanup -------------------------------------------------------------------------------------------
 
 
 def clean_compactions(
     lc: LedgerClient, name: str, *, password: bytes = b"", on_step: Step | None = None, now: float | None = None,
+    first_offset: int | None = None,
 ) -> CompactionResult:
     """Finish the stream's swapped compactions whose grace has passed and undo those whose process is gone.
-    Reads only the records of compactions in progress (rule 15); for a retention loop or janitor too."""
+    Reads only the records of compactions in progress (rule 15); for a retention loop or janitor too.
+
+    first_offset: the stream's first offset, given by a truncation or retention run after its cut. A swapped
+    compaction of tail ledgers (its record alone names them: no page) whose whole run lies below it is finished at
+    once, whatever its grace: its offsets left the stream, so a read planned on its ledgers gets failOnDataLoss, as
+    for the ledgers the cut deleted (connector/spark/data_loss.py: a ledger gone below the stream's first offset).
+    A run that starts in pages waits for its grace: the cut deletes the replaced pages' ledgers below the first
+    offset with those pages (streams.drop_below), and a replaced page may hold offsets the stream still has."""
     on_step = on_step or (lambda step, record: None)
     result = CompactionResult(name)
     for compaction in _records(lc, name):
-        if compaction.state == SWAPPED and compaction.due <= (now or time.time()):
+        if compaction.state == SWAPPED and (compaction.due <= (now or time.time()) or (
+                first_offset is not None and not compaction.replaced_pages and
+                compaction.run[-1].last_offset < first_offset)):
             _finish(lc, compaction, password)
             on_step("deleted", compaction)
             result.finished.append(compaction.compaction_id)
@@ -581,6 +617,26 @@ def clean_compactions(
     return result
 
 
+def stream_deleted(lc: LedgerClient, name: str, password: bytes = b"") -> tuple[list[Compaction], list[str]]:
+    """After the stream's head was deleted (`ledger stream delete`), its compaction records: no compaction can swap
+    any more (its swap is one multi with the head's compare-and-set, and a head created again under the name is
+    another znode than the one its run was read from: the run is not in it). A running or abandoned one is undone
+    here (abandoned first, so that no registration of it lands after: then the ledgers registered under it are
+    discarded and the record deleted). Returns the swapped records, whose replaced ledgers (run) and new ones the
+    caller deletes and then the records, and what could not be undone (id: why)."""
+    swapped, failed = [], []
+    for compaction in _records(lc, name):
+        if compaction.state != SWAPPED:
+            try:
+                compaction = _undo(lc, compaction, password, lambda step, record: None)
+            except LedgerError as exc:
+                failed.append(f"{compaction.compaction_id}: {exc}")
+                continue
+        if compaction is not None:
+            swapped.append(compaction)
+    return swapped, failed
+
+
 def _records(lc: LedgerClient, name: str) -> list[Compaction]:
     prefix = f"{streams.check_stream_name(name)}@"
     found = (_read_record(lc, child) for child in sorted(lc.store.children(layout.COMPACTIONS))
@@ -588,8 +644,18 @@ def _records(lc: LedgerClient, name: str) -> list[Compaction]:
     return [record.value for record in found if record is not None]
 
 
-def _read_record(lc: LedgerClient, compaction_id: str):
-    return lc.store.read(layout.compaction_path(compaction_id), Compaction.decode)
+def _read_record(lc: LedgerClient, compaction_id: str) -> Versioned[Compaction] | None:
+    """The record; a swapped one with swapped_at its last write by ZooKeeper's clock (its mtime: the swap's multi is
+    its last write), as retention by age judges a ledger's age, not by what the compacting host's clock said: before
+    2026-11-29 a cleaner's clock running ahead of the compactor's by more than the grace deleted the replaced ledgers
+    early. Records still carry the compactor's swapped_at, for older software, which judges by it."""
+    found = lc.store.read_with_stat(layout.compaction_path(compaction_id), Compaction.decode)
+    if found is None:
+        return None
+    compaction, stat = found
+    if compaction.state == SWAPPED:
+        compaction = dataclasses.replace(compaction, swapped_at=stat.mtime / 1000.0)
+    return Versioned(compaction, stat.version)
 
 
 def _finish(lc: LedgerClient, compaction: Compaction, password: bytes) -> None:

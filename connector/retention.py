@@ -16,8 +16,11 @@ calls first) finishes what it left:
    below first_offset (streams.iter_ledgers). A lost reply is read back: the record's state says whether the
    cut landed (rule 16).
 3. delete: the record's tail ledgers, then the ledgers of the pages below the new first offset, the pages
-   left with none and the books left with no page (streams.drop_below), then the record. Everything here is
-   idempotent.
+   left with none and the books left with no page (streams.drop_below), then the record, kept while one of those
+   ledgers could not be deleted (the next run, or a Spark job's start on the stream, tries again: clean_cuts).
+   Everything here is idempotent.
+4. the stream's compactions: those past their grace are finished, and at once those of tail ledgers whose whole
+   run the cut took off (compaction.clean_compactions): their replaced ledgers are named in their record only.
 
 A planned record whose process is gone is deleted: its cut cannot land any more (ZooKeeper drops the
 requests of a session that ended, and the cut's multi sets the record at version 0).
@@ -38,14 +41,18 @@ retentionMs / retentionBytes) is applied by apply_retention, run by `ledger stre
   ledger counts from its compaction. It stops at the first ledger that is not that old (as Kafka does).
 - max_bytes: from the front, the oldest closed ledgers while the stream's closed ledgers hold more than
   max_bytes (ledger metadata `length`; a length a recovery did not record counts 0), never its last ledger.
-  The head keeps what was counted (ByteCount): a run reads the lengths of the ledgers added since the last
-  run and of those it removes. An overwrite (first_offset moved by another path) or a compaction of counted
-  offsets invalidates the count, and the next run counts the stream's ledgers again once.
+  The head keeps what was counted (ByteCount), stored by a run that cuts (in its CAS) and by one that cuts
+  nothing once COUNT_LEDGERS ledgers were counted since the stored count (a CAS of the head alone): a run reads
+  the lengths of the ledgers added since the stored count and of those it removes, and none of the front's
+  while the stream is under its limit. A compaction of counted offsets adjusts the count in its swap (the new
+  ledgers' lengths for the old ones'); an overwrite (first_offset moved by another path) invalidates it, and the
+  next run counts the stream's ledgers again once.
 
 Cost of one run, whatever the stream's age: the head; the book names and the page names of the books it
 looks at (as any read below the tail lists); the pages holding the ledgers it looks at; ledger metadata for
-those it removes plus one (age), and for those added since the last run (size); then one delete per removed
-ledger and per emptied page and book.
+those it removes and a read-ahead (age, and size over its limit), and for those added since the last run and
+fewer than COUNT_LEDGERS before (size: those counted since the stored count); then one delete per removed ledger
+and per emptied page and book; and a listing of the compaction records.
 """
 from __future__ import annotations
 
@@ -77,6 +84,7 @@ TAIL_DELETED, DELETED = "tail-deleted", "deleted"
 TRUNCATE, RETENTION = "truncate", "retention"
 CHUNK_LEDGERS = 64   # ledger metadata read ahead (in parallel) while looking for the end of a cut
 READ_THREADS = 8
+COUNT_LEDGERS = 64   # ledgers counted since the head's byte count that make a run which cuts nothing store it
 
 Step = Callable[[str, "Cut"], None]
 
@@ -225,9 +233,11 @@ def _cut_front(
             made.append(found.value)   # landed, and its reply was lost: read back (rule 16)
             return None
         decision = decide(record, facts)
-        if decision is None or decision[0] <= record.first_offset:
+        if decision is None:
             return None
         first, count = decision
+        if first <= record.first_offset:   # nothing to cut: keep what was counted, for the next runs (rule 15)
+            return record.replace(byte_count=count) if _worth_storing(record, count) else None
         removed = tuple(itertools.takewhile(lambda s: s.last_offset is not None and s.last_offset < first, record.tail))
         cut = dataclasses.replace(planned, state=CUT, from_offset=record.first_offset, to_offset=first,
                                   ledgers=removed)
@@ -236,18 +246,39 @@ def _cut_front(
                        also=((cut.path, cut.encode(), 0),))
 
     try:
-        update_stream(store, name, transform, read_back=True)
+        stored = update_stream(store, name, transform, read_back=True).value
     except BaseException:
         _forget_planned(store, planned)
         raise
     if not made:
         _forget_planned(store, planned)
+        _clean_compactions(lc, stored, password)
         return CutResult(name, reason, head.first_offset, head.first_offset, finished_cuts=finished)
     cut = made[0]
     on_step(CUT, cut)
     deleted = _delete(lc, cut, password, on_step)
     on_step(DELETED, cut)
+    _clean_compactions(lc, stored, password)
     return CutResult(name, reason, cut.from_offset, cut.to_offset, deleted, finished)
+
+
+def _clean_compactions(lc: LedgerClient, head: StreamRecord, password: bytes) -> None:
+    """Finish the stream's compactions past their grace, and at once those whose run (in the tail: named in their
+    record only) lies below the stream's first offset, whose rows the cut took away; undo those of processes gone.
+    Without it, a stream compacted once and then only truncated kept the ledgers a compaction replaced for good,
+    truncated rows readable by ledger id. Best effort: what is left, the next run (or compaction, or job start)
+    finishes."""
+    from connector.compaction import clean_compactions   # here: it loads Spark's and Arrow's modules
+
+    try:
+        done = clean_compactions(lc, head.name, password=password, first_offset=head.first_offset)
+    except LedgerError as exc:
+        log.warning("stream %r: compactions past their grace or below the first offset not finished: %s",
+                    head.name, exc)
+        return
+    if done.finished or done.abandoned:
+        log.info("stream %r: %d compactions finished, %d of gone processes undone", head.name,
+                 len(done.finished), len(done.abandoned))
 
 
 def _forget_planned(store: MetadataStore, planned: Cut) -> None:
@@ -264,28 +295,35 @@ def _forget_planned(store: MetadataStore, planned: Cut) -> None:
 
 
 def _delete(lc: LedgerClient, cut: Cut, password: bytes, on_step: Step = lambda step, cut: None) -> int:
-    """Step 3: the cut's tail ledgers, the paged ledgers below its end and the pages emptied, then its record
-    (kept if a tail ledger could not be deleted: the next run tries again). Returns the ledgers deleted."""
+    """Step 3: the cut's tail ledgers, the paged ledgers below its end and the pages emptied, then its record,
+    kept if a ledger, of the tail or of a page, could not be deleted: the stream's next truncation or retention run,
+    or a Spark job's start on it (clean_cuts), tries again. Returns the ledgers deleted."""
     deleted = [0]
-    failed = False
+    failed: list[int] = []
 
     def counted(ledger_id: int) -> None:
         if lc.store.exists(layout.ledger_path(ledger_id)):   # not deleted by an earlier cut (a straddling page's)
-            discard(lc, ledger_id, password)
+            try:
+                discard(lc, ledger_id, password)
+            except LedgerError:
+                failed.append(ledger_id)
+                raise
             deleted[0] += 1
 
     for ledger in cut.ledgers:
         try:
             counted(ledger.ledger_id)
         except LedgerError as exc:
-            failed = True
             log.warning("stream %r: ledger %d left the stream but was not deleted: %s", cut.stream,
                         ledger.ledger_id, exc)
     on_step(TAIL_DELETED, cut)
     # The cut's record goes with its stream: while it is there, the pages under the name are this stream's.
     drop_below(lc.store, StreamRecord(cut.stream), cut.to_offset, counted,
                still_there=lambda: lc.store.exists(cut.path))
-    if not failed:
+    if failed:
+        log.warning("stream %r: cut %s kept: ledgers %s not deleted; the stream's next truncation or retention "
+                    "run, or a Spark job's start on it, deletes them", cut.stream, cut.cut_id, failed)
+    else:
         lc.store.delete(cut.path)
     return deleted[0]
 
@@ -373,6 +411,8 @@ def _retained_from(
     count = _counted(store, record, facts) if retention.max_bytes is not None else None
     total = count.bytes if count is not None else 0
     first = record.first_offset
+    if retention.max_age is None and total <= retention.max_bytes:
+        return first, count   # under its size and no age: no ledger of the front is looked at
     last = record.last_ledger
     for ledger in _read_ahead(iter_ledgers(store, record, record.first_offset), facts, retention):
         if ledger.last_offset is None:
@@ -387,6 +427,21 @@ def _retained_from(
     if count is None:
         return first, _count_after(store, record, first, facts)
     return first, ByteCount(first, max(count.end_offset, first), total)
+
+
+def _worth_storing(record: StreamRecord, count: ByteCount | None) -> bool:
+    """Whether a run that cuts nothing stores its byte count in the head (a CAS of the head alone): when the head
+    has no valid count (it was counted from the stream's first offset: the next runs would count it all again), or
+    when COUNT_LEDGERS ledgers or more were counted since the stored one. Below that, the next run counts those
+    few again rather than this one writing the head on every pass of a retention loop."""
+    stored = record.byte_count
+    if count is None or count == stored:
+        return False
+    if stored is None or stored.first_offset != record.first_offset or stored.end_offset < record.tail_offset:
+        return True   # no valid count; or ledgers counted since it were sealed: once, it then reaches the tail
+    counted = [s for s in record.tail if s.last_offset is not None and stored.end_offset <= s.first_offset
+               and s.last_offset < count.end_offset]
+    return len(counted) >= COUNT_LEDGERS
 
 
 def _read_ahead(ledgers: Iterator[StreamLedger], facts: "_LedgerFacts", retention: Retention) -> Iterator[StreamLedger]:

@@ -250,7 +250,8 @@ class Retention:
 class ByteCount:
     """What retention by size counted: the closed ledgers holding offsets first_offset..end_offset - 1 hold
     `bytes` (their lengths). Valid while the stream still starts at first_offset; a rewrite of counted
-    offsets (a compaction) drops it, and retention counts again."""
+    offsets (a compaction) adjusts it in its swap (connector/compaction.py; streams.replace_run alone drops it,
+    and retention counts again)."""
 
     first_offset: int
     end_offset: int

@@ -289,6 +289,8 @@ def run_delete(args) -> int:
             _confirm(record)
         held = _every_ledger(client, record)
         streams.delete_stream(client.store, record.name)
+        compactions, not_undone = _compactions(client, record.name, args.password.encode())
+        held = sorted(set(held).union(*({s.ledger_id for s in c.run + c.ledgers} for c in compactions)))
         failed = []
         for ledger_id in held:
             try:
@@ -297,12 +299,29 @@ def run_delete(args) -> int:
                 failed.append(ledger_id)
                 print(f"ledger: warning: ledger {ledger_id} of the deleted stream was not deleted: {exc}; "
                       f"delete it with `ledger delete {ledger_id}`", file=sys.stderr)
+        # The records go even if a ledger of theirs stayed: one left for a stream created again under the name would
+        # delete pages of that stream after its grace.
+        for compaction in compactions:
+            client.store.delete(compaction.path, recursive=True)
     if args.json:
         print(json.dumps({"name": record.name, "deleted": True, "ledgers": len(held) - len(failed),
                           "not_deleted": failed}))
     else:
         print(f"stream {record.name!r} deleted, and {len(held) - len(failed):,} of its ledgers")
-    return 1 if failed else 0
+    return 1 if failed or not_undone else 0
+
+
+def _compactions(client: LedgerClient, name: str, password: bytes) -> tuple[list, list[str]]:
+    """The deleted stream's swapped compaction records (their ledgers: those a swap replaced, named in the record
+    only, and the new ones), running ones undone, and those that could not be (warned about). Before 2026-11-29 a
+    stream delete left them all, with their ledgers, for good."""
+    from connector.compaction import stream_deleted   # here: it loads Spark's and Arrow's modules
+
+    swapped, failed = stream_deleted(client, name, password)
+    for why in failed:
+        print(f"ledger: warning: compaction {why}; the next compaction or Spark job of a stream named {name!r} "
+              "undoes it", file=sys.stderr)
+    return swapped, failed
 
 
 def _confirm(record: StreamRecord) -> None:

@@ -7,6 +7,8 @@ commit) without a SparkSession, and read the way Spark's executors read them.
 import json
 import subprocess
 import sys
+import time
+import types
 
 import pytest
 
@@ -14,10 +16,13 @@ from connector.cli import main
 from connector.client import LedgerClient, NoSuchLedgerError, Streams, entry_time
 from connector.compaction import COMPACTION_TAG, CompactionPolicy, clean_compactions, compact_stream, plan_runs
 from connector.spark import LedgerDataSource, janitor
+from connector.retention import apply_all, set_retention, truncate_stream
+from connector.spark.errors import DataLossError
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, NoSuchStreamError
+from metadata.model import ByteCount
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
 
@@ -334,3 +339,168 @@ def test_a_job_start_on_the_stream_deletes_what_a_compaction_replaced_once_its_g
         poll_until(lambda: not janitor.clean_stream(lc, "events", b"") and not lc.store.children(layout.COMPACTIONS),
                    timeout=30, what="a job start past the grace to finish the compaction")
         assert not any(exists(lc, i) for i in replaced)
+
+
+def small_raw_stream(lc: LedgerClient, name: str, entries: int, first: int = 0) -> None:
+    """entries raw entries in ledgers of two (a new writer: it closes the last one)."""
+    with Streams(lc).open_writer(name, ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        for n in range(first, first + entries):
+            w.append(f"p-{n}".encode())
+
+
+def test_a_compaction_adjusts_retentions_byte_count_and_the_next_run_counts_only_what_came_since(
+        metadata_uri, cluster, monkeypatch):
+    """Day-300 audit 2026-11-29 (rule 15): a compaction of offsets retention had counted dropped the stream's byte
+    count, so the retention run after every compaction read every ledger's length again. The swap now adjusts the
+    count (the new ledgers' lengths for the run's), here for a run that starts in the counted offsets and goes on
+    past them."""
+    from connector import retention
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("sized", ensemble_size=3, write_quorum=2, ack_quorum=2,
+                                     max_ledger_entries=2) as w:
+            for n in range(40):
+                w.append(b"x" * 20_000)   # 20 ledgers of 40 KB: not small, never compacted
+            for n in range(20):
+                w.append(f"s-{n}".encode())   # 10 small ones
+        retention.set_retention(lc.store, "sized", max_bytes=1 << 40)
+        retention.apply_retention(lc, "sized")   # counts the stream and stores the count
+        counted = streams.read_stream(lc.store, "sized").value.byte_count
+        assert counted.end_offset == 60
+        small_raw_stream(lc, "sized", 10, first=20)   # 5 small ledgers more, after the count
+
+        reads: list[int] = []
+        read_length = retention._LedgerFacts._read_length
+        monkeypatch.setattr(retention._LedgerFacts, "_read_length",
+                            lambda facts, ledger_id: reads.append(ledger_id) or read_length(facts, ledger_id))
+        retention.apply_retention(lc, "sized")
+        assert len(reads) == 5   # what came since the count, not the stream's 35 ledgers
+
+        result = compact_stream(lc, "sized", CompactionPolicy(target_bytes=30_000, grace=GRACE))
+        (run,) = result.runs
+        assert run.state == "swapped" and (run.first_offset, run.last_offset) == (40, 67)   # 14 of the 15 small
+        head = streams.read_stream(lc.store, "sized").value
+        closed = [s for s in streams.iter_ledgers(lc.store, head) if s.last_offset < 68]
+        assert head.byte_count == ByteCount(0, 68, sum(lc.ledger_metadata(s.ledger_id).length for s in closed))
+
+        reads.clear()
+        assert not retention.apply_retention(lc, "sized").cut
+        assert reads == [stream_ledgers(lc.store, "sized")[-1].ledger_id]   # the one ledger after the run
+
+
+def planned_read(uri: str, stream: str, **options) -> tuple:
+    """A batch read planned now, to be read later: its reader and partitions."""
+    reader = arrow_reader(uri, stream, **options)
+    return reader, reader.partitions()
+
+
+def test_a_truncation_deletes_what_a_compaction_of_tail_ledgers_replaced_below_it_at_once(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: the ledgers a compaction replaced in the tail are named in its record only, and only
+    a compaction or a Spark job start finished records. A stream compacted once (without --wait) and then only
+    truncated kept them, and the truncated rows readable by ledger id, for good. A cut now finishes the stream's
+    compactions, and at once those whose run it took off whole: a read planned on those ledgers gets
+    failOnDataLoss, as for any ledger a cut deletes."""
+    cluster(3)
+    write_jobs(metadata_uri, "events", range(20))
+    with LedgerClient(metadata_uri) as lc:
+        before = stream_ledgers(lc.store, "events")
+        planned = planned_read(metadata_uri, "events")   # batch reads planned before the swap
+        skipping = planned_read(metadata_uri, "events", failOnDataLoss="false")
+        result = compact_stream(lc, "events", CompactionPolicy(target_bytes=1 << 20, grace=3600))
+        assert [r.state for r in result.runs] == ["swapped"]
+
+        cut = truncate_stream(lc, "events", before[-1].first_offset)   # every offset of the run
+
+        assert cut.first_offset == before[-1].first_offset and stream_ledgers(lc.store, "events") == before[-1:]
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1]) and compaction_ledgers(lc) == set()
+        assert lc.store.children(layout.COMPACTIONS) == []
+        with pytest.raises(DataLossError, match=f"first offset the stream still holds is {cut.first_offset}"):
+            rows_of(*planned)
+        assert rows_of(*skipping) == [
+            (n, n) for n in range(before[-1].first_offset, rows_in(20))]
+
+
+def test_a_retention_run_finishes_a_compaction_past_its_grace(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: a stream whose only maintenance is the retention loop kept what a compaction (without
+    --wait) replaced for good: the loop never finished compactions."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 20)
+        before = stream_ledgers(lc.store, "raw")
+        compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=GRACE))
+        set_retention(lc.store, "raw", max_age=86_400)   # nothing is that old
+        apply_all(lc)
+        assert all(exists(lc, s.ledger_id) for s in before[:-1])   # in its grace
+        poll_until(lambda: apply_all(lc) and not lc.store.children(layout.COMPACTIONS), timeout=30, interval=0.5,
+                   what="a retention run past the grace to finish the compaction")
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])
+        assert [e.payload for e in Streams(lc).read("raw")] == [f"p-{n}".encode() for n in range(20)]
+
+
+def test_stream_delete_deletes_the_ledgers_and_records_of_its_compactions(metadata_uri, cluster):
+    """Day-300 audit 2026-11-29: `ledger stream delete` deleted the ledgers the stream's metadata named, not those
+    named in its compaction records: the ledgers a swapped compaction replaced (in the tail: its record names them
+    alone), the new ledgers of a compaction whose process died, and the records, which every later compaction and
+    job start lists."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 40)
+        before = stream_ledgers(lc.store, "raw")
+        result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=3600))   # without --wait
+        assert [r.state for r in result.runs] == ["swapped"]
+        small_raw_stream(lc, "raw", 40, first=40)
+        process = subprocess.Popen(   # a compaction that dies with its new ledgers written, before its swap
+            [sys.executable, "-m", "tests.harness.compaction_process", metadata_uri, "raw", "1000000", "3600",
+             "written"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert "stopped written" in (line.strip() for line in iter(process.stdout.readline, ""))
+        finally:
+            process.kill()
+            process.wait()
+        assert len(lc.store.children(layout.COMPACTIONS)) == 2 and compaction_ledgers(lc) - {
+            s.ledger_id for s in stream_ledgers(lc.store, "raw")}
+
+        assert main(["stream", "delete", "raw", "--yes", "--metadata", metadata_uri]) == 0
+
+        assert not any(exists(lc, s.ledger_id) for s in before) and lc.list_ledgers() == []
+        assert lc.store.children(layout.COMPACTIONS) == []
+
+
+def test_a_compaction_cannot_swap_into_a_stream_deleted_meanwhile(metadata_uri, cluster):
+    """The swap is one multi with the head's compare-and-set: with the head gone it fails, the compaction undoes
+    itself, and nothing of it (nor of the stream) is left."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 40)
+
+        def delete_stream(step, compaction):
+            if step == "written":
+                assert main(["stream", "delete", "raw", "--yes", "--metadata", metadata_uri]) == 0
+
+        with pytest.raises(NoSuchStreamError):
+            compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=3600), on_step=delete_stream)
+        assert streams.find_stream(lc.store, "raw") is None
+        assert lc.list_ledgers() == [] and lc.store.children(layout.COMPACTIONS) == []
+
+
+def test_the_grace_is_judged_by_zookeepers_clock_not_the_compacting_hosts(metadata_uri, cluster, monkeypatch):
+    """Day-300 audit 2026-11-29: the swap recorded the compacting host's time, and a cleaner compared it with its
+    own clock: a compactor whose clock ran behind the cleaner's by more than the grace had its replaced ledgers
+    deleted at once. The grace now runs from the record's last write (the swap) by ZooKeeper's clock."""
+    from connector import compaction
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        small_raw_stream(lc, "raw", 20)
+        before = stream_ledgers(lc.store, "raw")
+        behind = types.SimpleNamespace(time=lambda: time.time() - 3600, sleep=time.sleep)
+        with monkeypatch.context() as patched:
+            patched.setattr(compaction, "time", behind)   # the compacting host's clock, an hour behind
+            result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=60))
+        assert clean_compactions(lc, "raw").finished == []
+        assert all(exists(lc, s.ledger_id) for s in before[:-1])   # in its grace
+        ((_, due),) = result.pending
+        assert abs(due - (time.time() + 60)) < 10
+        assert clean_compactions(lc, "raw", now=time.time() + 70).finished == [result.runs[0].compaction_id]
+        assert not any(exists(lc, s.ledger_id) for s in before[:-1])

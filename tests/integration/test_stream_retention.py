@@ -15,10 +15,11 @@ import pytest
 
 from connector.client import LedgerClient, Streams
 from connector.retention import (
-    CHUNK_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention, clean_cuts, pending_cuts, set_retention,
-    truncate_stream,
+    CHUNK_LEDGERS, COUNT_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention,
+    clean_cuts, pending_cuts, set_retention, truncate_stream,
 )
 from metadata import layout, streams
+from metadata.errors import MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from tests.harness.poll import poll_until
@@ -129,6 +130,42 @@ def test_retention_by_size_keeps_the_newest_ledgers_that_fit_and_counts_only_wha
     # Lengths read: the 5 added ledgers and the front ones, a read-ahead of CHUNK_LEDGERS from the first; not the
     # 200 counted before.
     assert set(added) | set(ids[100:105]) <= set(reads) <= set(added) | set(ids[100:100 + CHUNK_LEDGERS])
+
+
+def test_size_retention_that_cuts_nothing_stores_its_count_and_reads_only_the_ledgers_added_since(lc, monkeypatch):
+    """Day-300 audit 2026-11-29 (rule 15): a run that cut nothing dropped the count it had made, so a stream under its
+    retentionBytes (its normal state for weeks) had every ledger's length read again on every pass of the retention
+    loop. The first count is now stored at once, later ones once COUNT_LEDGERS ledgers were counted since the stored
+    one, and a run under the limit reads none of the front's ledgers either."""
+    store = lc.store
+    ids = closed_ledgers(store, 600, length=100)
+    appended(store, "events", ids)
+    set_retention(store, "events", max_bytes=1 << 40)
+    reads = []
+    read_ledger = MetadataStore.read_ledger
+    monkeypatch.setattr(MetadataStore, "read_ledger", lambda self, i: reads.append(i) or read_ledger(self, i))
+    assert not apply_retention(lc, "events").cut
+    assert sorted(reads) == ids                                          # the first run counts the stream, once
+    assert streams.read_stream(store, "events").value.byte_count == ByteCount(0, 6000, 60_000)
+
+    since: list[int] = []
+    for more in (1, 2, COUNT_LEDGERS - 3):
+        since += appended_ledgers(store, "events", more)
+        reads.clear()
+        assert not apply_retention(lc, "events").cut
+        assert sorted(reads) == since                 # those counted since the stored count, none of the 600 before
+    head = streams.read_stream(store, "events").value
+    assert head.byte_count == ByteCount(0, head.next_offset, (600 + COUNT_LEDGERS) * 100)   # stored: 64 since
+    last = appended_ledgers(store, "events", 1)
+    reads.clear()
+    assert not apply_retention(lc, "events").cut
+    assert reads == last
+
+
+def appended_ledgers(store: MetadataStore, name: str, count: int) -> list[int]:
+    ids = closed_ledgers(store, count, length=100)
+    appended(store, name, ids)
+    return ids
 
 
 def test_retention_by_size_never_removes_the_last_ledger(lc):
@@ -267,6 +304,34 @@ def test_paged_ledgers_left_by_a_run_that_died_are_deleted_by_the_next_run(lc):
     assert result.finished_cuts == 1 and result.first_offset == 595 * OFFSETS
     assert streams.list_pages(store, "events") == [] and pending_cuts(store, "events") == []
     assert not any(exists(store, i) for i in ids[:595]) and all(exists(store, i) for i in ids[595:])
+
+
+def test_a_paged_ledger_that_could_not_be_deleted_keeps_the_cut_record_for_the_next_run(lc, monkeypatch):
+    """Day-300 audit 2026-11-29: a cut deleted its record even when the deletion of a paged ledger below it had failed,
+    and that ledger then waited for a later cut of the same stream, which may never come. The record now stays, and
+    the stream's next truncation or retention run, or a Spark job's start on it (clean_cuts), deletes the ledger."""
+    from connector import retention
+
+    store = lc.store
+    ids = closed_ledgers(store, 600)
+    appended(store, "events", ids)
+    discard = retention.discard
+
+    def failing(client, ledger_id, password):
+        if ledger_id == ids[10]:
+            raise MetadataError("ZooKeeper connection lost")
+        discard(client, ledger_id, password)
+
+    monkeypatch.setattr(retention, "discard", failing)
+    assert truncate_stream(lc, "events", 300 * OFFSETS).first_offset == 300 * OFFSETS
+    assert exists(store, ids[10]) and [c.state for c in pending_cuts(store, "events")] == [CUT]
+    assert not any(exists(store, i) for i in ids[:10] + ids[11:300])
+
+    monkeypatch.setattr(retention, "discard", discard)
+    assert clean_cuts(lc, "events") == 1
+    assert not exists(store, ids[10]) and pending_cuts(store, "events") == []
+    assert [p.first_offset for p in streams.list_pages(store, "events")] == [256 * OFFSETS]   # straddles: kept
+    assert ledger_ids(store, "events") == ids[300:]
 
 
 def test_a_cut_that_comes_late_leaves_the_pages_of_a_stream_created_again_under_the_name_alone(lc):
