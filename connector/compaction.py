@@ -72,7 +72,7 @@ from connector.spark.recovery import JOB_TAG, STREAM_TAG, check_password, discar
 from connector.spark.row_index import ROW_INDEX_KEY, RowIndexBuilder
 from connector.spark.schema import decode_schema
 from metadata import layout, registry, streams
-from metadata.errors import LedgerError, MetadataConflictError
+from metadata.errors import LedgerError, MetadataConflictError, OffsetsGoneError
 from metadata.model import ByteCount, LedgerMetadata, StreamLedger, StreamRecord, Versioned
 from metadata.store import MetadataStore
 from metadata.streams import RunChangedError, replace_run, update_stream
@@ -382,7 +382,8 @@ def _compact_run(
         replacement = tuple(ledger for ledger, _ in written)
         lengths = tuple(max(0, c.length) for group in groups for c in group), sum(length for _, length in written)
         swapped = _swap(lc, compaction, replacement, lengths)
-    except (RunChangedError, CompactionAbandonedError) as exc:
+    except (RunChangedError, CompactionAbandonedError, OffsetsGoneError) as exc:
+        # OffsetsGoneError: a truncation deleted pages of the run while the swap read them: the run changed too
         log.info("compaction %s of stream %r left offsets %d..%d as they were: %s", compaction.compaction_id,
                  stream.name, run[0].first_offset, run[-1].last_offset, exc)
         swapped = _undo(lc, compaction, password, on_step)

@@ -47,6 +47,10 @@ class StreamExistsError(LedgerError):
     """A stream of that name exists already."""
 
 
+class StreamBeingDeletedError(LedgerError):
+    """A stream of that name is being deleted (`ledger stream delete` marked it, and has not removed it yet)."""
+
+
 class OffsetsGoneError(LedgerError):
     """Offsets asked for left the stream (overwritten or truncated), possibly while it was being read."""
 

@@ -290,6 +290,9 @@ class StreamRecord:
 
     shelf says where the next sealed page goes; None in a head written by software before books, whose stream
     may have flat pages (its first seal into a book looks up their highest ledger id, once).
+
+    deleting is set by `ledger stream delete` in its first compare-and-set: from then on the stream is gone to
+    every reader and writer (metadata/streams.find_stream answers None), while its pages and ledgers are deleted.
     """
 
     name: str
@@ -305,6 +308,7 @@ class StreamRecord:
     retention: Retention = Retention()
     byte_count: ByteCount | None = None
     shelf: Shelf | None = None
+    deleting: bool = False
 
     @property
     def next_offset(self) -> int:

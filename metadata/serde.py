@@ -174,6 +174,8 @@ def encode_stream(stream: StreamRecord) -> bytes:
         book = shelf.book
         body["shelf"] = {"book": None if book is None else [book.ordinal, book.first_offset, book.max_ledger_id],
                          "pages": shelf.pages, "next": shelf.next_ordinal, "max": shelf.max_ledger_id}
+    if stream.deleting:
+        body["deleting"] = True
     return _dump("stream", body, STREAM_FORMAT_VERSION)
 
 
@@ -208,6 +210,7 @@ def decode_stream(data: bytes) -> StreamRecord:
         retention=Retention(**r["retention"]) if "retention" in r else Retention(),
         byte_count=ByteCount(*r["byte_count"]) if "byte_count" in r else None,
         shelf=_shelf(r.get("shelf")),
+        deleting=r.get("deleting", False),
     )
 
 

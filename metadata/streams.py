@@ -61,7 +61,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from metadata import layout, paging, serde
 from metadata.errors import (
-    LedgerError, MetadataConflictError, MetadataError, NoSuchStreamError, OffsetsGoneError, StreamExistsError,
+    LedgerError, MetadataConflictError, MetadataError, NoSuchStreamError, OffsetsGoneError, StreamBeingDeletedError,
+    StreamExistsError,
     ZooKeeperUnreachableError,
 )
 from metadata.model import Shelf, StreamBook, StreamLedger, StreamPage, StreamRecord, Versioned
@@ -136,6 +137,11 @@ def create_stream(store: MetadataStore, record: StreamRecord) -> Versioned[Strea
     try:
         transaction.commit()
     except NodeExistsError as exc:
+        found = find_stream(store, record.name, deleting=True)
+        if found is not None and found.value.deleting:
+            raise StreamBeingDeletedError(
+                f"stream {record.name!r} is being deleted (`ledger stream delete` marked it and has not finished: "
+                "run it again if it was stopped); write to it once it is gone") from exc
         raise StreamExistsError(f"stream {record.name!r} exists already") from exc
     return Versioned(record, 0)
 
@@ -148,8 +154,13 @@ def read_stream(store: MetadataStore, name: str) -> Versioned[StreamRecord]:
     return found
 
 
-def find_stream(store: MetadataStore, name: str) -> Versioned[StreamRecord] | None:
-    return store.read(layout.stream_path(check_stream_name(name)), serde.decode_stream)
+def find_stream(store: MetadataStore, name: str, *, deleting: bool = False) -> Versioned[StreamRecord] | None:
+    """The stream's head, None if there is none, or (unless deleting=True) if `ledger stream delete` marked it
+    deleting: to every reader and writer such a stream is gone already."""
+    found = store.read(layout.stream_path(check_stream_name(name)), serde.decode_stream)
+    if found is not None and found.value.deleting and not deleting:
+        return None
+    return found
 
 
 def write_stream(
@@ -351,8 +362,36 @@ def list_streams(store: MetadataStore) -> list[str]:
     return sorted(store.children(layout.STREAMS))
 
 
+def mark_deleting(store: MetadataStore, name: str) -> Versioned[StreamRecord] | None:
+    """The first step of a stream's deletion: its head marked deleting by a compare-and-set, after which no update
+    lands on it (each one's compare-and-set fails, and its re-read finds no stream), so the head as marked (its
+    tail) and its pages name every ledger the stream will ever have. Returns that head; None if there is no stream.
+    ZooKeeper deletes a znode's children before the znode (delete_stream), so without the mark a commit or a
+    compaction's swap could land on the head while its pages were being deleted: until 2026-11-29 the delete then
+    stopped, leaving a head whose reads failed with OffsetsGoneError and ledgers no page named any more."""
+    path = layout.stream_path(check_stream_name(name))
+    for _ in range(100):
+        found = find_stream(store, name, deleting=True)
+        if found is None or found.value.deleting:
+            return found
+        marked = found.value.replace(deleting=True)
+        try:
+            return Versioned(marked, store.compare_and_set(path, serde.encode_stream(marked), found.version,
+                                                           f"stream {name!r}"))
+        except MetadataConflictError:
+            continue   # an update landed meanwhile: mark the head as it is now
+        except NoNodeError:
+            return None
+        except MetadataError as exc:
+            if not isinstance(exc.__cause__, _NO_REPLY):
+                raise
+            now = time.monotonic()
+            store.resync(path, now + store.wait_seconds, now)   # landed or not: the next read says
+    raise MetadataConflictError(f"stream {name!r} kept changing while it was marked for deletion")
+
+
 def delete_stream(store: MetadataStore, name: str) -> None:
-    """Delete the stream's head and pages (not its ledgers)."""
+    """Delete the stream's head and pages (not its ledgers); mark_deleting first, unless no update can race it."""
     store.delete(layout.stream_path(check_stream_name(name)), recursive=True)
 
 

@@ -21,7 +21,7 @@ from connector.spark.errors import DataLossError
 from connector.spark.row_index import RowIndex
 from connector.spark.schema import OFFSET
 from metadata import layout, streams
-from metadata.errors import LedgerError, NoSuchStreamError
+from metadata.errors import LedgerError, NoSuchStreamError, OffsetsGoneError
 from metadata.model import ByteCount
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
@@ -157,6 +157,35 @@ def test_a_truncation_during_the_compaction_refuses_the_swap_and_the_new_ledgers
         assert lc.store.children(layout.COMPACTIONS) == []
         assert [e.payload for e in Streams(lc).read("raw", before[3].first_offset)] == [
             f"p-{n}".encode() for n in range(6, 40)]
+
+
+def test_pages_a_truncation_deleted_while_the_swap_read_them_leave_the_run_as_it_was(metadata_uri, cluster,
+                                                                                       monkeypatch):
+    """Review 2026-11-29: a truncation deleting pages between the swap's read of the head and its reads of the
+    run's pages raised OffsetsGoneError through the swap, which failed the whole compaction instead of leaving
+    that run as it was (as a changed run is)."""
+    monkeypatch.setattr(streams, "PAGE_LEDGERS", 4)
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+            for n in range(40):
+                w.append(f"p-{n}".encode())
+        before = stream_ledgers(lc.store, "raw")
+        read_page = streams.read_page
+        swapping = []
+
+        def gone_while_swapping(store, name, page):
+            if swapping:
+                raise OffsetsGoneError(f"stream {name!r}: offsets {page.first_offset}.. left the stream (scripted)")
+            return read_page(store, name, page)
+
+        monkeypatch.setattr(streams, "read_page", gone_while_swapping)
+        result = compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20, grace=GRACE),
+                                on_step=lambda step, compaction: swapping.append(step) if step == "written" else None)
+        monkeypatch.setattr(streams, "read_page", read_page)
+        assert [r.state for r in result.runs] == ["abandoned"]
+        assert stream_ledgers(lc.store, "raw") == before and compaction_ledgers(lc) == set()
+        assert lc.store.children(layout.COMPACTIONS) == []
 
 
 @pytest.mark.parametrize("crash_at", ["recorded", "created", "written", "swapped"])

@@ -1,0 +1,96 @@
+"""`ledger stream delete` against updates that race it, and a delete that stopped part-way (review 2026-11-29).
+
+ZooKeeper deletes a znode's children before the znode, so the head of a stream being deleted was the last thing
+to go: a commit (or a compaction's swap) could land on it while its books were deleted, and the delete then
+stopped with the stream half gone: reads of it failing with OffsetsGoneError, ledgers no page named any more. The
+delete now marks the head deleting first, by a compare-and-set, after which the stream is gone to every reader
+and writer while its pages and ledgers are deleted."""
+import pytest
+from kazoo.client import KazooClient
+
+from connector.cli import main
+from metadata import layout, streams
+from metadata.errors import NoSuchStreamError, StreamBeingDeletedError
+from metadata.model import StreamLedger, StreamRecord
+from metadata.store import MetadataStore
+from tests.harness.stream_fixtures import appended, closed_ledgers
+
+PAGE, BOOK = 4, 4
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch):
+    monkeypatch.setattr(streams, "PAGE_LEDGERS", PAGE)
+    monkeypatch.setattr(streams, "BOOK_PAGES", BOOK)
+
+
+def existing(store: MetadataStore, ids) -> list[int]:
+    return [i for i in ids if store.exists(layout.ledger_path(i))]
+
+
+def one_more(store: MetadataStore, name: str) -> StreamRecord:
+    """A commit of one more ledger onto the stream (it seals a page when the tail is full)."""
+    [ledger_id] = closed_ledgers(store, 1)
+
+    def add(record: StreamRecord) -> StreamRecord:
+        offset = record.next_offset
+        return record.replace(tail=record.tail + (StreamLedger(ledger_id, offset, offset + 9),))
+    return streams.update_stream(store, name, add).value
+
+
+def test_a_commit_racing_a_delete_finds_the_stream_gone_and_the_delete_deletes_every_ledger(
+        store, metadata_uri, monkeypatch):
+    ids = closed_ledgers(store, 40)
+    appended(store, "events", ids)                  # pages in several books, and a tail
+    assert len(store.children(layout.stream_books_path("events"))) > 1
+    raced = []
+    real_delete = KazooClient.delete
+
+    def delete(client, path, *args, **kwargs):      # another client commits while the delete is under way
+        if "/books/" in path and not raced:
+            with MetadataStore(metadata_uri) as other:
+                try:
+                    raced.append(one_more(other, "events"))
+                except NoSuchStreamError as exc:
+                    raced.append(exc)
+        return real_delete(client, path, *args, **kwargs)
+
+    monkeypatch.setattr(KazooClient, "delete", delete)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
+    assert isinstance(raced[0], NoSuchStreamError), raced   # landed on the head before the fix
+    assert not store.exists(layout.stream_path("events"))
+    assert existing(store, ids) == []
+
+
+def test_a_delete_that_stopped_after_its_mark_is_finished_by_running_it_again(store, metadata_uri):
+    ids = closed_ledgers(store, 12)
+    appended(store, "events", ids)
+    marked = streams.mark_deleting(store, "events")   # the delete's first step; then it stopped
+    assert marked.value.deleting and streams.find_stream(store, "events") is None
+    with pytest.raises(NoSuchStreamError):
+        one_more(store, "events")
+    with pytest.raises(StreamBeingDeletedError, match="is being deleted"):
+        streams.update_stream(store, "events", lambda r: r, create=StreamRecord("events", "raw"))
+    assert existing(store, ids) == ids
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
+    assert existing(store, ids) == [] and not store.exists(layout.stream_path("events"))
+    streams.update_stream(store, "events", lambda r: r, create=StreamRecord("events", "raw"))   # a new one
+
+
+def test_a_delete_whose_compaction_records_cannot_be_read_still_deletes_the_streams_ledgers(
+        store, metadata_uri, monkeypatch, capsys):
+    """Review 2026-11-29: the compaction records were read after the head was gone and before the stream's own
+    ledgers were deleted; a failure there left every ledger of the stream, named nowhere any more."""
+    from connector import compaction
+    from metadata.errors import MetadataError
+
+    ids = closed_ledgers(store, 12)
+    appended(store, "events", ids)
+
+    def unreadable(*args, **kwargs):
+        raise MetadataError("scripted: ZooKeeper did not answer")
+
+    monkeypatch.setattr(compaction, "stream_deleted", unreadable)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 1
+    assert existing(store, ids) == []
+    assert "the stream's compaction records were not read (scripted" in capsys.readouterr().err
