@@ -27,7 +27,7 @@ from connector.retention import (
 )
 from connector.spark.recovery import discard
 from metadata import query_commits, streams
-from metadata.errors import LedgerError
+from metadata.errors import LedgerError, NoSuchStreamError
 from metadata.model import Retention, StreamRecord
 
 COMPACT_MODULE = "connector.commands.stream_compact"
@@ -286,13 +286,13 @@ def run_delete(args) -> int:
     with open_client(args) as client:
         found = streams.find_stream(client.store, args.name, deleting=True)   # a delete that stopped: finish it
         if found is None:
-            streams.read_stream(client.store, args.name)   # raises: no such stream
+            raise NoSuchStreamError(f"stream {args.name!r} does not exist; check the name (`ledger stream list`)")
         if not args.yes and not found.value.deleting:
             _confirm(found.value)
         # From the mark on no update lands on the stream: the head as marked and its pages name all its ledgers.
         marked = streams.mark_deleting(client.store, args.name)
         if marked is None:
-            streams.read_stream(client.store, args.name)   # deleted meanwhile, by another delete: raises
+            raise NoSuchStreamError(f"stream {args.name!r} was deleted meanwhile (by another `ledger stream delete`)")
         record = marked.value
         held = _every_ledger(client, record)
         streams.delete_stream(client.store, record.name)
