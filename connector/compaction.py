@@ -245,8 +245,8 @@ def plan_start(ledgers: list[StreamLedger], looked: list["Candidate | None | str
     OPEN ledger or one a commit still holds) and the runs it chose; end: the first offset it
     did not plan (the stream's last ledger). Nothing before the result can join a run later: not a pending ledger
     nor the candidates just before it (they may join it once it is a candidate), not a run being rewritten now (its
-    new ledgers may be small), not the candidates at the end (the next ledgers may join them). Candidates between ledgers that stay for good and that no run took never will be: their
-    neighbours stay as they are."""
+    new ledgers may be small), not the candidates at the end (the next ledgers may join them). Candidates between
+    ledgers that stay for good and that no run took never will be: their neighbours stay as they are."""
     starts = [end]
     starts += [runs[0][0][0].ledger.first_offset] if runs else []
     pending = [n for n, found in enumerate(looked) if found == PENDING][:1]

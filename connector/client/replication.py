@@ -95,7 +95,8 @@ class AuditSchedule:
     the nodes change, and in a periodic check of all ledgers. A ledger is under-replicated only through a node that
     is gone or decommissioned, so while the nodes stay as they were at the last scan, another finds nothing new (a
     ledger that scan could not repair is looked at again alone, Rereplicator.retrying); the scan costs a read of
-    every ledger, which a cluster gains by the thousand a day. The nodes are given as the caller read them before the scan: each registered node with
+    every ledger, which a cluster gains by the thousand a day. The nodes are given as the caller read them before
+    the scan: each registered node with
     its process id (a restart counts as a change: its disk may have been replaced) and the decommissioned ones.
     full_seconds bounds the time between scans all the same. Pure: the caller passes the nodes and the clock."""
 

@@ -420,8 +420,8 @@ class Soak:
 
     def _check_logs(self) -> None:
         """An exception that escaped in an actor that lived on (in a thread, a callback) leaves only a traceback in
-        its log (after one of ESCAPED): each actor's log is read once all stopped (not the Spark actor's, whose driver logs its tasks'
-        tracebacks, which a node fault causes and Spark retries)."""
+        its log (after one of ESCAPED): each actor's log is read once all stopped (not the Spark actor's, whose
+        driver logs its tasks' tracebacks, which a node fault causes and Spark retries)."""
         for log in sorted(self.actors_dir.glob("*.log")):
             name = log.name.removesuffix(".log")
             if name in self._crashed or name.split(".")[0] == SPARK_SLOT:

@@ -248,7 +248,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(limit, ReadAllAvailable):
             if not self._admitted(end - begin):   # no new batch: the end announced last, never less (rule 17)
                 return _unless_moved(start, self._offset(at, extent))
-            caps = [self.stream_options.max_records_per_trigger, _as_records(self.stream_options.max_bytes_per_trigger, extent)]
+            caps = [self.stream_options.max_records_per_trigger,
+                    _as_records(self.stream_options.max_bytes_per_trigger, extent)]
             if isinstance(limit, ReadMaxRows):
                 caps.append(limit.max_rows)
             elif isinstance(limit, ReadMaxBytes):
