@@ -29,6 +29,9 @@ FORMAT_VERSION = 1
 # Version 4: new pages are sealed into books (/streams/NAME/books/BOOK/PAGE, the head's `shelf` says where the
 # next goes), which software that reads version 3 would not look at (and it would seal flat pages after them).
 STREAM_FORMAT_VERSION = 4
+# Version 5: a head `ledger stream delete` marked deleting; written as such so that no reader of version 4 (the
+# software of the same day before the mark existed) takes the stream for a live one and writes the mark away.
+DELETING_FORMAT_VERSION = 5
 
 
 def _dump(kind: str, body: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
@@ -176,7 +179,7 @@ def encode_stream(stream: StreamRecord) -> bytes:
                          "pages": shelf.pages, "next": shelf.next_ordinal, "max": shelf.max_ledger_id}
     if stream.deleting:
         body["deleting"] = True
-    return _dump("stream", body, STREAM_FORMAT_VERSION)
+    return _dump("stream", body, DELETING_FORMAT_VERSION if stream.deleting else STREAM_FORMAT_VERSION)
 
 
 def _shelf(raw: dict | None) -> Shelf | None:
@@ -187,7 +190,7 @@ def _shelf(raw: dict | None) -> Shelf | None:
 
 
 def decode_stream(data: bytes) -> StreamRecord:
-    r = _load("stream", data, (1, 2, 3, STREAM_FORMAT_VERSION))
+    r = _load("stream", data, (1, 2, 3, STREAM_FORMAT_VERSION, DELETING_FORMAT_VERSION))
     if r["format_version"] == 1:
         tail = _ledgers(r["ledgers"])
         commits = sorted(r["commits"].items())

@@ -204,7 +204,8 @@ async def run_periodically(store: MetadataStore, storage: Storage, interval: flo
     """The node's garbage collector task; a failed round is logged and the next one tries again. Over-replicated
     ledgers of node_id are looked for in the first round and then every overreplicated_interval seconds (0: never);
     a look that failed is made again after OVERREPLICATED_RETRY_SECONDS at most (not every round: each reads the
-    metadata of every ledger the node holds)."""
+    metadata of every ledger the node holds). While the cluster has not enabled the feature, each round asks
+    whether it has (one exists request), so `ledger init --enable copy-drops` takes effect without a restart."""
     loop = asyncio.get_running_loop()
     next_overreplicated = loop.time()
     told_off = False
@@ -218,10 +219,13 @@ async def run_periodically(store: MetadataStore, storage: Storage, interval: flo
             continue
         except Exception as exc:  # an I/O error or damaged record in a file to compact: keep serving
             _log.error("garbage collection round failed: %r", exc)
+            if check:   # the look may have run before what failed: not again every round
+                next_overreplicated = loop.time() + min(overreplicated_interval, OVERREPLICATED_RETRY_SECONDS)
             continue
         if check:
             retry = done.overreplicated == "failed"
             next_overreplicated = loop.time() + (min(overreplicated_interval, OVERREPLICATED_RETRY_SECONDS) if retry
+                                                 else 0.0 if done.overreplicated == "off"   # one exists a round
                                                  else overreplicated_interval)
             if done.overreplicated == "off" and not told_off:
                 _log.info("over-replicated ledgers are not collected: this cluster was initialised before nodes "

@@ -18,6 +18,8 @@ import re
 import sys
 import time
 
+from kazoo.exceptions import NotEmptyError
+
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
 from connector.commands.arguments import interval, positive
@@ -27,10 +29,11 @@ from connector.retention import (
 )
 from connector.spark.recovery import discard
 from metadata import query_commits, streams
-from metadata.errors import LedgerError, NoSuchStreamError
+from metadata.errors import LedgerError, MetadataError, NoSuchStreamError
 from metadata.model import Retention, StreamRecord
 
 COMPACT_MODULE = "connector.commands.stream_compact"
+DELETE_ATTEMPTS = 5   # deletes of a marked head that a cut's or compaction's late znode under it may refuse
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATIONS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -295,7 +298,6 @@ def run_delete(args) -> int:
             raise NoSuchStreamError(f"stream {args.name!r} was deleted meanwhile (by another `ledger stream delete`)")
         record = marked.value
         held = _every_ledger(client, record)
-        streams.delete_stream(client.store, record.name)
         try:
             compactions, not_undone = _compactions(client, record.name, args.password.encode())
         except (LedgerError, ValueError, TypeError, KeyError) as exc:   # still delete the stream's own ledgers
@@ -309,18 +311,39 @@ def run_delete(args) -> int:
                 discard(client, ledger_id, args.password.encode())
             except LedgerError as exc:
                 failed.append(ledger_id)
-                print(f"ledger: warning: ledger {ledger_id} of the deleted stream was not deleted: {exc}; "
-                      f"delete it with `ledger delete {ledger_id}`", file=sys.stderr)
+                print(f"ledger: warning: ledger {ledger_id} of the deleted stream was not deleted: {exc}",
+                      file=sys.stderr)
         # The records go even if a ledger of theirs stayed: one left for a stream created again under the name would
         # delete pages of that stream after its grace.
         for compaction in compactions:
             client.store.delete(compaction.path, recursive=True)
+        # The head and its pages last, and only once every ledger they name is gone: a delete that stops before (or
+        # leaves a ledger) is run again, and lists them all again (ZooKeeper deletes a znode's children first, so
+        # deleting the pages first lost the ledgers only they named).
+        if failed:
+            print(f"ledger: error: {len(failed)} ledger(s) of stream {record.name!r} were not deleted; the stream stays "
+                  "marked deleting: run `ledger stream delete` again (with --password if its ledgers have one)",
+                  file=sys.stderr)
+            return 1
+        _delete_head(client.store, record.name)
     if args.json:
         print(json.dumps({"name": record.name, "deleted": True, "ledgers": len(held) - len(failed),
                           "not_deleted": failed}))
     else:
         print(f"stream {record.name!r} deleted, and {len(held) - len(failed):,} of its ledgers")
     return 1 if failed or not_undone else 0
+
+
+def _delete_head(store, name: str) -> None:
+    """The marked head and its pages. A cut or a compaction that read the head before its mark may still create a
+    znode under it (its planned record, its plan mark) while the delete runs: the delete is made again then."""
+    for attempt in range(DELETE_ATTEMPTS):
+        try:
+            streams.delete_stream(store, name)
+            return
+        except MetadataError as exc:
+            if not isinstance(exc.__cause__, NotEmptyError) or attempt == DELETE_ATTEMPTS - 1:
+                raise
 
 
 def _compactions(client: LedgerClient, name: str, password: bytes) -> tuple[list, list[str]]:

@@ -73,6 +73,7 @@ TRACEBACK = "Traceback (most recent call last):"
 # target (threading.excepthook), an asyncio task nobody awaited, an event loop callback. Tracebacks a library
 # logs of errors it handled, or "Exception ignored in" at interpreter exit (grpc's teardown), are not crashes.
 ESCAPED = ("Exception in thread", "exception was never retrieved", "Exception in callback")
+ESCAPED_LINES = 12   # how far above its traceback the mark may be (asyncio's future repr of a gRPC error: 6 lines)
 
 
 @dataclasses.dataclass
@@ -271,8 +272,10 @@ class Soak:
         # Actors stop by themselves at _until (also if this process dies): after the drive, the heal (up to
         # HEAL_SECONDS), the cluster's restart and the final SIGTERM, so that none exits before it on a slow machine
         # (an exit before the SIGTERM is a crash).
-        self._until = (time.time() + self.minutes * 60 + HEAL_SECONDS + CLUSTER_START_SECONDS + self._stop_seconds
-                       + 60 + (SPARK_START_SECONDS if self.spark else 0))
+        # The cluster's start waits for ZooKeeper and then for the nodes, each up to CLUSTER_START_SECONDS, and a
+        # heal's own work may run past HEAL_SECONDS: twice each.
+        self._until = (time.time() + self.minutes * 60 + 2 * HEAL_SECONDS + 2 * CLUSTER_START_SECONDS
+                       + self._stop_seconds + 120 + (SPARK_START_SECONDS if self.spark else 0))
         for slot, (role, args) in self._slots().items():
             self.actors[slot] = ActorProcess(slot, role, list(args), self.actors_dir, group=slot == SPARK_SLOT)
             self.actors[slot].start(self._actor_command(slot))
@@ -428,7 +431,7 @@ class Soak:
                 continue
             lines = log.read_text(errors="replace").splitlines()
             starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)
-                      and any(mark in before for before in lines[max(0, i - 3):i] for mark in ESCAPED)]
+                      and any(mark in before for before in lines[max(0, i - ESCAPED_LINES):i] for mark in ESCAPED)]
             if starts:
                 error = next((line for line in lines[starts[-1] + 1:] if not line.startswith(" ")), "")
                 self._crash(name, f"actor {name}'s log holds {len(starts)} traceback(s) (an exception escaped in a "

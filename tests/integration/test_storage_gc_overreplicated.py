@@ -326,3 +326,32 @@ def test_a_look_for_over_replicated_ledgers_that_fails_does_not_cost_the_round_i
             await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_running_node_takes_up_copy_drops_once_it_is_enabled_without_a_restart(metadata_uri, tmp_path):
+    """Review 2026-11-29: with the feature off a node looked again only after --gc-overreplicated-interval (a day
+    by default), so enabling it took a day or a restart. While it is off, each round asks (one exists request)."""
+    from storage_node.gc import run_periodically
+
+    async def scenario():
+        with MetadataStore(metadata_uri) as store:
+            store.delete(layout.COPY_DROPS)                              # a cluster an older version made
+            storage = await open_storage(tmp_path, metadata_uri)
+            ledger_id = (await held_elsewhere(store, storage)).value.ledger_id
+            collector = asyncio.ensure_future(run_periodically(store, storage, 0.05, 0.5, grace=0, node_id="gc-node",
+                                                               overreplicated_interval=3600.0))
+            try:
+                await asyncio.sleep(0.5)                                 # rounds with the feature off
+                assert ledger_id in storage.ledgers
+                assert store.enable_feature(layout.COPY_DROPS)
+                for _ in range(200):
+                    if ledger_id not in storage.ledgers:
+                        break
+                    await asyncio.sleep(0.05)
+                assert ledger_id not in storage.ledgers, "the running node did not take up copy-drops"
+            finally:
+                collector.cancel()
+                await asyncio.gather(collector, return_exceptions=True)
+                await storage.close()
+
+    asyncio.run(scenario())

@@ -94,3 +94,49 @@ def test_a_delete_whose_compaction_records_cannot_be_read_still_deletes_the_stre
     assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 1
     assert existing(store, ids) == []
     assert "the stream's compaction records were not read (scripted" in capsys.readouterr().err
+
+
+def test_a_delete_whose_ledger_deletes_fail_keeps_the_stream_marked_and_run_again_deletes_the_rest(
+        store, metadata_uri, monkeypatch, capsys):
+    """Review 2026-11-29: the head and its pages were deleted before the ledgers, so a delete that stopped (or
+    failed) among the ledgers left the rest named nowhere: run again, it found no stream. The head and pages now go
+    last, once every ledger is gone."""
+    from connector.commands import stream as stream_command
+    from metadata.errors import LedgerError
+
+    ids = closed_ledgers(store, 40)
+    appended(store, "events", ids)
+    real_discard, calls = stream_command.discard, []
+
+    def failing_after_five(client, ledger_id, password):
+        calls.append(ledger_id)
+        if len(calls) > 5:
+            raise LedgerError("scripted: node unreachable")
+        return real_discard(client, ledger_id, password)
+
+    monkeypatch.setattr(stream_command, "discard", failing_after_five)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 1
+    assert "the stream stays marked deleting: run `ledger stream delete` again" in capsys.readouterr().err
+    assert len(existing(store, ids)) == 35 and streams.find_stream(store, "events") is None
+    monkeypatch.setattr(stream_command, "discard", real_discard)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
+    assert existing(store, ids) == [] and not store.exists(layout.stream_path("events"))
+
+
+def test_a_znode_a_late_cut_creates_under_the_marked_head_does_not_stop_the_delete(store, metadata_uri, monkeypatch):
+    """A cut or compaction that read the head before its mark may still create its record or plan mark under the
+    head (they are no compare-and-set of it): the delete of the head then found it not empty and stopped."""
+    ids = closed_ledgers(store, 12)
+    appended(store, "events", ids)
+    late = []
+    real_delete = KazooClient.delete
+
+    def delete(client, path, *args, **kwargs):
+        if "/books/" in path and not late:
+            with MetadataStore(metadata_uri) as other:
+                late.append(other.create(layout.stream_path("events") + "/compaction-mark", b"late"))
+        return real_delete(client, path, *args, **kwargs)
+
+    monkeypatch.setattr(KazooClient, "delete", delete)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
+    assert late and not store.exists(layout.stream_path("events")) and existing(store, ids) == []

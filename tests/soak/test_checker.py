@@ -513,3 +513,29 @@ def test_a_failed_append_found_in_its_ledger_is_duplicated():
     assert [(v.kind, v.detail) for v in report.violations] == [
         ("duplicated", "lw's append of ledger 1 entry 2 failed (LedgerClosedError: closed), and the ledger holds it: "
                        "its caller, told it failed, would write it again")]
+
+
+def test_a_task_whose_grpc_error_was_never_retrieved_is_a_crash_though_its_repr_spans_lines(tmp_path):
+    """Review 2026-11-29: asyncio writes the task's repr between its mark and the traceback, and a gRPC error's repr
+    takes several lines: a mark looked for only in the 3 lines above the traceback was missed."""
+    from connector.soak.run import Soak
+
+    soak = Soak(1, 1, tmp_path / "soak")
+    soak.actors_dir.mkdir(parents=True)
+    (soak.actors_dir / "lw-1.1.log").write_text(
+        "2026-11-29 18:00:00,000 asyncio ERROR Task exception was never retrieved\n"
+        "future: <Task finished name='Task-7' coro=<send() done> exception=<AioRpcError of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNAVAILABLE\n"
+        "\tdetails = \"failed to connect\"\n"
+        "\tdebug_error_string = \"UNKNOWN:Error received from peer\"\n"
+        ">>\n"
+        "Traceback (most recent call last):\n"
+        "  File \"connector/client/transport.py\", line 1, in send\n"
+        "grpc.aio._call.AioRpcError: <AioRpcError of RPC that terminated with: UNAVAILABLE>\n")
+    (soak.actors_dir / "lw-2.1.log").write_text(
+        "2026-11-29 18:00:00,000 kazoo.client WARNING Connection dropped, handled\n"
+        "Traceback (most recent call last):\n"
+        "  File \"kazoo/protocol/connection.py\", line 1, in _connect_attempt\n"
+        "kazoo.exceptions.ConnectionDropped: handled by kazoo\n")
+    soak._check_logs()
+    assert len(soak.crashes) == 1 and soak.crashes[0].startswith("actor lw-1.1's log holds 1 traceback(s)")
