@@ -112,9 +112,13 @@ def run_list(args) -> int:
         if not args.json:
             print(f"{'stream':<24}  {'format':<6}  {'offsets':>23}  {'tail':<18}  retention")
         for name in streams.list_streams(client.store):
-            found = streams.find_stream(client.store, name)
+            found = streams.find_stream(client.store, name, deleting=True)
             if found is None:
                 continue  # deleted while listed
+            if found.value.deleting:   # a delete that stopped: the operator finishes it
+                print(json.dumps({"name": name, "deleting": True}) if args.json else
+                      f"{name:<24}  being deleted: run `ledger stream delete {name}` to finish")
+                continue
             summary = _summary(found.value)
             if args.json:
                 print(json.dumps(summary))

@@ -118,6 +118,9 @@ def test_a_delete_whose_ledger_deletes_fail_keeps_the_stream_marked_and_run_agai
     assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 1
     assert "the stream stays marked deleting: run `ledger stream delete` again" in capsys.readouterr().err
     assert len(existing(store, ids)) == 35 and streams.find_stream(store, "events") is None
+    assert main(["stream", "list", "--metadata", metadata_uri]) == 0      # the operator can see it
+    assert "events                    being deleted: run `ledger stream delete events` to finish" in \
+        capsys.readouterr().out
     monkeypatch.setattr(stream_command, "discard", real_discard)
     assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
     assert existing(store, ids) == [] and not store.exists(layout.stream_path("events"))
