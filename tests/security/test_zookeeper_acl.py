@@ -47,6 +47,7 @@ def test_an_unauthenticated_client_can_neither_read_nor_change_any_metadata(prot
         ledger_path = f"{root}{layout.ledger_path(w.ledger_id)}"
     with MetadataStore(protected_uri) as store:
         protected = [root, ledger_path, f"{root}{layout.MARKER}"] + [f"{root}{d}" for d in layout.ALL_DIRS]
+        protected += [f"{root}{layout.FEATURES}", f"{root}{layout.COPY_DROPS}"]   # a node's GC reads the feature
         protected += [f"{root}{layout.NODES}/{n}" for n in store.zk.get_children(layout.NODES)]
         protected += [f"{root}{layout.STREAMS}/{n}" for n in store.zk.get_children(layout.STREAMS)]
     for path in protected:
