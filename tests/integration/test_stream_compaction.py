@@ -137,13 +137,18 @@ def test_a_raw_stream_is_compacted_entry_for_entry_across_pages_while_its_writer
         assert [(e.offset, e.payload) for e in Streams(lc).read("raw")] == entries
 
 
+def twenty_small_ledgers(lc: LedgerClient) -> list:
+    """The raw stream "raw": entries p-0..p-39, two per ledger; its ledgers."""
+    with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
+        for n in range(40):
+            w.append(f"p-{n}".encode())
+    return stream_ledgers(lc.store, "raw")
+
+
 def test_a_truncation_during_the_compaction_refuses_the_swap_and_the_new_ledgers_go(metadata_uri, cluster):
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
-        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
-            for n in range(40):
-                w.append(f"p-{n}".encode())
-        before = stream_ledgers(lc.store, "raw")
+        before = twenty_small_ledgers(lc)
 
         def truncate_once(step, compaction):
             if step == "written":
@@ -167,10 +172,7 @@ def test_pages_a_truncation_deleted_while_the_swap_read_them_leave_the_run_as_it
     monkeypatch.setattr(streams, "PAGE_LEDGERS", 4)
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
-        with Streams(lc).open_writer("raw", ensemble_size=3, write_quorum=2, ack_quorum=2, max_ledger_entries=2) as w:
-            for n in range(40):
-                w.append(f"p-{n}".encode())
-        before = stream_ledgers(lc.store, "raw")
+        before = twenty_small_ledgers(lc)
         read_page = streams.read_page
         swapping = []
 
