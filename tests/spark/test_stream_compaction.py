@@ -50,7 +50,10 @@ def test_a_streaming_query_and_commits_during_compactions_lose_and_duplicate_no_
 
     total = rows_in(FIRST + ROUNDS * 30)
     assert len(swapped := [s for s in swaps if s.state == "swapped"]) >= 2 and len(ledgers) < FIRST
-    assert sorted(finished) == sorted(s.compaction_id for s in swapped)
+    # Every swapped compaction is finished (all_finished found no record left): by this test's calls, or by the
+    # janitor of a batch job that started after its grace (connector/spark/janitor.py), which a loaded machine makes
+    # likelier; nothing else was finished.
+    assert set(finished) <= {s.compaction_id for s in swapped}
     expected = spark.range(total).select(F.col("id"))
     assert_df_equality(spark.table("during_compaction").orderBy("id"), expected, ignore_nullable=True)
     batch = (spark.read.format("ledger").option("metadata", shared_uri).option("includeMetadata", "true")
