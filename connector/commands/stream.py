@@ -328,6 +328,9 @@ def run_delete(args) -> int:
             print(f"ledger: error: {len(failed)} ledger(s) of stream {record.name!r} were not deleted; the stream stays "
                   "marked deleting: run `ledger stream delete` again (with --password if its ledgers have one)",
                   file=sys.stderr)
+            if args.json:
+                print(json.dumps({"name": record.name, "deleted": False, "ledgers": len(held) - len(failed),
+                                  "not_deleted": failed}))
             return 1
         _delete_head(client.store, record.name)
     if args.json:
