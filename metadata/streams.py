@@ -363,31 +363,18 @@ def list_streams(store: MetadataStore) -> list[str]:
 
 
 def mark_deleting(store: MetadataStore, name: str) -> Versioned[StreamRecord] | None:
-    """The first step of a stream's deletion: its head marked deleting by a compare-and-set, after which no update
-    lands on it (each one's compare-and-set fails, and its re-read finds no stream), so the head as marked (its
-    tail) and its pages name every ledger the stream will ever have. Returns that head; None if there is no stream.
-    ZooKeeper deletes a znode's children before the znode (delete_stream), so without the mark a commit or a
-    compaction's swap could land on the head while its pages were being deleted: until 2026-11-29 the delete then
-    stopped, leaving a head whose reads failed with OffsetsGoneError and ledgers no page named any more."""
-    path = layout.stream_path(check_stream_name(name))
-    for _ in range(100):
-        found = find_stream(store, name, deleting=True)
-        if found is None or found.value.deleting:
-            return found
-        marked = found.value.replace(deleting=True)
-        try:
-            return Versioned(marked, store.compare_and_set(path, serde.encode_stream(marked), found.version,
-                                                           f"stream {name!r}"))
-        except MetadataConflictError:
-            continue   # an update landed meanwhile: mark the head as it is now
-        except NoNodeError:
-            return None
-        except MetadataError as exc:
-            if not isinstance(exc.__cause__, _NO_REPLY):
-                raise
-            now = time.monotonic()
-            store.resync(path, now + store.wait_seconds, now)   # landed or not: the next read says
-    raise MetadataConflictError(f"stream {name!r} kept changing while it was marked for deletion")
+    """The first step of a stream's deletion: its head marked deleting (by the stream's one update loop), after
+    which no update lands on it (each one's compare-and-set fails, and its re-read finds no stream), so the head as
+    marked (its tail) and its pages name every ledger the stream will ever have. Returns that head; None if there
+    is no stream. ZooKeeper deletes a znode's children before the znode (delete_stream), so without the mark a
+    commit or a compaction's swap could land on the head while its pages were being deleted: until 2026-11-29 the
+    delete then stopped, leaving a head whose reads failed with OffsetsGoneError and ledgers no page named."""
+    try:
+        update_stream(store, name, lambda record: record.replace(deleting=True), read_back=True)
+    except NoSuchStreamError:
+        pass   # none, or marked already (by another delete, or by this update whose reply was lost: read back)
+    found = find_stream(store, name, deleting=True)
+    return found if found is not None and found.value.deleting else None
 
 
 def delete_stream(store: MetadataStore, name: str) -> None:
