@@ -451,7 +451,7 @@ def test_the_nemesis_records_a_fault_as_it_took_effect_and_one_it_could_not_appl
 
 
 ACTOR = """
-import signal, sys, threading, time
+import signal, sys, threading
 how = sys.argv[1]
 if how in ("clean", "thread"):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -473,7 +473,7 @@ if how == "thread":
     worker.join()
 print("ready", flush=True)
 while True:
-    time.sleep(0.1)
+    signal.pause()   # until the SIGTERM
 """
 
 
