@@ -469,7 +469,7 @@ class Storage:
         """Why adds of this ledger with this key and flags are refused (its over-replicated copies being dropped,
         read-only, rules 6 and 7), or None; creates the ledger on its first add."""
         recovery = flags & pb.RECOVERY_ADD
-        if ledger_id in self._dropping:
+        if self._dropping and ledger_id in self._dropping:   # a drop in progress (rare): no lookup per add otherwise
             return Refusal(pb.ERROR, f"node {self.config.node_id} is dropping its copies of ledger {ledger_id}, whose "
                                      "metadata names it nowhere; write to another node, or retry")
         if self.read_only_reason and not recovery:
