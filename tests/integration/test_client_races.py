@@ -71,6 +71,9 @@ def test_entry_acknowledged_by_two_nodes_but_missing_on_the_third_is_recovered(s
         closed = await recover(ctx, store.read_ledger(current.value.ledger_id), KEY)
         transport.release()  # c is fenced now: the late copy is refused
         await until(lambda: not transport.held, "the late add delivered")
+        # recover() returns once AQ nodes took the write-back: c's copy may land a moment later
+        await until(lambda: transport.nodes["c"].stored(current.value.ledger_id) == [0, 1, 2],
+                    "the write-back's copy on c")
         with pytest.raises(LedgerFencedError):
             await asyncio.wrap_future(writer.append_async(b"e3"))
         writer.stop()
