@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable
 
 from kazoo.client import KazooClient
 
+from connector.node_launcher import pid_alive
 from connector.soak.proxy import BOTH, C2S, S2C
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class Nemesis:
 
     def _pick_nodes(self, count: int = 1) -> tuple[str, ...] | None:
         faulty = self._faulty_nodes()
-        healthy = [n for n in self.soak.node_ids if n not in faulty]
+        healthy = [n for n in self.soak.node_ids if n not in faulty and pid_alive(self.soak.node_pid(n))]
         count = min(count, MAX_FAULTY_NODES - len(faulty))
         if count < 1 or len(healthy) < count:
             return None

@@ -336,7 +336,9 @@ class Soak:
             time.sleep(0.2)
 
     def _supervise(self, restart: bool = True) -> None:
-        """An actor that exited without being killed crashed: note it and start its slot again."""
+        """An actor that exited without being killed crashed: note it and start its slot again. So did a storage
+        node that exited while no fault stopped it."""
+        self._supervise_nodes(restart)
         for actor in self.actors.values():
             if actor.process is not None and not actor.alive() and not actor.expected_exit:
                 self._crash(actor.name, f"actor {actor.name} exited with status {actor.process.returncode}; see "
@@ -346,6 +348,22 @@ class Soak:
                 self._crashes_per_slot[actor.slot] += 1
                 if restart and self._crashes_per_slot[actor.slot] <= MAX_RESTARTS:
                     self.replace(actor)
+
+    def _supervise_nodes(self, restart: bool) -> None:
+        """A serving node never exits on its own (only a start it refuses ends its process): one that is gone while
+        no node-kill holds it down crashed. It is noted and started again (a fault never targets a gone process).
+        Nodes are watched from the nemesis's making, once the cluster runs."""
+        if self.nemesis is None:
+            return
+        held_down = {node for fault in self.nemesis.active if fault.kind == "node-kill" for node in fault.nodes}
+        for node in self.node_ids:
+            if node in held_down or pid_alive(self.node_pid(node)):
+                continue
+            log = self.cluster.log_file(node)
+            self._crash(node, f"storage node {node} exited with no fault stopping it ({_last_line(log)}); see {log}")
+            self.echo(f"soak: {self.crashes[-1]}")
+            if restart:
+                self.cluster.start_node(node)
 
     def _finish(self) -> int:
         self.echo("soak: healing every fault, stopping the actors, recovering every open ledger")

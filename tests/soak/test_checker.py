@@ -539,3 +539,38 @@ def test_a_task_whose_grpc_error_was_never_retrieved_is_a_crash_though_its_repr_
         "kazoo.exceptions.ConnectionDropped: handled by kazoo\n")
     soak._check_logs()
     assert len(soak.crashes) == 1 and soak.crashes[0].startswith("actor lw-1.1's log holds 1 traceback(s)")
+
+
+def test_a_storage_node_that_exits_with_no_fault_stopping_it_is_a_crash_and_starts_again(tmp_path):
+    """A node that died on its own (a bug in it) was not looked for: the soak went on with one node fewer and its
+    nemesis then signalled a process that was gone (ProcessLookupError ended the run). The supervision notes it
+    as a crash and starts it again; a node a node-kill holds down is not one, and no fault picks a gone node."""
+    import os
+    import random
+    import signal
+
+    from connector.node_launcher import pid_alive
+    from connector.soak.nemesis import MAX_FAULTY_NODES, Fault, Nemesis
+    from connector.soak.run import Soak, wait_gone
+
+    soak = Soak(1, 1, tmp_path / "soak", echo=lambda line: None)
+    soak.cluster.start(timeout=90)
+    try:
+        soak.nemesis = Nemesis(soak, random.Random(1), tmp_path / "nemesis.jsonl")
+        held, gone = soak.node_ids[:2]
+        for node in (held, gone):
+            pid = soak.node_pid(node)
+            os.kill(pid, signal.SIGKILL)
+            assert wait_gone(pid, 20)
+        picked = {node for _ in range(50) for node in soak.nemesis._pick_nodes(MAX_FAULTY_NODES)}
+        assert picked == set(soak.node_ids) - {held, gone}   # no fault picks a gone node
+        soak.nemesis.active.append(Fault("node-kill", held, (held,), float("inf"), lambda: None))
+        soak._supervise()
+        assert len(soak.crashes) == 1 and soak.crashes[0].startswith(f"storage node {gone} exited with no fault "
+                                                                     "stopping it (its log ends: "), soak.crashes
+        assert pid_alive(soak.node_pid(gone)) and not pid_alive(soak.node_pid(held))
+        soak.cluster.wait_serving(timeout=90)   # the started node registers
+    finally:
+        soak.nemesis.close()
+        soak.cluster.start_node(held)
+        soak.cluster.stop()
