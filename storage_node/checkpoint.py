@@ -5,9 +5,11 @@ snapshot (the file `snapshot`, the base of a generation) or a delta (`snapshot-d
 base of generation G): what changed since the checkpoint before it, so that a checkpoint costs what changed, not
 what the node holds (a whole snapshot of 10 million entries is 120 MB). A delta holds the ledgers dropped since,
 and of each ledger that changed its fields, its master key, the dense slots appended since, the slots changed
-below them (compaction's moves, recovery adds into holes) and, if it changed, its overflow dict; a ledger new
-since is held whole. The state a checkpoint covers is the base with its generation's deltas applied in order
-(1, 2, ... without a gap); a delta of another generation is left over from before the last base and ignored.
+below them (compaction's moves, recovery adds into holes) and, if it changed, its overflow; a ledger new since, or
+one whose dense window moved (entry_index.py), is held whole (the second also among the dropped, so that a node of
+the version before, which knows no moved window, loads it too). The state a checkpoint covers is the base with its
+generation's deltas applied in order (1, 2, ... without a gap); a delta of another generation is left over from
+before the last base and ignored.
 storage.py writes a new base when the deltas since the last one add up to its size (or number MAX_DELTAS), so
 loading stays bounded by twice the state and the writes amortise to what changed; a new base removes the older
 generations' deltas.
@@ -41,7 +43,7 @@ from typing import Iterable
 
 import crc32c
 
-from storage_node.entry_index import LedgerIndex
+from storage_node.entry_index import LedgerIndex, OverflowRuns
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import Position, fsync_directory
 
@@ -87,7 +89,9 @@ def encode_delta(position: Position, generation: int, number: int, changed: Iter
                  dropped: Iterable[int]) -> Encoded:
     """Delta `number` of `generation`: the ledgers dropped, then what changed in each of `changed` since the
     checkpoint before (LedgerIndex.changes; the caller then marks them checkpointed)."""
-    changed, dropped = list(changed), list(dropped)
+    changed = list(changed)
+    # A ledger whose window moved (entry_index.py) is dropped and held whole again, as a new one would be.
+    dropped = [*dropped, *(state.ledger_id for state in changed if state.index.rewritten())]
     chunks = [_CHAIN.pack(generation, number), _POSITION.pack(position.segment, position.offset, len(changed)),
               _DROPPED.pack(len(dropped)), array("q", dropped).tobytes()]
     for state in changed:
@@ -200,11 +204,11 @@ def _decode_body(body: memoryview, pos: int) -> tuple[Position, dict[int, Ledger
     return Position(segment, offset), ledgers
 
 
-def _decode_overflow(body: memoryview, pos: int, count: int, into: dict[int, tuple[int, int]]) -> int:
+def _decode_overflow(body: memoryview, pos: int, count: int, into: OverflowRuns) -> int:
     for _ in range(count):
         entry_id, location, length = _OVERFLOW.unpack_from(body, pos)
         pos += _OVERFLOW.size
-        into[entry_id] = (location, length)
+        into.put(entry_id, location, length)
     return pos
 
 
@@ -261,7 +265,7 @@ def _apply_delta(body: memoryview, generation: int, number: int, ledgers: dict[i
                 raise ValueError(f"ledger {ledger_id} changed slot {slot}, outside the {first} held before")
             index.locations[slot], index.lengths[slot] = location, length
         if overflow >= 0:
-            index.overflow = {}
+            index.overflow = OverflowRuns()
             pos = _decode_overflow(body, pos, overflow, index.overflow)
         changed.add(ledger_id)
     if pos != len(body):

@@ -1,10 +1,16 @@
 """Where each stored entry of a ledger lives in the journal: entry id -> (segment, offset, length).
 
-Compact: a per-ledger array of packed locations indexed by entry id from the first id stored, with
--1 for entries this node does not hold (striping leaves holes, rule 1). Ids far outside that window
-(a recovery add below it, or a huge jump) go to a small dict so no request can make the array huge: the
-window grows by at most as many holes as the ledger has stored entries (plus a small allowance), so a
-client that adds ids at wide strides costs memory in proportion to what it stored, not to the ids' spread.
+Compact: a per-ledger array of packed locations indexed by entry id from the first id stored (the dense
+window), with -1 for entries this node does not hold (striping leaves holes, rule 1). Holes never outnumber
+HOLES_PER_ENTRY times the entries stored (plus a small allowance), so a client that adds ids at wide strides costs
+memory in proportion to what it stored, not to the ids' spread. An id the window cannot take goes to the overflow
+(OverflowRuns): below the window (a recovery add or a re-replication's copy of an earlier fragment onto a node that
+holds a later one), and, when an id comes too far above the window (a node chosen again for a ledger written
+without it for a while), the window itself goes there and a new one starts at that id, so the ledger's new entries
+are appended densely again. The overflow keeps its entries in dense runs of its own, sorted by first id: as compact
+as the window for ids that come in order, found by a binary search over the runs. (It was a dict: about 205 bytes an
+entry, and a range read scanned every key, 12-15 ms per read at 400,000 entries; a node chosen again for a long
+ledger put every later entry there.)
 
 Each index also keeps, per file, the bytes of the records it points to there (bytes_by_file) and the range of
 dense slots they lie in (slots_by_file), changed with every put: compaction asks which files are mostly dead at
@@ -17,6 +23,7 @@ ledgers took some 100 ms of the event loop per round).
 """
 from __future__ import annotations
 
+import bisect
 from array import array
 from typing import Iterable, Iterator
 
@@ -24,8 +31,8 @@ import numpy as np
 
 _OFFSET_BITS = 40                    # segments up to 1 TiB
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
-_MAX_GAP = 1 << 16                   # grow the dense window by at most this many holes at once
-_FREE_HOLES = 1 << 10                # holes allowed at once however few entries are stored
+HOLES_PER_ENTRY = 16                 # holes a window or run may hold per entry it holds (striping: E/WQ - 1 each)
+_FREE_HOLES = 1 << 10                # holes allowed however few entries are stored
 ABSENT = -1
 
 
@@ -42,23 +49,190 @@ def file_of(location: int) -> int:
     return location >> _OFFSET_BITS
 
 
+def _holes_allowed(slots: int, entries: int) -> bool:
+    """Whether a window or run of `slots` slots holding `entries` entries keeps its holes within bounds."""
+    return slots - entries <= _FREE_HOLES + HOLES_PER_ENTRY * entries
+
+
+class _Run:
+    """Entries first..first + len - 1 of the overflow, densely (ABSENT where none is stored)."""
+
+    __slots__ = ("first", "locations", "lengths", "count")
+
+    def __init__(self, first: int, locations: array | None = None, lengths: array | None = None, count: int = 0):
+        self.first = first
+        self.locations = array("q") if locations is None else locations
+        self.lengths = array("i") if lengths is None else lengths
+        self.count = count
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.locations)
+
+
+class OverflowRuns:
+    """The entries of a ledger's index outside its dense window: entry id -> (packed location, record length), in
+    dense runs sorted by first id (no two runs share an id). As compact as the window for ids that come in order;
+    lookups are a binary search over the runs. Iterating yields the ids in ascending order."""
+
+    __slots__ = ("_runs", "_firsts", "count")
+
+    def __init__(self, records: dict[int, tuple[int, int]] | None = None):
+        self._runs: list[_Run] = []
+        self._firsts: list[int] = []    # each run's first id, for bisect
+        self.count = 0
+        for entry_id, (location, length) in sorted((records or {}).items()):
+            self.put(entry_id, location, length)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __iter__(self) -> Iterator[int]:
+        for entry_id, _ in self.items():
+            yield entry_id
+
+    def __contains__(self, entry_id: int) -> bool:
+        return self.get(entry_id) is not None
+
+    def __getitem__(self, entry_id: int) -> tuple[int, int]:
+        found = self.get(entry_id)
+        if found is None:
+            raise KeyError(entry_id)
+        return found
+
+    def keys(self) -> Iterator[int]:
+        return iter(self)
+
+    def values(self) -> Iterator[tuple[int, int]]:
+        for _, record in self.items():
+            yield record
+
+    def items(self) -> Iterator[tuple[int, tuple[int, int]]]:
+        for run in self._runs:
+            for slot, location in enumerate(run.locations):
+                if location != ABSENT:
+                    yield run.first + slot, (location, run.lengths[slot])
+
+    def _run_at(self, entry_id: int) -> int:
+        """The index of the last run starting at or below entry_id (-1: none)."""
+        return bisect.bisect_right(self._firsts, entry_id) - 1
+
+    def get(self, entry_id: int) -> tuple[int, int] | None:
+        i = self._run_at(entry_id)
+        if i >= 0:
+            run = self._runs[i]
+            slot = entry_id - run.first
+            if slot < len(run.locations):
+                location = run.locations[slot]
+                if location != ABSENT:
+                    return location, run.lengths[slot]
+        return None
+
+    def put(self, entry_id: int, location: int, length: int) -> tuple[int, int] | None:
+        """Store the entry's record; the record it replaces, or None."""
+        i = self._run_at(entry_id)
+        if i >= 0:
+            run = self._runs[i]
+            slot = entry_id - run.first
+            size = len(run.locations)
+            if slot < size:
+                old = run.locations[slot]
+                old_record = None if old == ABSENT else (old, run.lengths[slot])
+                if old_record is None:
+                    run.count += 1
+                    self.count += 1
+                run.locations[slot], run.lengths[slot] = location, length
+                return old_record
+            following = self._firsts[i + 1] if i + 1 < len(self._runs) else None
+            if (following is None or entry_id < following) and _holes_allowed(slot + 1, run.count + 1):
+                holes = slot - size
+                if holes:
+                    run.locations.extend(array("q", [ABSENT]) * holes)
+                    run.lengths.extend(array("i", [0]) * holes)
+                run.locations.append(location)
+                run.lengths.append(length)
+                run.count += 1
+                self.count += 1
+                return None
+        self._insert(i + 1, _Run(entry_id, array("q", [location]), array("i", [length]), 1))
+        self.count += 1
+        return None
+
+    def pop(self, entry_id: int) -> tuple[int, int]:
+        i = self._run_at(entry_id)
+        run = self._runs[i] if i >= 0 else None
+        slot = entry_id - run.first if run is not None else -1
+        if run is None or slot >= len(run.locations) or run.locations[slot] == ABSENT:
+            raise KeyError(entry_id)
+        record = run.locations[slot], run.lengths[slot]
+        run.locations[slot] = ABSENT
+        run.count -= 1
+        self.count -= 1
+        if not run.count:
+            del self._runs[i], self._firsts[i]
+        return record
+
+    def adopt(self, first: int, locations: array, lengths: array, count: int) -> None:
+        """Take a dense window whole (no copy) as a run: none of its ids may be in the overflow."""
+        if count:
+            self._insert(bisect.bisect_right(self._firsts, first), _Run(first, locations, lengths, count))
+            self.count += count
+
+    def _insert(self, i: int, run: _Run) -> None:
+        self._runs.insert(i, run)
+        self._firsts.insert(i, run.first)
+
+    def ids_between(self, first: int, last: int) -> list[int]:
+        """Ids stored in [first, last], ascending."""
+        found: list[int] = []
+        i = max(0, self._run_at(first))
+        for run in self._runs[i:]:
+            if run.first > last:
+                break
+            low, high = max(first, run.first), min(last, run.end - 1)
+            if low > high:
+                continue
+            locations = np.frombuffer(run.locations, dtype=np.int64)[low - run.first:high - run.first + 1]
+            found.extend((np.flatnonzero(locations != ABSENT) + low).tolist())
+            del locations
+        return found
+
+    def records_in(self, wanted: list[int]) -> list[tuple[int, int, int]]:
+        """(entry id, location, length) of every entry whose record lies in one of the files `wanted`."""
+        found: list[tuple[int, int, int]] = []
+        for run in self._runs:
+            locations = np.frombuffer(run.locations, dtype=np.int64)
+            slots = np.flatnonzero((locations != ABSENT) & np.isin(locations >> _OFFSET_BITS, wanted))
+            if len(slots):
+                lengths = np.frombuffer(run.lengths, dtype=np.int32)[slots].tolist()
+                found.extend(zip((slots + run.first).tolist(), locations[slots].tolist(), lengths))
+            del locations
+        return found
+
+
 class LedgerIndex:
     __slots__ = ("base", "locations", "lengths", "overflow", "count", "bytes_by_file", "slots_by_file",
-                 "checkpointed", "changed_slots", "overflow_changed", "live", "owner")
+                 "checkpointed", "checkpointed_base", "changed_slots", "overflow_changed", "live", "owner")
 
     def __init__(self, base: int = -1):
         self.base = base                         # entry id of locations[0]; -1 until the first put
         self.locations = array("q")
         self.lengths = array("i")
-        self.overflow: dict[int, tuple[int, int]] = {}
-        self.count = 0                           # stored entries
+        self.overflow = OverflowRuns()
+        self.count = 0                           # stored entries (window and overflow)
         self.bytes_by_file: dict[int, int] = {}  # file number -> bytes of the records indexed here (none: absent)
         # file number -> (lowest, highest) dense slot that has pointed into it: holds all of its dense records
         # (it does not shrink as they leave; it goes with the file's last byte)
         self.slots_by_file: dict[int, tuple[int, int]] = {}
         # What changed since the last checkpoint that holds this index (checkpoint.py, deltas): the dense slots
-        # from `checkpointed` on are new, the slots in changed_slots (all below it) were overwritten.
+        # from `checkpointed` on are new, the slots in changed_slots (all below it) were overwritten; a window that
+        # moved since (base != checkpointed_base) is written whole. checkpointed_base is None until a checkpoint
+        # holds the index.
         self.checkpointed = 0
+        self.checkpointed_base: int | None = None
         self.changed_slots: set[int] = set()
         self.overflow_changed = False
         self.live: LiveBytes | None = None      # the node's sum of the tallies, while it counts this index
@@ -80,7 +254,10 @@ class LedgerIndex:
             self.locations[slot] = location
             self.lengths[slot] = length
             self._span(location, slot, slot)
-        elif size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count)):
+        elif size <= slot and (self._window_takes(slot + 1, 1) or entry_id not in self.overflow):
+            if not self._window_takes(slot + 1, 1):
+                self._move_window(entry_id)     # too far above it: a new window starts at entry_id
+                slot = size = 0
             holes = slot - size
             if holes:
                 self.locations.extend(array("q", [ABSENT]) * holes)
@@ -92,14 +269,28 @@ class LedgerIndex:
                 self.count -= self._grown(size, slot, slot + 1)
             self._span(location, slot, slot)
         else:
-            old_record = self.overflow.get(entry_id)
+            old_record = self.overflow.put(entry_id, location, length)
             if old_record is None:
                 self.count += 1
             else:
                 self._tally(old_record[0], -old_record[1])
-            self.overflow[entry_id] = (location, length)
             self.overflow_changed = True
         self._tally(location, length)
+
+    def _window_takes(self, slots: int, new: int) -> bool:
+        """Whether the window may grow to `slots` slots with `new` more entries (its holes stay within bounds)."""
+        return _holes_allowed(slots, self.count - len(self.overflow) + new)
+
+    def _move_window(self, entry_id: int) -> None:
+        """The window goes to the overflow as it is (none of its ids is there), and a new, empty one starts at
+        entry_id: a checkpoint then writes this index whole (changes)."""
+        self.overflow.adopt(self.base, self.locations, self.lengths, self.count - len(self.overflow))
+        self.base = entry_id
+        self.locations, self.lengths = array("q"), array("i")
+        self.slots_by_file = {}
+        self.checkpointed = 0
+        self.changed_slots.clear()
+        self.overflow_changed = True
 
     def put_run(self, first_entry_id: int, locations, lengths) -> None:
         """put() of entries first_entry_id, first_entry_id + 1, ... at locations (an array("q")) with lengths;
@@ -114,7 +305,7 @@ class LedgerIndex:
         # one after another in one file when the last starts where the others end, in the first one's file.
         if (locations and file_of(locations[0]) == file_of(locations[-1])
                 and locations[-1] - locations[0] == total - lengths[-1]
-                and size <= slot and slot - size <= min(_MAX_GAP, max(_FREE_HOLES, self.count))):
+                and size <= slot and self._window_takes(slot + 1, 1)):   # as put() takes the first
             holes = slot - size
             if holes:
                 self.locations.extend(array("q", [ABSENT]) * holes)
@@ -137,7 +328,7 @@ class LedgerIndex:
         tally). How many were replaced (counted twice)."""
         low, high = self.base + old_size, self.base + end
         replaced = 0
-        for entry_id in [e for e in self.overflow if low <= e < high]:
+        for entry_id in self.overflow.ids_between(low, high - 1):
             location, length = self.overflow.pop(entry_id)
             self.overflow_changed = True
             slot = entry_id - self.base
@@ -171,13 +362,20 @@ class LedgerIndex:
         elif low < span[0] or high > span[1]:
             self.slots_by_file[number] = (min(low, span[0]), max(high, span[1]))
 
-    def changes(self) -> tuple[int, list[int], dict[int, tuple[int, int]] | None]:
+    def changes(self) -> tuple[int, list[int], OverflowRuns | None]:
         """What changed since the last checkpoint: the first new dense slot, the slots below it that changed
-        (ascending), and the overflow dict if it changed (else None)."""
+        (ascending), and the overflow if it changed (else None); everything when the window moved (rewritten)."""
+        if self.base != self.checkpointed_base:
+            return 0, [], self.overflow
         return self.checkpointed, sorted(self.changed_slots), self.overflow if self.overflow_changed else None
+
+    def rewritten(self) -> bool:
+        """Whether a checkpoint held this index with its window elsewhere: a delta then replaces it whole."""
+        return self.checkpointed_base is not None and self.base != self.checkpointed_base
 
     def mark_checkpointed(self) -> None:
         """A checkpoint holds the index as it is now."""
+        self.checkpointed_base = self.base
         self.checkpointed = len(self.locations)
         self.changed_slots.clear()
         self.overflow_changed = False
@@ -187,7 +385,7 @@ class LedgerIndex:
         counts it). An overflow
         record of an id inside the dense window (kept by a node before _grown) moves into its slot if that is
         a hole, and is dropped if not: get() answered the slot's record."""
-        for entry_id in [e for e in self.overflow if 0 <= e - self.base < len(self.locations)]:
+        for entry_id in self.overflow.ids_between(self.base, self.base + len(self.locations) - 1):
             location, length = self.overflow.pop(entry_id)
             if self.locations[entry_id - self.base] == ABSENT:
                 self.locations[entry_id - self.base], self.lengths[entry_id - self.base] = location, length
@@ -226,8 +424,8 @@ class LedgerIndex:
             lengths = np.frombuffer(self.lengths, dtype=np.int32)[low:high + 1][slots].tolist()
             found.extend(zip((slots + (self.base + low)).tolist(), locations[slots].tolist(), lengths))
             del locations
-        found.extend((entry_id, location, length) for entry_id, (location, length) in self.overflow.items()
-                     if location >> _OFFSET_BITS in wanted)
+        if self.overflow:
+            found.extend(self.overflow.records_in(wanted))
         return found
 
     def get(self, entry_id: int) -> tuple[int, int] | None:
@@ -237,11 +435,11 @@ class LedgerIndex:
             location = self.locations[slot]
             if location != ABSENT:
                 return location, self.lengths[slot]
-        return self.overflow.get(entry_id)
+        return self.overflow.get(entry_id) if self.overflow else None
 
     def entries_between(self, first: int, last: int) -> Iterator[int]:
         """Ids of stored entries in [first, last], ascending."""
-        extra = sorted(e for e in self.overflow if first <= e <= last)
+        extra = self.overflow.ids_between(first, last) if self.overflow else []
         dense_lo = max(first, self.base)
         dense_hi = min(last, self.base + len(self.locations) - 1)
         dense = (

@@ -153,3 +153,34 @@ def checkpointed_entries(data_dir: pathlib.Path) -> int:
     except (SnapshotDamaged, FileNotFoundError):
         return 0
     return sum(state.index.count for state in loaded[1].values()) if loaded is not None else 0
+
+
+def test_entries_far_above_and_below_what_a_node_holds_survive_checkpoints_and_a_sigkill(start_node):
+    """A node chosen again for a ledger 70,010 entries after it left, and given a re-replication's copies of an
+    earlier fragment below what it holds: its index moves its window (entry_index.py) and the checkpoint after
+    holds the ledger whole (checkpoint.py). Every entry reads back, by id and by range, after checkpoints and a
+    SIGKILL, and no entry the node never stored reads as stored."""
+    node = start_node(None, "--checkpoint-interval", "0.2")
+    far = 1_000 + 70_010
+    wanted = {(1, e): payload_for(1, e, 200) for e in [*range(1_000), *range(far, far + 300)]}
+    with NodeClient(node.address) as client:
+        first = [make_entry(1, e, wanted[(1, e)]) for e in range(1_000)]
+        results = client.add_batches([first[i:i + 100] for i in range(0, len(first), 100)])
+        assert all(r.status == pb.OK for r in results.values())
+        poll_until(lambda: checkpointed_entries(node.data_dir) >= 1_000, 30, what="a checkpoint of the first")
+        later = [make_entry(1, e, wanted[(1, e)]) for e in range(far, far + 300)]
+        results = client.add_batches([later[i:i + 100] for i in range(0, len(later), 100)])
+        assert all(r.status == pb.OK for r in results.values())
+        copies = {(1, e): payload_for(1, e, 300) for e in range(40_000, 40_050)}   # an earlier fragment's copies
+        assert all(r.status == pb.OK for r in client.add(*(make_entry(1, e, p) for (_, e), p in copies.items())))
+        wanted.update(copies)
+        poll_until(lambda: checkpointed_entries(node.data_dir) >= len(wanted), 30, what="a checkpoint of all")
+    node.kill()
+    node.start()
+    with NodeClient(node.address) as client:
+        messages = client.read_range(1, 0, 1 << 40)
+        assert messages[-1].done and all(m.status == pb.OK for m in messages)
+        got = {(1, e.entry_id): e.payload for m in messages for e in m.entries if e.status == pb.OK}
+        assert got == wanted
+        assert [client.read(1, e).status for e in (999, 1_000, 40_049, 40_050, far - 1, far)] == [
+            pb.OK, pb.NO_ENTRY, pb.OK, pb.NO_ENTRY, pb.NO_ENTRY, pb.OK]

@@ -388,3 +388,30 @@ def test_a_checkpoint_cancelled_while_saving_holds_the_next_one_until_its_save_i
     asyncio.run(scenario())
     position, ledgers, _ = load_checkpoints(tmp_path)
     assert ledgers[1].last_entry_id == 19
+
+
+def test_a_delta_after_the_window_moved_holds_the_ledger_whole(tmp_path):
+    """The window of a ledger's index moves when an entry comes far above it (entry_index.py): the delta after it
+    holds the ledger whole, among the dropped too, as the decoder (also a node's of the version before) expects a
+    changed ledger's new slots to continue the window the checkpoints before hold."""
+    state = LedgerState(5, KEY, last_entry_id=99)
+    for entry_id in range(100):
+        state.index.put(entry_id, (1 << 40) + 100 * entry_id, 100)
+    base = encode_snapshot(Position(1, 300), {5: state}, generation=1)
+    state.index.mark_checkpointed()
+    far = 100 + 70_000
+    for entry_id in range(far, far + 50):
+        state.index.put(entry_id, (2 << 40) + 100 * (entry_id - far), 100)
+    state.last_entry_id = far + 49
+    assert state.index.base == far and state.index.rewritten()
+    delta = checkpoint.encode_delta(Position(2, 5_000), 1, 1, [state], [])
+    expected = held({5: state})
+    checkpoint.save_snapshot(tmp_path, base)
+    checkpoint.save_delta(tmp_path, delta)
+    position, ledgers, chain = load_checkpoints(tmp_path)
+    assert (position, held(ledgers), chain.deltas) == (Position(2, 5_000), expected, 1)
+    index = ledgers[5].index
+    assert index.get(50) == ((1 << 40) + 5_000, 100) and index.get(far + 1) == ((2 << 40) + 100, 100)
+    state.index.mark_checkpointed()
+    state.index.put(far + 50, (2 << 40) + 5_000, 100)
+    assert not state.index.rewritten() and state.index.changes()[:2] == (50, [])   # deltas again from here on

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from storage_node.checkpoint import decode_snapshot, encode_snapshot
 from storage_node.compaction import moves_out_of
-from storage_node.entry_index import ABSENT, LedgerIndex, LiveBytes, file_of, pack
+from storage_node.entry_index import ABSENT, LedgerIndex, LiveBytes, OverflowRuns, file_of, pack
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import Position
 
@@ -67,7 +67,7 @@ def test_the_tally_matches_a_pass_over_every_slot(change_list, far):
     assert not [e for e in index.overflow if 0 <= e - index.base < len(index.locations)]   # in one place only
     loaded = LedgerIndex(index.base)
     loaded.locations, loaded.lengths, loaded.overflow = array("q", index.locations), array("i", index.lengths), \
-        dict(index.overflow)
+        OverflowRuns(dict(index.overflow))
     loaded.recount()
     assert (loaded.bytes_by_file, loaded.count) == (index.bytes_by_file, index.count)
     assert_spans_hold_every_dense_record(loaded)
@@ -138,45 +138,75 @@ def test_a_file_whose_last_record_moved_leaves_the_tally():
     assert list(index.records_in({1})) == []
 
 
+def held_once(index: LedgerIndex) -> bool:
+    window = {index.base + slot for slot, location in enumerate(index.locations) if location != ABSENT}
+    return not window & set(index.overflow)
+
+
 def test_an_overflow_entry_the_window_grows_over_moves_into_it_and_is_never_held_twice():
-    """Found by review: an entry put far ahead went to the overflow dict; once the window grew past its id, a
+    """Found by review: an entry put far ahead went to the overflow; once the window grew past its id, a
     compaction move put it into its dense slot and the overflow record stayed. Its old file kept a tally (never
-    deleted, its record moved again every round), the count was one too high and ranges listed the id twice."""
+    deleted, its record moved again every round), the count was one too high and ranges listed the id twice.
+    (A far entry now moves the window instead; an index loaded from a checkpoint of before holds such entries.)"""
     index = LedgerIndex()
     index.put(0, pack(1, 0), 100)
-    index.put(5_000, pack(1, 100), 50)                     # far ahead: the overflow dict
-    assert list(index.overflow) == [5_000]
+    index.overflow.put(5_000, pack(1, 100), 50)            # far ahead, as a checkpoint of before held it
+    index.recount()
     index.put_run(1, array("q", [pack(2, 0)]), [10])
-    for entry_id in range(2, 4_999, 500):                  # the window grows up to it...
+    for entry_id in range(2, 4_999, 20):                   # the window grows up to it...
         index.put(entry_id, pack(2, 10 * entry_id), 10)
     index.put(5_100, pack(2, 99_000), 10)                  # ...and past it: it moves into its slot
-    assert index.overflow == {} and index.get(5_000) == (pack(1, 100), 50)
+    assert dict(index.overflow) == {} and index.get(5_000) == (pack(1, 100), 50)
     index.put(5_000, pack(3, 0), 50)                       # a compaction move
     assert index.bytes_by_file.get(1) == 100 and index.bytes_by_file[3] == 50
     assert list(index.entries_between(4_990, 5_010)) == [5_000]
-    assert index.count == len(every_record(index)) == 14
+    assert index.count == len(every_record(index)) == 254 and held_once(index)
 
 
 def test_a_run_over_an_overflow_entry_replaces_it():
     index = LedgerIndex()
     index.put(0, pack(1, 0), 100)
-    index.put(3_000, pack(1, 100), 50)                     # far ahead: the overflow dict
-    for entry_id in range(500, 2_501, 500):                # the window grows towards it
+    index.overflow.put(3_000, pack(1, 100), 50)            # far ahead, as a checkpoint of before held it
+    index.recount()
+    for entry_id in range(20, 2_981, 20):                  # the window grows towards it
         index.put(entry_id, pack(3, entry_id), 5)
     run = range(2_990, 3_010)                              # records one after another: put in one step
     index.put_run(run[0], array("q", [pack(4, 20 * n) for n in run]), [20] * len(run))
-    assert index.overflow == {} and index.get(3_000) == (pack(4, 20 * 3_000), 20)
+    assert dict(index.overflow) == {} and index.get(3_000) == (pack(4, 20 * 3_000), 20)
     assert index.bytes_by_file[1] == 100
-    assert index.count == len(every_record(index)) == 26
+    assert index.count == len(every_record(index)) == 170
     assert index.bytes_by_file == tally_of(every_record(index))
+
+
+def test_an_entry_far_above_the_window_moves_it_and_later_entries_are_dense_again():
+    """Growth audit: the window grew by at most 65,536 holes, and every id it could not take went to a dict (about
+    205 bytes an entry, and a range read scanned all of it): a node chosen again for a ledger written without it
+    for 70,000 entries put every later entry of that ledger there, and a re-replication's copy of an earlier
+    fragment onto a node holding a later one put every copied entry there."""
+    index = LedgerIndex()
+    index.put_run(0, array("q", [pack(1, 10 * n) for n in range(1_000)]), [10] * 1_000)
+    index.mark_checkpointed()
+    far = 71_010                                            # chosen again 70,010 entries later
+    for start in range(far, far + 3_000, 100):
+        index.put_run(start, array("q", [pack(2, 10 * (n - far)) for n in range(start, start + 100)]), [10] * 100)
+    assert index.base == far and len(index.locations) == 3_000   # the new entries are dense
+    assert len(index.overflow) == 1_000 and index.overflow._firsts == [0]   # the old window, as one run
+    assert index.rewritten() and index.changes()[0] == 0   # a checkpoint writes it whole
+    for n in range(990, 1_000):                             # a re-replication copies an earlier fragment below it
+        index.put(n - 990 + 40_000, pack(3, 10 * n), 10)
+    assert len(index.overflow._firsts) == 2 and index.count == 4_010 == len(every_record(index)) and held_once(index)
+    assert list(index.entries_between(995, 40_002)) == [*range(995, 1_000), 40_000, 40_001, 40_002]
+    assert index.get(71_500) == (pack(2, 4_900), 10) and index.get(500) == (pack(1, 5_000), 10)
+    assert index.bytes_by_file == tally_of(every_record(index))
+    assert sorted(r[0] for r in index.records_in({3})) == list(range(40_000, 40_010))
 
 
 def test_a_loaded_index_that_holds_an_entry_twice_keeps_the_record_get_answered():
     """A snapshot written before the fix above may hold an id in both places; loading keeps one."""
     index = LedgerIndex(0)
     index.locations, index.lengths = array("q", [pack(1, 0), ABSENT, pack(2, 0)]), array("i", [10, 0, 30])
-    index.overflow = {1: (pack(5, 0), 20), 2: (pack(5, 20), 40), 9_000: (pack(6, 0), 7)}
+    index.overflow = OverflowRuns({1: (pack(5, 0), 20), 2: (pack(5, 20), 40), 9_000: (pack(6, 0), 7)})
     index.recount()
-    assert index.overflow == {9_000: (pack(6, 0), 7)}
+    assert dict(index.overflow) == {9_000: (pack(6, 0), 7)}
     assert [index.get(e) for e in (0, 1, 2)] == [(pack(1, 0), 10), (pack(5, 0), 20), (pack(2, 0), 30)]
     assert (index.count, index.bytes_by_file) == (4, {1: 10, 5: 20, 2: 30, 6: 7})

@@ -182,5 +182,5 @@ def test_putting_a_run_indexes_what_putting_its_entries_one_by_one_does(puts, fa
         together.put_run(first, array("q", locations), lengths)
         for i in range(count):
             alone.put(first + i, locations[i], lengths[i])
-    assert (together.base, together.count, together.overflow) == (alone.base, alone.count, alone.overflow)
+    assert (together.base, together.count, dict(together.overflow)) == (alone.base, alone.count, dict(alone.overflow))
     assert (together.locations, together.lengths) == (alone.locations, alone.lengths)
