@@ -279,7 +279,7 @@ class LedgerIndex:
 
     def _window_takes(self, slots: int, new: int) -> bool:
         """Whether the window may grow to `slots` slots with `new` more entries (its holes stay within bounds)."""
-        return _holes_allowed(slots, self.count - len(self.overflow) + new)
+        return _holes_allowed(slots, self.count - self.overflow.count + new)
 
     def _move_window(self, entry_id: int) -> None:
         """The window goes to the overflow as it is (none of its ids is there), and a new, empty one starts at
@@ -435,11 +435,11 @@ class LedgerIndex:
             location = self.locations[slot]
             if location != ABSENT:
                 return location, self.lengths[slot]
-        return self.overflow.get(entry_id) if self.overflow else None
+        return self.overflow.get(entry_id) if self.overflow.count else None
 
     def entries_between(self, first: int, last: int) -> Iterator[int]:
         """Ids of stored entries in [first, last], ascending."""
-        extra = self.overflow.ids_between(first, last) if self.overflow else []
+        extra = self.overflow.ids_between(first, last) if self.overflow.count else []
         dense_lo = max(first, self.base)
         dense_hi = min(last, self.base + len(self.locations) - 1)
         dense = (
