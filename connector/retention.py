@@ -23,7 +23,13 @@ calls first) finishes what it left:
    run the cut took off (compaction.clean_compactions): their replaced ledgers are named in their record only.
 
 A planned record whose process is gone is deleted: its cut cannot land any more (ZooKeeper drops the
-requests of a session that ended, and the cut's multi sets the record at version 0).
+requests of a session that ended, and the cut's multi sets the record at version 0). So is one of the calling
+client's own (its writer id) whose run has ended: its cleanup failed (ZooKeeper went away between the plan and the
+cut), and its writer, this live process, would keep it from every later run's clean_cuts for as long as it lives
+(a retention loop: for good). That delete is safe even were the cut's multi still on its way: it is at version 0,
+so either the cut landed first (the record is at version 1, state cut: the delete fails and the cut is finished)
+or the cut's multi, which sets the record at version 0, fails on its absence and never lands. A run of the same
+process still going (another thread's, on a shared client) is never touched: the process knows its runs in flight.
 
 No grace: the ledgers are deleted right after the cut. A read planned before it (a Spark job's tasks, a
 micro-batch planned and not yet read) that then finds a ledger gone, or a page gone while it lists them, gets
@@ -57,10 +63,12 @@ and per emptied page and book; and a listing of the compaction records.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Callable, Iterable, Iterator
@@ -87,6 +95,9 @@ READ_THREADS = 8
 COUNT_LEDGERS = 64   # ledgers counted since the head's byte count that make a run which cuts nothing store it
 
 Step = Callable[[str, "Cut"], None]
+# Paths of the planned records of this process's runs that have not ended (clean_cuts leaves them to their run).
+_in_flight: set[str] = set()
+_in_flight_lock = threading.Lock()
 
 
 class TruncateOpenLedgerError(LedgerError):
@@ -214,9 +225,31 @@ def _cut_front(
     password: bytes, on_step: Step | None,
 ) -> CutResult:
     on_step = on_step or (lambda step, cut: None)
-    store = lc.store
     finished = clean_cuts(lc, name, password=password)
     planned = Cut(uuid.uuid4().hex[:16], name, lc.writer_id)
+    with _running(planned):
+        return _cut_planned(lc, planned, reason, decide, password, on_step, finished)
+
+
+@contextlib.contextmanager
+def _running(planned: Cut) -> Iterator[None]:
+    """While this process's run of planned goes on, clean_cuts leaves its record to it."""
+    with _in_flight_lock:
+        _in_flight.add(planned.path)
+    try:
+        yield
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(planned.path)
+
+
+def _cut_planned(
+    lc: LedgerClient, planned: Cut, reason: str,
+    decide: Callable[[StreamRecord, "_LedgerFacts"], tuple[int, ByteCount | None] | None],
+    password: bytes, on_step: Step, finished: int,
+) -> CutResult:
+    """Steps 1-4 of the run whose record is planned (finished: the earlier cuts clean_cuts finished)."""
+    store, name = lc.store, planned.stream
     head = read_stream(store, name).value
     create_directory(store, name, layout.stream_cuts_path(name))
     store.create(planned.path, planned.encode())
@@ -345,8 +378,8 @@ def finish_cut(lc: LedgerClient, cut: Cut, password: bytes = b"") -> int:
 
 def clean_cuts(lc: LedgerClient, name: str, *, password: bytes = b"") -> int:
     """Finish the stream's cuts whose process died before deleting their ledgers, and delete planned records
-    whose process is gone. Lists the stream's cut records only (none, unless a run died). Returns how many
-    cuts it finished."""
+    whose process is gone, or that are lc's own with no run of this process going (see the module docstring).
+    Lists the stream's cut records only (none, unless a run died or failed). Returns how many cuts it finished."""
     try:
         children = lc.store.children(layout.stream_cuts_path(name))
     except NoNodeError:
@@ -360,9 +393,18 @@ def clean_cuts(lc: LedgerClient, name: str, *, password: bytes = b"") -> int:
         if cut.state == CUT:
             _delete(lc, cut, password)
             finished += 1
-        elif not registry.writer_alive(lc.store, cut.writer):
+        elif _abandoned(lc, cut):
             _forget_planned(lc.store, cut)
     return finished
+
+
+def _abandoned(lc: LedgerClient, planned: Cut) -> bool:
+    """Whether a planned record's run has ended without it: its process is gone, or it is lc's own and no run of
+    this process is going with it."""
+    if planned.writer == lc.writer_id:
+        with _in_flight_lock:
+            return planned.path not in _in_flight
+    return not registry.writer_alive(lc.store, planned.writer)
 
 
 def held_bytes(store: MetadataStore, record: StreamRecord) -> int:

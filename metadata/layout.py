@@ -4,7 +4,7 @@
                                 version and the cluster's instance id (BookKeeper's LAYOUT and INSTANCEID). A
                                 client or node refuses a root without it (metadata/store.py)
     /ledgers/L0000000042        ledger metadata (persistent)
-    /idgen/id-0000000042        ledger id allocation (sequential, removed at once)
+    /idgen/id-0000000042        ledger id allocation (ephemeral sequential, removed at once)
     /streams/<name>             stream heads: format, schema, owner, batch write outcomes, first offset, and
                                 the tail (the most recent ledgers); see metadata/streams.py
     /streams/<name>/queries/<query id>

@@ -15,18 +15,35 @@ An allocator takes ids from the highest bucket; once a sequence reaches ROLL_AT 
 client still on the old bucket has a billion ids of headroom before the wrap) it creates the next bucket,
 and a sequence number that is not in 0 .. 2**31-1 is never used. Buckets only ever grow, and every id of bucket B
 is below every id of bucket B+1.
+
+The sequential znodes are ephemeral: one left by a lost reply or a process that died between its create and its
+delete goes with its session. Older versions created them persistent, and those leftovers stayed for good (every
+new client lists /idgen on its first allocation): a store's first allocation removes some of the persistent ones
+its listing found. Neither kind can make an id repeat: ZooKeeper numbers a parent's sequential children from the
+parent's cversion, which every create of a child advances, whatever the child's mode and however it goes.
 """
 from __future__ import annotations
 
+import logging
+import random
 import re
+import time
 
 from metadata import layout
+from metadata.errors import MetadataError
+
+log = logging.getLogger(__name__)
 
 SEQUENCE_BITS = 31
 ROLL_AT = 1 << 30                     # a sequence at or past this makes the allocator open the next bucket
 _BUCKET = "bucket-"
 _BUCKET_NAME = re.compile(r"bucket-(\d{10})")
 _SEQUENCE = re.compile(r"\d{10}")     # ZooKeeper's "%010d" of a non-negative counter; a wrapped one has a '-'
+_ID = "id-"
+# A persistent id znode younger than this may be an older version's allocation in flight (between its create and
+# its delete): it is left alone. Counted by this host's clock against the znode's ctime (ZooKeeper's clock).
+LEFTOVER_GRACE = 600.0
+LEFTOVERS_PER_STORE = 100   # persistent leftovers one store's first allocation looks at, at most
 
 
 def bucket_path(bucket: int) -> str:
@@ -46,6 +63,10 @@ def ledger_id(bucket: int, sequence: int) -> int:
     return (bucket << SEQUENCE_BITS) | sequence
 
 
+def _ids_among(parent: str, children: list[str]) -> list[str]:
+    return [f"{parent}/{name}" for name in children if name.startswith(_ID)]
+
+
 def highest_bucket(idgen_children: list[str]) -> int:
     """The highest bucket named among /idgen's children (0 when none was opened yet)."""
     return max((int(m.group(1)) for name in idgen_children if (m := _BUCKET_NAME.fullmatch(name))), default=0)
@@ -57,10 +78,12 @@ class LedgerIds:
     Several allocators (every client) may open the same bucket at once: creating it is idempotent, and each
     takes the highest bucket listed afterwards, so they all move on."""
 
-    def __init__(self, store, roll_at: int = ROLL_AT):
+    def __init__(self, store, roll_at: int = ROLL_AT, leftover_grace: float = LEFTOVER_GRACE):
         self._store = store
         self._roll_at = roll_at
+        self._leftover_grace = leftover_grace
         self._bucket: int | None = None
+        self._leftovers: list[str] = []    # id znodes the first listing found, looked at after the first ids
 
     def take(self, count: int, per_request: int) -> list[int]:
         """count new ids, in increasing order: one create and one delete per id (a multi of per_request of each
@@ -73,15 +96,40 @@ class LedgerIds:
             ids += [ledger_id(bucket, s) for s in sequences if s is not None]
             if any(s is None or s >= self._roll_at for s in sequences):
                 self._open_next(bucket)
+        if self._leftovers:
+            self._remove_leftovers()
         return ids
 
     def _current(self) -> int:
         if self._bucket is None:
-            self._bucket = highest_bucket(self._store.children(layout.IDGEN))
+            children = self._store.children(layout.IDGEN)
+            self._bucket = highest_bucket(children)
+            self._leftovers = _ids_among(layout.IDGEN, children)
+            if self._bucket > 0:
+                path = bucket_path(self._bucket)
+                self._leftovers += _ids_among(path, self._store.children(path))
         return self._bucket
 
+    def _remove_leftovers(self) -> None:
+        """Delete the persistent id znodes (an older version's leftovers) among those the first listing found,
+        once the grace has passed since their creation: a random sample of at most LEFTOVERS_PER_STORE, so that
+        clients starting together share the work, and each store's is bounded. Ephemeral ones are allocations in
+        flight, or leftovers their session's end removes. Best effort: the ids are taken, and the next store's
+        first allocation looks again."""
+        found, self._leftovers = self._leftovers, []
+        sample = random.sample(found, min(len(found), LEFTOVERS_PER_STORE))
+        try:
+            stats = self._store.stats(sample)
+            now = time.time()
+            for path, stat in zip(sample, stats):
+                if stat is not None and stat.ephemeralOwner == 0 and now - stat.ctime / 1000 >= self._leftover_grace:
+                    self._store.delete(path)
+        except MetadataError as exc:
+            log.warning("leftover ledger id znodes under %s not removed (a later client tries again): %s",
+                        layout.IDGEN, exc)
+
     def _created(self, bucket: int, count: int) -> list[str]:
-        return self._store.sequence_names(f"{bucket_path(bucket)}/id-", count)
+        return self._store.sequence_names(f"{bucket_path(bucket)}/{_ID}", count)
 
     def _open_next(self, bucket: int) -> None:
         self._store.ensure_path(bucket_path(bucket + 1))

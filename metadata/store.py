@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import time
@@ -34,6 +35,8 @@ from metadata.errors import (
 )
 from metadata.ledger_ids import LedgerIds
 from metadata.model import LedgerMetadata, Versioned
+
+log = logging.getLogger(__name__)
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
 METADATA_ENV = "LEDGER_METADATA"  # the metadata URI every command and node uses when not given one
@@ -489,14 +492,18 @@ class MetadataStore:
         """Whether each znode is there: an exists request each, pipelined (sent _PIPELINED at a time before their
         replies are awaited), so a few znodes cost a few small requests and about one round trip, not a listing
         of their parent."""
-        found: list[bool] = []
+        return [stat is not None for stat in self.stats(paths)]
+
+    def stats(self, paths: list[str]) -> list[ZnodeStat | None]:
+        """Each znode's stat (None: not there), pipelined as exist() does."""
+        found: list[ZnodeStat | None] = []
         for start in range(0, len(paths), _PIPELINED):
-            found += self._retried(self._exist, paths[start:start + _PIPELINED])
+            found += self._retried(self._stats, paths[start:start + _PIPELINED])
         return found
 
-    def _exist(self, paths: list[str]) -> list[bool]:
+    def _stats(self, paths: list[str]) -> list[ZnodeStat | None]:
         sent = [self.zk.exists_async(path) for path in paths]
-        return [reply.get() is not None for reply in sent]
+        return [reply.get() for reply in sent]
 
     def ensure_path(self, path: str) -> None:
         self._retried(self.zk.ensure_path, path)
@@ -579,19 +586,28 @@ class MetadataStore:
 
     def sequence_names(self, prefix: str, count: int) -> list[str]:
         """Create count sequential znodes named prefix + ZooKeeper's sequence number, delete them, and return their
-        paths (one create and one delete for one name; else a multi of each)."""
+        paths (one create and one delete for one name; else a multi of each). They are ephemeral (as BookKeeper's
+        ZkLedgerIdGenerator's): one whose create reply was lost, or whose delete failed, or whose process died in
+        between, goes with this session instead of staying forever. The names are taken once the create
+        returned, so a failed delete is logged, not raised."""
         if count == 1:
-            path = self._call(self.zk.create, prefix, b"", sequence=True)
-            self._call(self.zk.delete, path)
-            return [path]
-        create = self.transaction()
-        for _ in range(count):
-            create.create(prefix, sequence=True)
-        paths = create.commit()
-        delete = self.transaction()
-        for path in paths:
-            delete.delete(path)
-        delete.commit()
+            paths = [self._call(self.zk.create, prefix, b"", ephemeral=True, sequence=True)]
+        else:
+            create = self.transaction()
+            for _ in range(count):
+                create.create(prefix, ephemeral=True, sequence=True)
+            paths = create.commit()
+        try:
+            if count == 1:
+                self.delete(paths[0])
+            else:
+                delete = self.transaction()
+                for path in paths:
+                    delete.delete(path)
+                delete.commit()
+        except (MetadataError, NoNodeError) as exc:
+            log.warning("sequential znodes %s..%s stay until this ZooKeeper session ends: delete failed: %s",
+                        paths[0], paths[-1], exc)
         return paths
 
     def create_ledger(self, meta: LedgerMetadata, placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
@@ -688,8 +704,8 @@ class Transaction:
         self._store = store
         self._request = store.zk.transaction()
 
-    def create(self, path: str, data: bytes = b"", *, sequence: bool = False) -> None:
-        self._request.create(path, data, sequence=sequence)
+    def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> None:
+        self._request.create(path, data, ephemeral=ephemeral, sequence=sequence)
 
     def set_data(self, path: str, data: bytes, version: int = -1) -> None:
         self._request.set_data(path, data, version)

@@ -335,8 +335,16 @@ class WriteHandle:
             self._closed = stored.value
         return self._closed
 
-    async def _stop_pipeline(self) -> None:
-        await self._pipeline.drain()
+    def abandon(self) -> None:
+        """Stop writing without closing the ledger, for a writer that must leave it OPEN to another's recovery (a
+        stream writer whose takeover failed with the stream holding its ledger: the stream's next owner recovers
+        it, rule 14). Pending and later adds fail; its pipeline stops and leaves the client."""
+        if self._closed is None:
+            self._runtime.run(self._stop_pipeline(drain=False))
+
+    async def _stop_pipeline(self, drain: bool = True) -> None:
+        if drain:
+            await self._pipeline.drain()
         self._pipeline.stop()
         self._client._pipelines.discard(self._pipeline)
 

@@ -106,8 +106,8 @@ class StreamWriter:
             empty = StreamRecord(self.name, RAW_FORMAT)
             record = streams.update_stream(self._store, self.name, transform, create=empty, read_back=True).value
         except BaseException:
-            if created:
-                self._discard_unless_held(created[0])
+            if created and self._discard_unless_held(created[0]):
+                created[0].abandon()   # no writer of it is left: the stream's next owner recovers it
             raise
         if previous:
             self._start_after(previous[0])

@@ -258,15 +258,18 @@ def _print_retention(record: StreamRecord, as_json: bool) -> None:
 
 def _apply_loop(client: LedgerClient, args) -> int:
     """One pass over the streams (the named one, or every stream with a retention), or one every --every
-    seconds until stopped (or --runs passes). A stream that fails is reported and the others go on."""
-    failed = []
+    seconds until stopped (or --runs passes). A stream that fails is reported and the others go on. One pass
+    reports every stream; a loop only those a run changed (and, on stderr, those that failed), so that its log
+    grows with what it does, not with time. The exit status is that of the last run."""
     runs = 0
     while True:
         started = time.monotonic()
+        failed = []
         names = [args.name] if args.name else streams_with_retention(client.store)
         for result in apply_all(client, names, password=args.password.encode(),
                                 on_error=lambda name, exc: failed.append(_warn(name, exc))):
-            _print_result(result, args.json)
+            if args.every is None or result.cut or result.finished_cuts:
+                _print_result(result, args.json)
         runs += 1
         if args.every is None or (args.runs is not None and runs >= args.runs):
             return 1 if failed else 0
@@ -286,7 +289,8 @@ def _print_result(result, as_json: bool) -> None:
               f"{result.from_offset}..{result.first_offset - 1}; it now starts at offset {result.first_offset}",
               flush=True)
     else:
-        print(f"stream {result.stream!r}: nothing past its retention", flush=True)
+        finished = f"; finished {result.finished_cuts} cut(s) of earlier runs" if result.finished_cuts else ""
+        print(f"stream {result.stream!r}: nothing past its retention{finished}", flush=True)
 
 
 def run_delete(args) -> int:

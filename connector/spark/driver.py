@@ -24,6 +24,11 @@ job, so a job start begins it ahead (keeper_started_ahead), before its checks, a
 only where it names the driver; the wait wakes on a ZooKeeper watch of the registration. A keeper started
 ahead for a job start that then fails is stopped.
 
+A keeper's files (KeeperFiles: state, lock, log, in one directory per user) go with it: it removes them as it
+ends (driver gone, idle, stopped by a signal), and whoever stops a keeper it started removes them under the lock.
+Those a killed or crashed keeper left (a failed start keeps its log, which the error names) are removed by a
+later keeper's start once their driver process is gone (sweep_gone_drivers: a bounded number per start).
+
 The registration is a liveness signal, not the safety: a driver whose registration ended by mistake (its
 keeper killed, its session expired) may still commit; the janitor fences it on the stream before it deletes
 anything (janitor.py), and that commit then fails cleanly.
@@ -38,6 +43,8 @@ import json
 import logging
 import os
 import pathlib
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -61,6 +68,10 @@ IDLE_SECONDS = 60.0        # a registration no registry has named for this long 
 WATCH_INTERVAL = 0.5       # seconds between a keeper's looks at the driver process
 KEEPER_START_SECONDS = 60.0  # how long a job start waits for a new keeper's registration to appear
 KEEPER_MODULE = "connector.spark.driver_keeper"
+SWEEP_DRIVERS = 64         # drivers' files a keeper's start looks at, at most, to remove those of gone drivers
+STOP_LOCK_SECONDS = 5.0    # how long a keeper stopped by a signal waits for the lock to remove its files
+# KeeperFiles names: <driver pid>-<driver start time, ms>-<metadata root hash>.<suffix>
+_KEEPER_FILE = re.compile(r"(\d+)-(\d+)-[0-9a-f]{16}\.(?:json|lock|log|tmp)")
 _WORKER_MODULE = "pyspark."  # Spark's Python workers and daemons run `python -m pyspark.<module>`
 
 
@@ -228,7 +239,7 @@ class KeeperFiles:
 
     @classmethod
     def of(cls, driver: DriverProcess, uri: str) -> "KeeperFiles":
-        directory = pathlib.Path(tempfile.gettempdir()) / f"ledger-spark-drivers-{os.getuid()}"
+        directory = keeper_directory()
         directory.mkdir(mode=0o700, exist_ok=True)
         root = hashlib.sha256(uri.encode()).hexdigest()[:16]
         return cls(directory / f"{driver.pid}-{int(driver.create_time * 1000)}-{root}")
@@ -243,20 +254,37 @@ class KeeperFiles:
 
     @contextlib.contextmanager
     def locked(self, blocking: bool = True) -> Iterator[bool]:
-        with open(self.base.with_suffix(".lock"), "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        """The lock file, held; a holder may remove it (remove_keeper): one who then got the lock on the removed
+        file takes the one at the path instead, so all holders hold the same file."""
+        path = self.base.with_suffix(".lock")
+        while True:
+            with open(path, "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    if _inode(lock.fileno()) == _inode(path):
+                        yield True
+                        return
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
 
     def remove(self) -> None:
         for suffix in (".json", ".lock", ".log"):
             self.base.with_suffix(suffix).unlink(missing_ok=True)
+
+    def remove_keeper(self, driver_id: str, log_inode: int | None) -> None:
+        """Under the lock: remove what belongs to the keeper that registers driver_id: the state if it names it
+        (or there is none), then the lock, and the log if it is that keeper's (log_inode: the inode it writes;
+        another keeper may have been started since and write a log of its own)."""
+        state = self.read_state()
+        if state is None or state.get("driver") == driver_id:
+            self.state.unlink(missing_ok=True)
+            self.base.with_suffix(".lock").unlink(missing_ok=True)
+        if log_inode is not None and _inode(self.log) == log_inode:
+            self.log.unlink(missing_ok=True)
 
     def read_state(self) -> dict | None:
         try:
@@ -270,10 +298,55 @@ class KeeperFiles:
         os.replace(temporary, self.state)
 
 
+def keeper_directory() -> pathlib.Path:
+    return pathlib.Path(tempfile.gettempdir()) / f"ledger-spark-drivers-{os.getuid()}"
+
+
+def _inode(file: int | pathlib.Path) -> int | None:
+    """The inode of an open file descriptor or of a path (None: no such file)."""
+    try:
+        return (os.fstat(file) if isinstance(file, int) else file.stat()).st_ino
+    except OSError:
+        return None
+
+
+def sweep_gone_drivers(directory: pathlib.Path, limit: int = SWEEP_DRIVERS) -> None:
+    """Remove the keeper files of drivers whose process is gone (no process with that pid, or one started at
+    another time: the pid was reused), looking at `limit` drivers at most, chosen at random so that the live ones
+    do not hide the rest. Their keepers remove them as they end, but a keeper that was killed or crashed could
+    not."""
+    by_driver: dict[tuple[int, int], list[pathlib.Path]] = {}
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if match := _KEEPER_FILE.fullmatch(entry.name):
+                by_driver.setdefault((int(match[1]), int(match[2])), []).append(pathlib.Path(entry.path))
+    for pid, started_ms in random.sample(sorted(by_driver), min(limit, len(by_driver))):
+        if _driver_gone(pid, started_ms):
+            for path in by_driver[pid, started_ms]:
+                path.unlink(missing_ok=True)
+
+
+def _driver_gone(pid: int, started_ms: int) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() * 1000 - started_ms) >= 1000
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:   # not ours to look at: not known to be gone
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Keeper:
+    """A keeper process this process started: the driver id it registers and the inode of the log it writes."""
+
+    process: subprocess.Popen
+    driver_id: str
+    log_inode: int | None
+
+
 _started: list[subprocess.Popen] = []  # keepers this process started, reaped when they end
-# Keepers started ahead (keeper_started_ahead) and not yet taken over by a job start, by KeeperFiles.base: the
-# process and the driver id it registers.
-_ahead: dict[pathlib.Path, tuple[subprocess.Popen, str]] = {}
+# Keepers started ahead (keeper_started_ahead) and not yet taken over by a job start, by KeeperFiles.base.
+_ahead: dict[pathlib.Path, _Keeper] = {}
 
 
 @contextlib.contextmanager
@@ -297,7 +370,7 @@ def keeper_started_ahead(driver: DriverProcess, uri: str) -> Iterator[None]:
     with files.locked():
         state = files.read_state()
         pending = _ahead.get(files.base)
-        running = (pending is not None and pending[0].poll() is None) or (
+        running = (pending is not None and pending.process.poll() is None) or (
             state is not None and _keeper_running(state["keeper"]))
         started = None if running else _spawn_keeper(driver, uri, files)
         if started is not None:
@@ -309,7 +382,8 @@ def keeper_started_ahead(driver: DriverProcess, uri: str) -> Iterator[None]:
             with files.locked():
                 if _ahead.get(files.base) is started:
                     del _ahead[files.base]
-                    started[0].terminate()   # no job names it: its registration goes with it
+                    started.process.terminate()   # no job names it: its registration goes with it
+                    files.remove_keeper(started.driver_id, started.log_inode)   # it may die before it can
 
 
 @contextlib.contextmanager
@@ -322,8 +396,8 @@ def keeper_registration(store: MetadataStore, driver: DriverProcess, uri: str) -
         state = files.read_state()
         if state is None or not registry.writer_alive(store, state["driver"]):
             ahead = _ahead.pop(files.base, None)   # started ahead by this job start, unless it ended idle since
-            state = ahead and _registered(store, files, *ahead)
-            state = state or _registered(store, files, *_spawn_keeper(driver, uri, files), must=True)
+            state = ahead and _registered(store, files, ahead)
+            state = state or _registered(store, files, _spawn_keeper(driver, uri, files), must=True)
         yield state["driver"]
 
 
@@ -336,22 +410,27 @@ def _keeper_running(pid: int) -> bool:
         return False
 
 
-def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> tuple[subprocess.Popen, str]:
+def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> _Keeper:
+    """Under the lock: start a keeper, writing a log of its own (a keeper still running keeps writing the one it
+    had, now unlinked); and remove the files of gone drivers meanwhile."""
     driver_id = driver.new_driver_id()
     command = [sys.executable, "-m", KEEPER_MODULE, "--driver-id", driver_id, "--pid", str(driver.pid),
                "--create-time", repr(driver.create_time), "--files", str(files.base),
                "--idle-seconds", repr(IDLE_SECONDS)]
+    files.log.unlink(missing_ok=True)
     with open(files.log, "w") as log_file:
         keeper = subprocess.Popen(command, env={**os.environ, METADATA_ENV: uri}, stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=log_file, start_new_session=True)
+        log_inode = _inode(log_file.fileno())
     _started.append(keeper)
-    return keeper, driver_id
+    sweep_gone_drivers(files.base.parent)
+    return _Keeper(keeper, driver_id, log_inode)
 
 
-def _registered(store: MetadataStore, files: KeeperFiles, keeper: subprocess.Popen, driver_id: str,
-                must: bool = False) -> dict | None:
+def _registered(store: MetadataStore, files: KeeperFiles, started: _Keeper, must: bool = False) -> dict | None:
     """Once the keeper's registration is there, the state that names it (written to the state file). None if the
     keeper exited first (one started ahead may have ended idle), unless it must register: then that raises."""
+    keeper, driver_id = started.process, started.driver_id
     deadline = time.monotonic() + KEEPER_START_SECONDS
     woken = threading.Event()
 
@@ -398,9 +477,30 @@ def keep(driver_id: str, driver: DriverProcess, files: KeeperFiles, idle_seconds
             elif checked - idle_since >= idle_seconds and _end_idle(store, driver_id, files, registration):
                 log.info("no registry names %s any more", driver_id)
                 return 0
+        log.info("stopped by a signal")
+        _end_stopped(driver_id, files, registration)
         return 0
     finally:
         _end(registration, store)
+
+
+def _end_stopped(driver_id: str, files: KeeperFiles, registration) -> None:
+    """A keeper stopped by a signal: as _end_idle, under the lock, its registration goes and then its files. A
+    lock held for longer than STOP_LOCK_SECONDS (a job start waiting for another keeper) leaves them: a
+    later start removes them once the driver is gone."""
+    deadline = time.monotonic() + STOP_LOCK_SECONDS
+    while True:
+        with files.locked(blocking=False) as locked:
+            if locked:
+                with contextlib.suppress(LedgerError):
+                    registration.close()
+                files.remove_keeper(driver_id, _inode(2))   # fd 2: the log it writes
+                return
+        if time.monotonic() >= deadline:
+            log.warning("lock %s busy for %.0fs: files left for a later start to remove", files.base,
+                        STOP_LOCK_SECONDS)
+            return
+        time.sleep(WATCH_INTERVAL / 10)
 
 
 def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles, registration) -> bool:
@@ -413,7 +513,6 @@ def _end_idle(store: MetadataStore, driver_id: str, files: KeeperFiles, registra
             return False
         with contextlib.suppress(LedgerError):
             registration.close()
-        state = files.read_state()
-        if state is None or state.get("driver") == driver_id:
-            files.remove()  # a job start waiting for the lock finds no keeper and starts one
+        # a job start waiting for the lock finds no keeper and starts one
+        files.remove_keeper(driver_id, _inode(2))   # fd 2: the log it writes
         return True

@@ -4,16 +4,20 @@ lives (also while it is paused), or by the driver process itself; ended once no 
 
 Real ZooKeeper; the "driver" is a real process standing in for a Spark driver's JVM, paused and killed.
 """
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 import psutil
 import pytest
 
 from connector.spark import driver
-from connector.spark.driver import DriverProcess, KeeperFiles, keeper_registration, registered_driver
+from connector.spark.driver import (
+    DriverProcess, DriverRegistrationError, KeeperFiles, keeper_registration, registered_driver,
+)
 from connector.spark.jobs import remove_job, start_job
 from metadata import registry
 from tests.harness.poll import poll_until
@@ -27,6 +31,13 @@ def jvm():
     process.send_signal(signal.SIGCONT)
     process.kill()
     process.wait(30)
+
+
+@pytest.fixture
+def keeper_dir(tmp_path, monkeypatch):
+    """The keepers' files go to a directory of this test's own (the real one holds other drivers' files)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return driver.keeper_directory()
 
 
 def stand_in(process: subprocess.Popen) -> DriverProcess:
@@ -139,10 +150,11 @@ def test_a_keeper_started_ahead_is_the_one_the_job_start_takes_over(jvm, store, 
     driver_process = stand_in(jvm)
     files = KeeperFiles.of(driver_process, metadata_uri)
     with driver.keeper_started_ahead(driver_process, metadata_uri):
-        ahead, ahead_id = driver._ahead[files.base]
+        ahead = driver._ahead[files.base]
         with keeper_registration(store, driver_process, metadata_uri) as driver_id:
             start_job(store, "job-1", "events", driver_id)
-    assert driver_id == ahead_id and files.read_state()["keeper"] == ahead.pid and ahead.poll() is None
+    assert driver_id == ahead.driver_id and files.read_state()["keeper"] == ahead.process.pid
+    assert ahead.process.poll() is None
     assert registry.writer_alive(store, driver_id) and files.base not in driver._ahead
 
 
@@ -151,11 +163,11 @@ def test_a_keeper_started_ahead_of_a_job_start_that_fails_is_stopped(jvm, store,
     files = KeeperFiles.of(driver_process, metadata_uri)
     with pytest.raises(ValueError):
         with driver.keeper_started_ahead(driver_process, metadata_uri):
-            ahead, ahead_id = driver._ahead[files.base]
-            poll_until(lambda: registry.writer_alive(store, ahead_id), 30, what="the keeper to register")
+            ahead = driver._ahead[files.base]
+            poll_until(lambda: registry.writer_alive(store, ahead.driver_id), 30, what="the keeper to register")
             raise ValueError("the stream cannot take these rows")
-    poll_until(lambda: ahead.poll() is not None, 30, what="the keeper started ahead to stop")
-    poll_until(lambda: not registry.writer_alive(store, ahead_id), 30, what="its registration to go")
+    poll_until(lambda: ahead.process.poll() is not None, 30, what="the keeper started ahead to stop")
+    poll_until(lambda: not registry.writer_alive(store, ahead.driver_id), 30, what="its registration to go")
     assert files.base not in driver._ahead
 
 
@@ -178,12 +190,12 @@ def test_a_job_start_whose_keeper_started_ahead_ended_idle_meanwhile_starts_anot
     driver_process = stand_in(jvm)
     files = KeeperFiles.of(driver_process, metadata_uri)
     with driver.keeper_started_ahead(driver_process, metadata_uri):
-        ahead, ahead_id = driver._ahead[files.base]
-        poll_until(lambda: ahead.poll() is not None, 60, what="the keeper started ahead to end idle")
+        ahead = driver._ahead[files.base]
+        poll_until(lambda: ahead.process.poll() is not None, 60, what="the keeper started ahead to end idle")
         with keeper_registration(store, driver_process, metadata_uri) as driver_id:
             start_job(store, "job-1", "events", driver_id)
-    assert driver_id != ahead_id and registry.writer_alive(store, driver_id)
-    assert not registry.writer_alive(store, ahead_id)
+    assert driver_id != ahead.driver_id and registry.writer_alive(store, driver_id)
+    assert not registry.writer_alive(store, ahead.driver_id)
 
 
 def test_the_wait_for_a_registration_is_woken_by_a_watch(store):
@@ -208,3 +220,69 @@ def test_a_keeper_ending_idle_has_deleted_its_registration_before_job_starts_may
             assert not registry.writer_alive(store, "driver-ending")
     finally:
         registration.close()
+
+
+# Growth audit 2026-12: keeper files piled up in /tmp/ledger-spark-drivers-UID (134 locks, 92 logs, 15 states on
+# one machine): a keeper stopped by SIGTERM, one started ahead and stopped, one killed or crashed at its start,
+# each left its files, and nothing removed those of drivers long gone.
+
+
+def files_of(directory, files: KeeperFiles) -> list[str]:
+    return sorted(path.name for path in directory.iterdir() if path.name.startswith(files.base.name))
+
+
+def test_a_keeper_stopped_by_a_signal_removes_its_files(jvm, store, metadata_uri, keeper_dir):
+    driver_process = stand_in(jvm)
+    with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    keeper = keeper_of(files)
+    assert files_of(keeper_dir, files) == [f"{files.base.name}{suffix}" for suffix in (".json", ".lock", ".log")]
+    keeper.terminate()
+    poll_until(lambda: not keeper.is_running() or keeper.status() == psutil.STATUS_ZOMBIE, 30,
+               what="the keeper to exit")
+    assert files_of(keeper_dir, files) == [] and not registry.writer_alive(store, driver_id)
+
+
+def test_a_keeper_started_ahead_and_stopped_leaves_no_files(jvm, store, metadata_uri, keeper_dir):
+    driver_process = stand_in(jvm)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    for wait_for_registration in (False, True):   # stopped as it starts, and once registered
+        with pytest.raises(ValueError):
+            with driver.keeper_started_ahead(driver_process, metadata_uri):
+                ahead = driver._ahead[files.base]
+                if wait_for_registration:
+                    poll_until(lambda: registry.writer_alive(store, ahead.driver_id), 30, what="the registration")
+                raise ValueError("the stream cannot take these rows")
+        poll_until(lambda: ahead.process.poll() is not None, 30, what="the keeper started ahead to stop")
+        assert files_of(keeper_dir, files) == []
+
+
+def test_the_files_of_drivers_gone_are_removed_when_a_keeper_starts(jvm, store, metadata_uri, zookeeper,
+                                                                   keeper_dir):
+    """A keeper that could not register (here: its root was never initialised) leaves its log, which the error
+    names; once its driver is gone, the next keeper start on the host removes it, and also the files of a driver
+    whose pid now belongs to another process. A live driver's files and other files stay."""
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    gone_driver, wrong_root = stand_in(gone), zookeeper.uri(f"/t{os.getpid()}-never-initialised/ledgers")
+    try:
+        with pytest.raises(DriverRegistrationError, match="log: "):
+            with keeper_registration(store, gone_driver, wrong_root):
+                pass
+        gone_files = KeeperFiles.of(gone_driver, wrong_root)
+        assert "was never initialised" in gone_files.log.read_text()
+    finally:
+        gone.kill()
+        gone.wait(30)
+    reused = KeeperFiles.of(DriverProcess(os.getpid(), psutil.Process().create_time() - 5), metadata_uri)
+    reused.write_state("spark-driver-of-a-pid-now-reused", 1)
+    reused.base.with_suffix(".lock").touch()
+    (keeper_dir / "notes.txt").write_text("not a keeper's")
+    assert files_of(keeper_dir, gone_files) and files_of(keeper_dir, reused)
+
+    driver_process = stand_in(jvm)
+    with keeper_registration(store, driver_process, metadata_uri) as driver_id:
+        start_job(store, "job-1", "events", driver_id)
+    files = KeeperFiles.of(driver_process, metadata_uri)
+    assert sorted(path.name for path in keeper_dir.iterdir()) == sorted(files_of(keeper_dir, files) + ["notes.txt"])
+    assert files_of(keeper_dir, files) == [f"{files.base.name}{suffix}" for suffix in (".json", ".lock", ".log")]

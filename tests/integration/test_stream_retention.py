@@ -14,11 +14,12 @@ import time
 import pytest
 
 from connector.client import LedgerClient, Streams
+from connector.soak.proxy import TcpProxy
 from connector.retention import (
     CHUNK_LEDGERS, COUNT_LEDGERS, CUT, PLANNED, TAIL_DELETED, TruncateOpenLedgerError, apply_all, apply_retention,
     clean_cuts, pending_cuts, set_retention, truncate_stream,
 )
-from metadata import layout, streams
+from metadata import layout, registry, streams
 from metadata.errors import MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
@@ -370,3 +371,47 @@ def test_an_overwrites_late_deletes_leave_the_pages_of_a_stream_created_again_un
     assert len(streams.list_pages(store, "events")) == 1
     assert ledger_ids(store, "events") == new and all(exists(store, i) for i in new)
     assert not any(exists(store, ledger.ledger_id) for ledger in replaced.tail)   # the old stream's tail: deleted
+
+
+@pytest.fixture
+def proxied(metadata_uri, zookeeper):
+    """A proxy between a client and ZooKeeper, and the metadata URI through it."""
+    with TcpProxy(zookeeper.host, zookeeper.port) as proxy:
+        yield proxy, metadata_uri.replace(zookeeper.address, proxy.address)
+
+
+def test_a_planned_record_left_by_zookeeper_going_away_before_the_cut_goes_with_the_clients_next_run(
+        proxied, store, monkeypatch):
+    """Growth audit 2026-12: ZooKeeper went away between a run's plan and its cut, so the cleanup's delete of the
+    planned record failed too; the record names the run's own writer, which lives on (a retention loop), and
+    every later run's clean_cuts kept it for as long as the process lived. The client's next run now drops it."""
+    proxy, uri = proxied
+    monkeypatch.setenv("LEDGER_ZK_WAIT_SECONDS", "1")
+    appended(store, "events", closed_ledgers(store, 4))
+
+    def zookeeper_goes_away(step, cut):
+        if step == PLANNED:
+            proxy.set_mode("cut")   # every connection, and each the client makes again, ends at once
+
+    with LedgerClient(uri) as lc:
+        with pytest.raises(MetadataError):
+            truncate_stream(lc, "events", 2 * OFFSETS, on_step=zookeeper_goes_away)
+        proxy.set_mode("pass")
+        assert [c.state for c in pending_cuts(store, "events")] == [PLANNED]
+        poll_until(lambda: lc.store.connected and registry.writer_alive(store, lc.writer_id), 60,
+                   what="the client back on ZooKeeper, its writer registered")
+        assert truncate_stream(lc, "events", 2 * OFFSETS).first_offset == 2 * OFFSETS
+        assert pending_cuts(store, "events") == []
+
+
+def test_a_planned_record_of_a_run_still_going_in_this_process_is_left_to_it(lc):
+    appended(lc.store, "events", closed_ledgers(lc.store, 4))
+    cleaned = []
+
+    def clean_meanwhile(step, cut):   # as a janitor on another thread sharing the client would
+        if step == PLANNED:
+            cleaned.append(clean_cuts(lc, "events"))
+            assert [c.state for c in pending_cuts(lc.store, "events")] == [PLANNED]
+
+    assert truncate_stream(lc, "events", 2 * OFFSETS, on_step=clean_meanwhile).first_offset == 2 * OFFSETS
+    assert cleaned == [0] and pending_cuts(lc.store, "events") == []

@@ -228,6 +228,28 @@ def test_a_ledger_whose_stream_update_landed_is_kept_when_another_writer_took_ov
     assert offsets_and_payloads(client, "events") == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
+def test_a_failed_takeover_whose_ledger_the_stream_holds_leaves_no_pipeline_running(client, metadata_uri,
+                                                                                   monkeypatch):
+    """Growth audit 2026-12: a takeover that failed with the stream holding its new ledger (its CAS landed, its reply
+    was lost, and another writer took over before the read-back) kept that ledger's write handle, and never closed
+    nor stopped it: its pipeline stayed in the client and the transport, waking 10 times a second until the client
+    closed. It is stopped now, the ledger left to the stream's owner (who recovered it)."""
+    with Streams(client).open_writer("events") as writer:
+        assert writer.append(b"a") == 0
+    with LedgerClient(metadata_uri) as other:
+        taken = []
+        arm = _losing_reply(monkeypatch, then=lambda: taken.append(Streams(other).open_writer("events")))
+        arm["on"] = True
+        with pytest.raises(LedgerFencedError):
+            Streams(client).open_writer("events")
+        failed = streams.read_stream(client.store, "events").value.tail[-2]
+        assert failed.ledger_id not in (taken[0].ledger_id, writer.ledger_id) and failed.last_offset == 0
+        assert client._pipelines == set() and failed.ledger_id not in client._ctx.transport._sinks[False]
+        assert taken[0].append(b"b") == 1
+        taken[0].close()
+    assert offsets_and_payloads(client, "events") == [(0, b"a"), (1, b"b")]
+
+
 def test_a_takeover_whose_reply_was_lost_after_another_took_over_and_a_truncation_is_fenced(client, metadata_uri,
                                                                                          monkeypatch):
     """Stream audit 2026-11-29: B's takeover landed, its reply lost; C took over (recovering B's empty ledger) and
