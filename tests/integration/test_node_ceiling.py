@@ -90,3 +90,23 @@ def test_a_target_the_ceiling_misses_too_is_bound_and_one_it_reaches_is_only_mis
     assert verdict(0.7, 0.8, 0.75, "reaches 0.75") == "MISSED, bound on this machine: the ceiling reaches 0.75"
     assert verdict(0.7, 0.8, 0.85, "reaches 0.85") == "MISSED"
     assert verdict(0.7, 0.8) == "MISSED"
+
+
+def test_the_replicated_ceiling_counts_an_entry_once_two_of_three_servers_made_it_durable(servers):
+    """`ledger bench spark`'s replicated ceiling (connector/bench/replicated_ceiling.py): its writer's sends, with one
+    of three servers stopped, complete on the other two; its count is the second-highest server's."""
+    from connector.bench.replicated_ceiling import WINDOW, _Replicas
+
+    three = servers(3)
+    os.kill(three[2].pid, signal.SIGSTOP)
+    replicas = _Replicas([server.address for server in three], ack_quorum=2)
+    try:
+        for sent in range(1, 3 * WINDOW + 1):
+            replicas.wait_until(lambda: sent - 1 - replicas.acked() < WINDOW)
+            replicas.send(b"x" * 4096)
+        replicas.wait_until(lambda: replicas.acked() >= 3 * WINDOW)
+        assert sorted(replicas.durable)[:1] == [0] and replicas.acked() == 3 * WINDOW
+    finally:
+        os.kill(three[2].pid, signal.SIGCONT)
+        replicas.close()
+    assert replicas.durable == [3 * WINDOW] * 3   # the third caught up once it ran again
