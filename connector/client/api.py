@@ -464,7 +464,10 @@ class ReadHandle:
         return op.last_add_confirmed
 
     def wait_lac(self, previous: int | None = None, timeout: float = 10.0) -> int:
-        """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout."""
+        """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout
+        (a wait longer than a node's longest, protos.limits.MAX_WAIT_LAC_MS, asks the nodes again)."""
+        if not timeout >= 0:
+            raise ValueError(f"wait_lac's timeout must be 0 or more seconds, not {timeout}")
         previous = self.last_entry_id if previous is None else previous
         if self._current.value.is_closed:
             return self.last_entry_id

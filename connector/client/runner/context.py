@@ -34,13 +34,19 @@ def schedule_of(meta: LedgerMetadata) -> Schedule:
     return Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
 
 
-async def until_done(op, coroutines: list[Awaitable[None]]) -> None:
-    """Run the calls concurrently until op.done, then cancel what is still waiting (a frozen node)."""
+async def until_done(op, coroutines: list[Awaitable[None]], within: float | None = None) -> None:
+    """Run the calls concurrently until op.done (or for at most within seconds), then cancel what is still waiting
+    (a frozen node)."""
     tasks = [asyncio.ensure_future(c) for c in coroutines]
+    loop = asyncio.get_running_loop()
+    deadline = None if within is None else loop.time() + within
     try:
         pending = set(tasks)
         while pending and not op.done:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            _, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()

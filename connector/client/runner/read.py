@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from typing import Callable
 
 from connector.client import metrics
 from connector.client.errors import NodeError, status_name
 from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall
-from connector.client.ops.read_lac import ReadLacOp
+from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
 from connector.client.runner.context import Context, schedule_of, until_done
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
+from protos.limits import MAX_WAIT_LAC_MS
 
 ENDED_EARLY = "the node ended the range without its done marker"
+WAIT_LAC_GRACE_SECONDS = 0.5   # a long poll's round waits this much longer than the nodes, for their answers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,22 +99,36 @@ async def read_last_add_confirmed(ctx: Context, meta: LedgerMetadata, master_key
 
 
 async def wait_last_add_confirmed(ctx: Context, meta: LedgerMetadata, previous: int, timeout: float) -> int:
-    """Long poll: the first node of the last fragment whose LAC passes previous answers; else the highest seen."""
-    request = pb.WaitLacRequest(ledger_id=meta.ledger_id, previous_lac=previous, timeout_ms=int(timeout * 1000))
-    best = previous
-    calls = [asyncio.ensure_future(ctx.transport.wait_lac(node, request, timeout + ctx.timeout))
-             for node in meta.last_fragment.ensemble]
-    try:
-        for next_done in asyncio.as_completed(calls):
-            try:
-                response = await next_done
-            except NodeError:
-                continue
-            if response.status == pb.OK:
-                best = max(best, response.last_add_confirmed)
-            if best > previous:
-                break
-    finally:
-        for call in calls:
-            call.cancel()
-    return best
+    """Long poll (a tailing reader's): the LAC once a node of the last fragment knows one past previous (it answers
+    at once), else previous at timeout. A node waits at most MAX_WAIT_LAC_MS per call, so a longer wait is several
+    rounds. A round ends as soon as a node's LAC passes previous, or the answers reach quorum coverage (each
+    waited its time and saw nothing newer), or at its wait plus WAIT_LAC_GRACE_SECONDS: a paused node does not
+    hold it; the calls still waiting are cancelled. An error status is that node's failure, not "no news": when
+    every node failed, the wait raises the op's NodeError."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        wait = min(max(0.0, deadline - loop.time()), MAX_WAIT_LAC_MS / 1000)
+        started = loop.time()
+        lac = await _wait_round(ctx, meta, previous, wait)
+        # No news: another round while the caller's time lasts, unless this one ended well before its time (nodes
+        # that answer at once without news would otherwise make this loop spin).
+        if lac > previous or loop.time() >= deadline or loop.time() - started < wait / 2:
+            return lac
+
+
+async def _wait_round(ctx: Context, meta: LedgerMetadata, previous: int, wait: float) -> int:
+    """One WaitLac call to each node of the last fragment, each waiting at most wait seconds."""
+    op = WaitLacOp(meta.ledger_id, schedule_of(meta), meta.last_fragment.ensemble, previous)
+    request = pb.WaitLacRequest(ledger_id=meta.ledger_id, previous_lac=previous, timeout_ms=math.ceil(wait * 1000))
+
+    async def ask(node: str) -> None:
+        try:
+            response = await ctx.transport.wait_lac(node, request, wait + ctx.timeout)
+            op.on_response(node, response.status, response.last_entry_id, response.last_add_confirmed,
+                           response.message)
+        except NodeError as exc:
+            op.on_failure(node, str(exc))
+
+    await until_done(op, [ask(node) for node in op.requests()], within=wait + WAIT_LAC_GRACE_SECONDS)
+    return op.outcome()
