@@ -31,7 +31,7 @@ from connector.client.errors import (
 )
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.ops.close import close_own
-from connector.client.ops.read import Entry, plan_chunks
+from connector.client.ops.read import ChunkPlan, Entry, ReadWindow
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from connector.client.runner import AddPipeline, Context, Runtime
     from connector.client.transport import GrpcTransport
 
-READ_BUFFER_BYTES = 16 * 1024 * 1024
 PLACEMENT_ATTEMPTS = 10   # creations refused because a node was decommissioned meanwhile, before giving up
 
 
@@ -430,17 +429,17 @@ class ReadHandle:
     def _read_with(self, meta: LedgerMetadata, first: int, last: int, views: bool) -> Iterator[Entry]:
         from connector.client.runner import read_chunk
 
-        entries = max(1, meta.last_entry_id + 1)
-        average = meta.length / entries if meta.length > 0 else 4096
-        chunk_entries = max(1, min(1024, int(READ_BUFFER_BYTES / 4 / max(average, 1))))
-        chunks = collections.deque(plan_chunks(meta, first, last, chunk_entries))
+        plan, window = ChunkPlan(meta, first, last), ReadWindow(meta)
         in_flight: collections.deque = collections.deque()
-        window = max(2, 2 * meta.ensemble_size)
-        while chunks or in_flight:
-            while chunks and len(in_flight) < window:
-                in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunks.popleft())))
+        while True:
+            while len(in_flight) < window.chunks_in_flight and (chunk := plan.next(window.chunk_entries)) is not None:
+                in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunk)))
+            if not in_flight:
+                return
             try:
-                yield from entry_time.stripped(meta, in_flight.popleft().result(), views)  # the time frame, if any
+                entries = in_flight.popleft().result()
+                window.on_chunk_read(len(entries), sum(len(entry.payload) for entry in entries))
+                yield from entry_time.stripped(meta, entries, views)  # without the time frame, if any
             except BaseException:
                 for future in in_flight:
                     future.cancel()

@@ -1,8 +1,16 @@
-"""Reading: chunks spread over the ensemble, failover to the next replica, digest verification."""
+"""Reading: chunks spread over the ensemble, failover to the next replica, digest verification, chunk sizes."""
 from hypothesis import given, strategies as st
 
 from connector.client.errors import DigestMismatchError, NodeError
-from connector.client.ops.read import EntryRead, _cover, plan_chunks
+from connector.client.ops.read import (
+    CHUNK_BYTES,
+    FIRST_CHUNK_ENTRIES,
+    ChunkPlan,
+    EntryRead,
+    ReadWindow,
+    _cover,
+    plan_chunks,
+)
 from connector.client.schedule import Schedule
 from metadata.model import Fragment, LedgerMetadata, LedgerState
 from protos import ledger_pb2 as pb
@@ -15,9 +23,9 @@ def response(entry_id, payload=b"p", corrupt=False, status=pb.OK):
                            digest=entry_digest(7, entry_id, -1, payload) ^ int(corrupt))
 
 
-def closed(e, wq, last, fragments=((0, None),)):
+def closed(e, wq, last, fragments=((0, None),), length=0, state=LedgerState.CLOSED):
     frags = tuple(Fragment(first, ens or tuple("abcde"[:e])) for first, ens in fragments)
-    return LedgerMetadata(7, e, wq, 2, frags, state=LedgerState.CLOSED, last_entry_id=last)
+    return LedgerMetadata(7, e, wq, min(2, wq), frags, state=state, last_entry_id=last, length=length)
 
 
 def test_full_replication_chunks_rotate_over_all_nodes():
@@ -103,3 +111,32 @@ def test_a_status_this_client_does_not_know_fails_the_entry_on_that_node_not_the
     chunk.on_call_done(call)
     assert [(r.entry_id, r.failures) for r in chunk.failovers()] == [(0, {"a": "status 99"}),
                                                                      (1, {"a": f"status {(1 << 32) + pb.OK}"})]
+
+
+def test_chunks_are_cut_one_at_a_time_with_the_size_asked_for_each():
+    plan = ChunkPlan(closed(3, 3, 20, ((0, ("a", "b", "c")), (8, ("a", "d", "c")))), 2, 20)
+    cut = [(c.first, c.last) for c in iter(lambda: plan.next(4), None)]
+    assert cut == [(2, 5), (6, 7), (8, 11), (12, 15), (16, 19), (20, 20)]
+
+
+def test_a_ledger_of_known_length_is_read_in_chunks_of_its_average_entry_size():
+    window = ReadWindow(closed(3, 3, 999, length=1000 * 256 * 1024))
+    assert window.chunk_entries == CHUNK_BYTES // (256 * 1024) and window.chunks_in_flight == 6
+    window.on_chunk_read(16, 16 * 1024)   # the metadata's length rules
+    assert window.chunk_entries == CHUNK_BYTES // (256 * 1024)
+    assert ReadWindow(closed(3, 3, 99_999, length=100 * 100_000)).chunk_entries == 1024
+
+
+def test_a_ledger_of_unknown_length_is_read_in_chunks_sized_from_the_entries_received():
+    """A ledger closed by recovery (length -1) or OPEN (0): one small chunk first, then chunks of about CHUNK_BYTES
+    from the sizes received. Before, 4 KiB entries were assumed: 1024-entry chunks of 256 KiB entries, 256 MiB
+    each, six at once (audit 2026-12, finding 1: 921 MiB RSS for what a writer-closed ledger read in 137 MiB)."""
+    for meta in (closed(3, 3, 2999, length=-1), closed(3, 3, -1, state=LedgerState.OPEN)):
+        window = ReadWindow(meta)
+        assert (window.chunk_entries, window.chunks_in_flight) == (FIRST_CHUNK_ENTRIES, 1)
+        window.on_chunk_read(FIRST_CHUNK_ENTRIES, FIRST_CHUNK_ENTRIES * 256 * 1024)
+        assert window.chunk_entries * 256 * 1024 <= CHUNK_BYTES and window.chunks_in_flight == 6
+        window.on_chunk_read(16, 16 * 100)   # smaller entries later: chunks grow, never past 1024 entries
+        assert CHUNK_BYTES // (256 * 1024) < window.chunk_entries <= 1024
+        window.on_chunk_read(16, 16 * 1024 * 1024)   # larger ones: the next chunks shrink at once
+        assert window.chunk_entries * 1024 * 1024 <= CHUNK_BYTES

@@ -5,6 +5,9 @@ A read of [first, last] is cut into chunks inside fragments; each chunk asks a f
 together hold every entry of the chunk (one node when E = WQ), rotating the starting node from chunk to chunk
 so that all nodes of a striped ledger serve in parallel. Entries a chunk's nodes did not deliver are read one
 by one from the other replicas of their write set.
+
+How many entries a chunk asks for, and how many chunks are in flight, is ReadWindow's: about CHUNK_BYTES a chunk,
+from the ledger's length, or for a ledger whose metadata does not know it, from the entries received.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from protos.digest import entry_digest
 
 
 DIGEST_MISMATCH = "digest mismatch"
+CHUNK_BYTES = 4 * 1024 * 1024   # what one chunk of a read asks for, about; 2E chunks are in flight
+MAX_CHUNK_ENTRIES = 1024
+FIRST_CHUNK_ENTRIES = 4   # of a ledger whose length the metadata does not give, before any entry size is known
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,13 +158,72 @@ class ChunkRead:
         return [self.entries[e] for e in range(self.first, self.last + 1)]
 
 
+class ChunkPlan:
+    """The chunks of a read of [first, last], cut one at a time (ReadWindow sizes each as the read goes), never
+    across a fragment's end. Consecutive chunks start at consecutive nodes."""
+
+    def __init__(self, meta: LedgerMetadata, first: int, last: int):
+        self._schedule = Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
+        self._ledger_id = meta.ledger_id
+        self._fragments = []   # (first, last, ensemble) of the read inside each fragment it touches
+        for fragment_first, fragment_last, fragment in meta.fragment_ranges():
+            lo, hi = max(first, fragment_first), last if fragment_last < 0 else min(last, fragment_last)
+            if lo <= hi:
+                self._fragments.append((lo, hi, fragment.ensemble))
+        self._fragments.reverse()   # popped from the end
+        self._rotation = 0
+
+    def next(self, entries: int) -> ChunkRead | None:
+        """The next chunk, of at most this many entries; None once the read is planned."""
+        if not self._fragments:
+            return None
+        lo, hi, ensemble = self._fragments.pop()
+        chunk_last = min(hi, lo + entries - 1)
+        if chunk_last < hi:
+            self._fragments.append((chunk_last + 1, hi, ensemble))
+        chunk = ChunkRead(self._ledger_id, self._schedule, ensemble, lo, chunk_last, self._rotation)
+        self._rotation += 1
+        return chunk
+
+
 def plan_chunks(meta: LedgerMetadata, first: int, last: int, chunk_entries: int) -> list[ChunkRead]:
-    schedule = Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
-    chunks = []
-    for fragment_first, fragment_last, fragment in meta.fragment_ranges():
-        lo = max(first, fragment_first)
-        hi = last if fragment_last < 0 else min(last, fragment_last)
-        for start in range(lo, hi + 1, chunk_entries):
-            chunks.append(ChunkRead(meta.ledger_id, schedule, fragment.ensemble, start,
-                                    min(hi, start + chunk_entries - 1), len(chunks)))
-    return chunks
+    """Every chunk of a read at once, all of chunk_entries (the last of a fragment may be shorter)."""
+    plan = ChunkPlan(meta, first, last)
+    return list(iter(lambda: plan.next(chunk_entries), None))
+
+
+class ReadWindow:
+    """How many entries the next chunk of a read asks for, and how many chunks may be in flight: chunks of about
+    CHUNK_BYTES, 2E of them in flight (all nodes of a striped ledger serve), so a read holds about 2E + 1 chunks.
+
+    The chunk size follows from the ledger's average entry size when its metadata gives its length (closed by
+    its writer). An OPEN ledger (length 0) or one closed by recovery (length -1) does not: its read starts with one
+    chunk of FIRST_CHUNK_ENTRIES alone, and sizes every later chunk from the entries received (the larger of the
+    average so far and the last chunk's, so that entries growing along the ledger shrink the chunks at once).
+    Before, such a read assumed 4 KiB entries: 1024-entry chunks, 2E of them, about 1.5 GiB of 256 KiB entries.
+    """
+
+    def __init__(self, meta: LedgerMetadata, chunk_bytes: int = CHUNK_BYTES):
+        self._chunk_bytes = chunk_bytes
+        self._most_in_flight = max(2, 2 * meta.ensemble_size)
+        self._known = meta.length > 0
+        self._average = meta.length / max(1, meta.last_entry_id + 1) if self._known else None
+        self._entries = self._bytes = 0
+
+    @property
+    def chunk_entries(self) -> int:
+        if self._average is None:
+            return FIRST_CHUNK_ENTRIES
+        return max(1, min(MAX_CHUNK_ENTRIES, int(self._chunk_bytes / max(self._average, 1))))
+
+    @property
+    def chunks_in_flight(self) -> int:
+        return 1 if self._average is None else self._most_in_flight
+
+    def on_chunk_read(self, entries: int, payload_bytes: int) -> None:
+        """A chunk arrived with these entries holding these bytes (its payloads)."""
+        if self._known or entries == 0:
+            return
+        self._entries += entries
+        self._bytes += payload_bytes
+        self._average = max(self._bytes / self._entries, payload_bytes / entries)
