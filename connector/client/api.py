@@ -31,7 +31,7 @@ from connector.client.errors import (
 )
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.ops.close import close_own
-from connector.client.ops.read import ChunkPlan, Entry, ReadWindow
+from connector.client.ops.read import DEFAULT_SPECULATIVE_READ_TIMEOUT, ChunkPlan, Entry, ReadWindow
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
@@ -70,15 +70,24 @@ class LedgerClient:
     max_entry_bytes: the largest entry a write handle sends, the storage nodes' --max-entry-bytes (8 MiB by
     default on both sides; at most what one gRPC message carries, just under 64 MiB): a larger one is refused
     with EntryTooLargeError before anything is sent.
+
+    speculative_read_timeout: seconds a read waits for a node's first (or next) answer before it asks another
+    replica as well, taking the first valid answer (BookKeeper's speculativeReadTimeout); 0 turns it off, and a
+    read then waits up to timeout for each node in turn.
     """
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
                  tls: TlsConfig | None = None, auth_token: str | None = None,
                  node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0,
-                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+                 speculative_read_timeout: float = DEFAULT_SPECULATIVE_READ_TIMEOUT):
         if not 1 <= max_entry_bytes <= MAX_SENDABLE_ENTRY_BYTES:
             raise ValueError(f"max_entry_bytes must be 1..{MAX_SENDABLE_ENTRY_BYTES:,} (the most one gRPC message to a "
                              f"node carries), not {max_entry_bytes:,}")
+        if not speculative_read_timeout >= 0:
+            raise ValueError(f"speculative_read_timeout must be 0 (off) or more seconds, "
+                             f"not {speculative_read_timeout}")
+        self.speculative_read_timeout = speculative_read_timeout
         self.max_entry_bytes = max_entry_bytes
         self.uri = uri or default_metadata_uri()
         self.node_addresses = dict(node_addresses or {})
@@ -127,7 +136,8 @@ class LedgerClient:
                         raise ClientClosedError("this LedgerClient is closed; open a new one to reach the nodes")
                     from connector.client.runner import Context, Runtime
 
-                    self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts))
+                    self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts,
+                                                          speculative_timeout=self.speculative_read_timeout))
                 io = self._io
         return io
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from connector.client import metrics
 from connector.client.errors import NodeError, status_name
-from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall
+from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall, failed_by_node
 from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
 from connector.client.runner.context import Context, schedule_of, until_done
 from metadata.model import LedgerMetadata
@@ -58,26 +58,108 @@ async def read_range(ctx: Context, ledger_id: int, call: RangeCall, on_entry: Ca
 
 
 async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
+    """The chunk's entries: its range calls, a speculative call to other replicas for a call that has not answered
+    within ctx.speculative_timeout (the first valid copy of an entry counts, the calls still running are cancelled
+    once every entry is in), then single-entry reads for what no call delivered. Nodes that failed the client
+    recently (ctx.read_failures) are asked last; nodes that fail or keep a call waiting are added to them."""
+    loop = asyncio.get_running_loop()
+    progress: dict[RangeCall, float] = {}   # call -> when it last made progress (started, or a message came)
+    tasks: dict[asyncio.Future, RangeCall] = {}
+
     async def range_call(call: RangeCall) -> None:
-        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry)
+        def on_message() -> None:
+            progress[call] = loop.time()
+
+        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry, on_message=on_message)
+        if failed_by_node(end.status):
+            _note_failure(ctx, call.node)
         chunk.on_call_done(call, end.reason)
 
-    async def failover(read: EntryRead) -> None:
-        request = pb.ReadRequest(ledger_id=chunk.ledger_id, entry_id=read.entry_id)
-        while (node := read.next_node()) is not None:
-            try:
-                read.on_response(node, await ctx.transport.read(node, request, ctx.timeout))
-            except NodeError as exc:
-                read.on_failure(node, str(exc))
-        if read.entry is None:
-            raise read.error()
-        chunk.on_failover_done(read)
+    def start(calls: list[RangeCall]) -> None:
+        for call in calls:
+            progress[call] = loop.time()
+            tasks[asyncio.ensure_future(range_call(call))] = call
 
-    await asyncio.gather(*(range_call(call) for call in chunk.calls))
-    await asyncio.gather(*(failover(read) for read in chunk.failovers()))
+    try:
+        start(chunk.start(_try_last(ctx)))
+        pending = set(tasks)
+        speculated: set[RangeCall] = set()
+        while pending and not chunk.complete:
+            waiting = [tasks[task] for task in pending if tasks[task] not in speculated]
+            due = min((progress[call] + ctx.speculative_timeout for call in waiting), default=None)
+            if not ctx.speculative_timeout or due is None:
+                due = None
+            elif due <= loop.time():
+                for call in waiting:
+                    if progress[call] + ctx.speculative_timeout <= loop.time():
+                        speculated.add(call)
+                        _note_failure(ctx, call.node)
+                        spares = chunk.speculate(call.node, _try_last(ctx))
+                        metrics.SPECULATIVE_READS.inc(len(spares))
+                        start(spares)
+                pending = {task for task in tasks if not task.done()}
+                continue
+            done, pending = await asyncio.wait(pending, timeout=None if due is None else due - loop.time(),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()   # a bug's exception, raised here (a node's failure ended the call as a RangeEnd)
+    finally:
+        for task in tasks:
+            task.cancel()
+    if not chunk.complete:
+        reads = chunk.failovers(_try_last(ctx))
+        await asyncio.gather(*(read_entry(ctx, read) for read in reads))
+        for read in reads:
+            if read.entry is None:
+                raise read.error()
+            chunk.on_failover_done(read)
     entries = chunk.in_order()
     metrics.entries_read(entries)
     return entries
+
+
+async def read_entry(ctx: Context, read: EntryRead) -> None:
+    """One entry from the replicas of its write set, one after another; one that has not answered within
+    ctx.speculative_timeout has the next asked as well, the first valid answer is taken and the other calls
+    cancelled. read.entry stays None if no replica delivered it (read.error() says why)."""
+    request = pb.ReadRequest(ledger_id=read.ledger_id, entry_id=read.entry_id)
+    calls: dict[asyncio.Future, str] = {}
+    try:
+        while read.entry is None:
+            node = read.next_node()   # the first, the next after a failure, or a speculative one
+            if node is not None:
+                calls[asyncio.ensure_future(ctx.transport.read(node, request, ctx.timeout))] = node
+            if not calls:
+                return
+            timeout = ctx.speculative_timeout if ctx.speculative_timeout and read.untried else None
+            done, _ = await asyncio.wait(calls, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:   # no answer in time: the next replica is asked as well
+                metrics.SPECULATIVE_READS.inc()
+                for waiting in calls.values():
+                    _note_failure(ctx, waiting)
+            for task in done:
+                node = calls.pop(task)
+                try:
+                    response = task.result()
+                except NodeError as exc:
+                    read.on_failure(node, str(exc))
+                    _note_failure(ctx, node)
+                    continue
+                read.on_response(node, response)
+                if failed_by_node(response.status):
+                    _note_failure(ctx, node)
+    finally:
+        for task in calls:
+            task.cancel()
+
+
+def _try_last(ctx: Context) -> frozenset[str]:
+    """The nodes that failed this client's reads recently (a reader has no registry at hand: only time clears them)."""
+    return ctx.read_failures.held({}, asyncio.get_running_loop().time())
+
+
+def _note_failure(ctx: Context, node: str) -> None:
+    ctx.read_failures.add((node,), {}, asyncio.get_running_loop().time())
 
 
 async def read_last_add_confirmed(ctx: Context, meta: LedgerMetadata, master_key: bytes, fence: bool) -> ReadLacOp:
