@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
 from protos.digest import entry_digest
+from protos.limits import MAX_WAIT_LAC_MS
 from storage_node.checkpoint import Chain, encode_delta, encode_snapshot, save_delta, save_snapshot
 from storage_node.compaction import copy_records, moves_out_of, plan_compaction
 from storage_node.config import NodeConfig
@@ -53,7 +54,6 @@ from storage_node.segments import (
 
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 1024
-MAX_WAIT_MS = 120_000
 MAX_DELTAS = 4096                # checkpoint deltas after a base at most (checkpoint.py): 68 hours at 60 s
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
@@ -673,8 +673,8 @@ class Storage:
 
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> LacAnswer:
         """Long poll: answer once the LAC passes previous_lac, or at the timeout with what there is."""
-        if not 0 <= timeout_ms <= MAX_WAIT_MS:
-            return LacAnswer(pb.BAD_REQUEST, f"timeout_ms must be 0..{MAX_WAIT_MS}")
+        if not 0 <= timeout_ms <= MAX_WAIT_LAC_MS:
+            return LacAnswer(pb.BAD_REQUEST, f"timeout_ms must be 0..{MAX_WAIT_LAC_MS}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:

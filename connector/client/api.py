@@ -31,7 +31,7 @@ from connector.client.errors import (
 )
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.client.ops.close import close_own
-from connector.client.ops.read import Entry, plan_chunks
+from connector.client.ops.read import DEFAULT_SPECULATIVE_READ_TIMEOUT, ChunkPlan, Entry, ReadWindow
 from connector.client.placement import choose_ensemble
 from connector.client.retry import Retry
 from connector.client.security import TlsConfig, token_from_env
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from connector.client.runner import AddPipeline, Context, Runtime
     from connector.client.transport import GrpcTransport
 
-READ_BUFFER_BYTES = 16 * 1024 * 1024
 PLACEMENT_ATTEMPTS = 10   # creations refused because a node was decommissioned meanwhile, before giving up
 
 
@@ -71,15 +70,24 @@ class LedgerClient:
     max_entry_bytes: the largest entry a write handle sends, the storage nodes' --max-entry-bytes (8 MiB by
     default on both sides; at most what one gRPC message carries, just under 64 MiB): a larger one is refused
     with EntryTooLargeError before anything is sent.
+
+    speculative_read_timeout: seconds a read waits for a node's first (or next) answer before it asks another
+    replica as well, taking the first valid answer (BookKeeper's speculativeReadTimeout); 0 turns it off, and a
+    read then waits up to timeout for each node in turn.
     """
 
     def __init__(self, uri: str | None = None, *, timeout: float = 5.0, add_timeout: float = 10.0,
                  tls: TlsConfig | None = None, auth_token: str | None = None,
                  node_addresses: Mapping[str, str] | None = None, connect_timeout: float = 15.0,
-                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+                 speculative_read_timeout: float = DEFAULT_SPECULATIVE_READ_TIMEOUT):
         if not 1 <= max_entry_bytes <= MAX_SENDABLE_ENTRY_BYTES:
             raise ValueError(f"max_entry_bytes must be 1..{MAX_SENDABLE_ENTRY_BYTES:,} (the most one gRPC message to a "
                              f"node carries), not {max_entry_bytes:,}")
+        if not speculative_read_timeout >= 0:
+            raise ValueError(f"speculative_read_timeout must be 0 (off) or more seconds, "
+                             f"not {speculative_read_timeout}")
+        self.speculative_read_timeout = speculative_read_timeout
         self.max_entry_bytes = max_entry_bytes
         self.uri = uri or default_metadata_uri()
         self.node_addresses = dict(node_addresses or {})
@@ -128,7 +136,8 @@ class LedgerClient:
                         raise ClientClosedError("this LedgerClient is closed; open a new one to reach the nodes")
                     from connector.client.runner import Context, Runtime
 
-                    self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts))
+                    self._io = (Runtime.shared(), Context(self.store, self.transport(), *self._timeouts,
+                                                          speculative_timeout=self.speculative_read_timeout))
                 io = self._io
         return io
 
@@ -438,17 +447,17 @@ class ReadHandle:
     def _read_with(self, meta: LedgerMetadata, first: int, last: int, views: bool) -> Iterator[Entry]:
         from connector.client.runner import read_chunk
 
-        entries = max(1, meta.last_entry_id + 1)
-        average = meta.length / entries if meta.length > 0 else 4096
-        chunk_entries = max(1, min(1024, int(READ_BUFFER_BYTES / 4 / max(average, 1))))
-        chunks = collections.deque(plan_chunks(meta, first, last, chunk_entries))
+        plan, window = ChunkPlan(meta, first, last), ReadWindow(meta)
         in_flight: collections.deque = collections.deque()
-        window = max(2, 2 * meta.ensemble_size)
-        while chunks or in_flight:
-            while chunks and len(in_flight) < window:
-                in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunks.popleft())))
+        while True:
+            while len(in_flight) < window.chunks_in_flight and (chunk := plan.next(window.chunk_entries)) is not None:
+                in_flight.append(self._runtime.submit(read_chunk(self._ctx, chunk)))
+            if not in_flight:
+                return
             try:
-                yield from entry_time.stripped(meta, in_flight.popleft().result(), views)  # the time frame, if any
+                entries = in_flight.popleft().result()
+                window.on_chunk_read(len(entries), sum(len(entry.payload) for entry in entries))
+                yield from entry_time.stripped(meta, entries, views)  # without the time frame, if any
             except BaseException:
                 for future in in_flight:
                     future.cancel()
@@ -472,7 +481,10 @@ class ReadHandle:
         return op.last_add_confirmed
 
     def wait_lac(self, previous: int | None = None, timeout: float = 10.0) -> int:
-        """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout."""
+        """Long poll for tailing: returns once the LAC passes previous (default: last_entry_id) or at timeout
+        (a wait longer than a node's longest, protos.limits.MAX_WAIT_LAC_MS, asks the nodes again)."""
+        if not timeout >= 0:
+            raise ValueError(f"wait_lac's timeout must be 0 or more seconds, not {timeout}")
         previous = self.last_entry_id if previous is None else previous
         if self._current.value.is_closed:
             return self.last_entry_id

@@ -68,6 +68,8 @@ ADD_LATENCY = BulkHistogram(
 )
 READS = Counter("ledger_client_entries_read", "Entries read back (digest verified)", registry=REGISTRY)
 READ_BYTES = Counter("ledger_client_read_bytes", "Payload bytes read back", registry=REGISTRY)
+SPECULATIVE_READS = Counter("ledger_client_speculative_reads", "Read calls to another replica made because a node "
+                            "had not answered within the speculative read timeout", registry=REGISTRY)
 RECOVERIES = Counter("ledger_client_recoveries", "Ledgers this client closed by recovery", registry=REGISTRY)
 ENSEMBLE_CHANGES = Counter("ledger_client_ensemble_changes", "Ensemble changes stored by writers",
                            registry=REGISTRY)

@@ -257,7 +257,7 @@ class GrpcTransport:
                     raise NodeError(f"node {node}: ReadRange sent a message that does not decode")
                 yield response
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as exc:
-            raise NodeError(f"node {node}: ReadRange failed: {_describe(exc)}") from exc
+            raise self._failed(node, "ReadRange", exc) from exc
         except asyncio.CancelledError:
             if _caller_cancelled():
                 raise
@@ -269,13 +269,18 @@ class GrpcTransport:
         try:
             return await getattr(self._stub(node), method)(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                self._forget(node)
-            raise NodeError(f"node {node}: {method} failed: {_describe(exc)}") from exc
+            raise self._failed(node, method, exc) from exc
         except asyncio.CancelledError:
             if _caller_cancelled():
                 raise
             raise _cut_off(node, method) from None
+
+    def _failed(self, node: str, method: str, exc: Exception) -> NodeError:
+        """A call to node failed: if it found the node UNAVAILABLE (gone, or restarted elsewhere), its channel is
+        forgotten, so the next call dials the address the node registers then."""
+        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            self._forget(node)
+        return NodeError(f"node {node}: {method} failed: {_describe(exc)}")
 
     # -- channels ----------------------------------------------------------------------------------------------
 

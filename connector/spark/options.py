@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 
 from connector.client import default_metadata_uri
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
+from connector.client.ops.read import DEFAULT_SPECULATIVE_READ_TIMEOUT
 from connector.client.security import TlsConfig, read_token_file
 from connector.spark.errors import InvalidOptionError
 from metadata.errors import LedgerError
@@ -41,7 +42,7 @@ SPELLING = {
         "entryBytes", "maxEntryBytes", "compression", "startingOffsets", "endingOffsets", "includeMetadata",
         "splitEntries", "maxPartitionBytes", "view",
         "tlsCa", "tlsCert", "tlsKey", "authTokenFile", "failOnDataLoss", "retentionMs", "retentionBytes",
-        "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
+        "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy", "speculativeReadTimeoutMs",
     )
 }
 
@@ -82,6 +83,9 @@ class LedgerOptions:
     starting_timestamp: int | None = None   # inclusive, like startingOffsets
     ending_timestamp: int | None = None     # exclusive, like endingOffsets
     timestamp_strategy: str = "error"       # no offset at or after startingTimestamp: error | latest
+    # reads: ask another replica as well when a node has not answered for this long (LedgerClient's
+    # speculative_read_timeout); 0 = never
+    speculative_read_timeout_ms: int = round(DEFAULT_SPECULATIVE_READ_TIMEOUT * 1000)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: Mapping[str, str] | None = None) -> "LedgerOptions":
@@ -124,6 +128,7 @@ class LedgerOptions:
             starting_timestamp=_timestamp(given, "startingtimestamp"),
             ending_timestamp=_timestamp(given, "endingtimestamp"),
             timestamp_strategy=_choice(given, "startingoffsetsbytimestampstrategy", TIMESTAMP_STRATEGIES),
+            speculative_read_timeout_ms=integer_option(given, "speculativereadtimeoutms", minimum=0),
         )
         parsed = cls(metadata=_metadata(given.get("metadata") or default_metadata_uri()),
                      **{name: value for name, value in values.items() if value is not None})
@@ -141,6 +146,7 @@ class LedgerOptions:
                 "tls": TlsConfig.from_paths(self.tls_ca, self.tls_cert, self.tls_key),
                 "auth_token": read_token_file(self.auth_token_file) if self.auth_token_file else None,
                 "max_entry_bytes": self.max_entry_bytes,
+                "speculative_read_timeout": self.speculative_read_timeout_ms / 1000,
             }
         except LedgerError as exc:
             raise InvalidOptionError(f"options tlsCa/tlsCert/tlsKey/authTokenFile: {exc}") from exc

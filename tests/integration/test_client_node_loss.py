@@ -15,15 +15,14 @@ counts the calls in flight per node and method), never replaced.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 
 import pytest
 
 from connector.client import LedgerClient
-from connector.client.transport import GrpcTransport
 from protos import ledger_pb2 as pb
+from tests.harness.observed_transport import ObservedClient, ObservedTransport, observed
 from tests.harness.poll import poll_until
 
 ENTRIES = 300
@@ -32,41 +31,9 @@ OUTCOME_TIMEOUT = 45.0
 POLL_SECONDS = 40.0  # the long poll's own wait for a new LAC (a failing test waits for it at most this long)
 
 
-class _ObservedTransport(GrpcTransport):
-    """The real transport, counting the calls in flight per (node, method) so the test acts while they are."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.in_flight: collections.Counter = collections.Counter()
-
-    async def _unary(self, node, method, request, timeout):
-        self.in_flight[node, method] += 1
-        try:
-            return await super()._unary(node, method, request, timeout)
-        finally:
-            self.in_flight[node, method] -= 1
-
-    async def read_range(self, node, request, timeout):
-        self.in_flight[node, "ReadRange"] += 1
-        try:
-            async for response in super().read_range(node, request, timeout):
-                yield response
-        finally:
-            self.in_flight[node, "ReadRange"] -= 1
-
-
-class _ObservedClient(LedgerClient):
-    def transport(self) -> GrpcTransport:
-        return _ObservedTransport(self.store, self.tls, self.auth_token, self.node_addresses)
-
-
-def _transport(client: LedgerClient) -> _ObservedTransport:
-    return client._ctx.transport
-
-
 def _drop_node(client: LedgerClient, node: str) -> None:
     """What GrpcTransport does when a call to node fails UNAVAILABLE: forget it and close its channel."""
-    asyncio.run_coroutine_threadsafe(_on_loop(_transport(client)._forget, node), client._runtime.loop).result(10)
+    asyncio.run_coroutine_threadsafe(_on_loop(observed(client)._forget, node), client._runtime.loop).result(10)
 
 
 async def _on_loop(fn, *args):
@@ -107,12 +74,12 @@ def test_a_long_poll_cut_off_by_the_transport_dropping_its_node_fails_over_to_th
     """Fails before d22806c: ReadHandle.wait_lac raised concurrent.futures.CancelledError."""
     cluster(3)
     with LedgerClient(metadata_uri, add_timeout=300) as writer, \
-            _ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
+            ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
         handle, _ = _written_ledger(writer)
         tail = _tailing_reader(reader, handle.ledger_id)
         dropped = handle.metadata.last_fragment.ensemble[0]
         ensemble = handle.metadata.last_fragment.ensemble
-        transport = _transport(reader)
+        transport = observed(reader)
         with _threads() as pool:
             poll = pool.submit(tail.wait_lac, ENTRIES - 1, POLL_SECONDS)
             poll_until(lambda: all(transport.in_flight[n, "WaitLac"] for n in ensemble), 30,
@@ -130,13 +97,14 @@ def test_range_reads_and_a_long_poll_cut_off_by_the_transport_dropping_their_nod
     Fails before the streaming fix: ReadHandle.read raised concurrent.futures.CancelledError (and before
     d22806c the long poll did too)."""
     nodes = {n.node_id: n for n in cluster(3)}
+    # no speculative read: the range read waits on the paused node until the transport drops it
     with LedgerClient(metadata_uri, add_timeout=300) as writer, \
-            _ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
+            ObservedClient(metadata_uri, timeout=READER_TIMEOUT, speculative_read_timeout=0) as reader:
         handle, written = _written_ledger(writer)
         tail = _tailing_reader(reader, handle.ledger_id)
         ensemble = handle.metadata.last_fragment.ensemble
-        dropped = ensemble[0]  # the node the first (and only) chunk's range read goes to (E = WQ)
-        transport = _transport(reader)
+        dropped = ensemble[0]  # the node the first chunk's range read goes to (E = WQ, a read from entry 0)
+        transport = observed(reader)
         nodes[dropped].pause()
         try:
             with _threads() as pool:
@@ -158,11 +126,11 @@ def test_a_caller_cancelling_its_call_still_gets_a_cancellation(cluster, metadat
     """The caller's own cancellation (a read given up, a client closing) is not turned into a node failure."""
     nodes = {n.node_id: n for n in cluster(3)}
     with LedgerClient(metadata_uri, add_timeout=300) as writer, \
-            _ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
+            ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
         handle, _ = _written_ledger(writer)
         _tailing_reader(reader, handle.ledger_id)
         node = handle.metadata.last_fragment.ensemble[0]
-        transport = _transport(reader)
+        transport = observed(reader)
         nodes[node].pause()  # the call stays in flight until it is cancelled
         try:
             outcome = asyncio.run_coroutine_threadsafe(
@@ -172,7 +140,7 @@ def test_a_caller_cancelling_its_call_still_gets_a_cancellation(cluster, metadat
         assert outcome == "cancelled"
 
 
-async def _cancel_in_flight(transport: _ObservedTransport, node: str, call: str, ledger_id: int) -> str:
+async def _cancel_in_flight(transport: ObservedTransport, node: str, call: str, ledger_id: int) -> str:
     """Start one call to node, cancel its task once it is in flight; how the task ended."""
     async def range_read() -> None:
         request = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=ENTRIES - 1)

@@ -9,6 +9,9 @@ observed (a subclass that records the channels it opens), never replaced.
 from __future__ import annotations
 
 from connector.client import LedgerClient
+from connector.client.ops.read import RangeCall
+from connector.client.runner import read_range
+from connector.client.runner.read import RangeEnd
 from connector.client.transport import GrpcTransport
 from metadata import registry
 from protos import ledger_pb2 as pb
@@ -93,3 +96,35 @@ def test_a_node_that_restarted_at_another_address_is_dialled_where_it_registers_
         answer = lc._runtime.run(transport.read_lac(spare, pb.ReadLacRequest(ledger_id=writer.ledger_id), 10.0))
         assert answer.status == pb.NO_LEDGER
         writer.close()
+
+
+def test_a_range_read_that_finds_its_node_unavailable_dials_where_the_node_registers_next(cluster, metadata_uri, store):
+    """A failed ReadRange never made the transport forget the node (unary calls did), so a long-lived reader whose
+    chunks went to a node restarted elsewhere kept dialling its old address (audit 2026-12, finding 3)."""
+    nodes = {n.node_id: n for n in cluster(3)}
+    with LedgerClient(metadata_uri) as lc:
+        writer = lc.create_ledger(3, 3, 2)
+        writer.append_many([b"entry-%d" % i for i in range(20)])
+        meta = writer.close()
+    # a reader only: no add stream breaks when the node stops (a broken stream makes the transport forget it)
+    with LedgerClient(metadata_uri) as lc:
+        assert len(list(lc.open_ledger(meta.ledger_id).read())) == 20   # the reader has channels to the nodes
+        restarted = meta.last_fragment.ensemble[0]
+        node, listed = nodes[restarted], nodes[restarted].address
+        node.stop()
+        node.port = 0                           # it comes back at another port
+        node.start()
+        assert node.address != listed
+        poll_until(lambda: getattr(registry.list_nodes(store).get(restarted), "address", None) == node.address, 30,
+                   what=f"{restarted} to register its new address")
+
+        def range_read() -> tuple[RangeEnd, list[int]]:
+            got: list[int] = []
+            call = RangeCall(restarted, 0, 19)
+            end = lc._runtime.run(read_range(lc._ctx, meta.ledger_id, call, lambda _, e: got.append(e.entry_id)))
+            return end, got
+
+        first, _ = range_read()
+        assert not first.complete and "UNAVAILABLE" in first.reason   # the old address
+        second, got = range_read()
+        assert second.complete and got == list(range(20))

@@ -54,6 +54,7 @@ def test_ledgers_option():
         ({"startingOffsets": "9", "endingOffsets": "3"}, "endingOffsets=3 is before startingOffsets=9"),
         ({"view": "nodes"}, "view='nodes': allowed values are ledgers"),
         ({"maxPartitionBytes": "-1"}, "maxPartitionBytes='-1': allowed values are integers >= 0"),
+        ({"speculativeReadTimeoutMs": "0.5"}, "speculativeReadTimeoutMs='0.5': allowed values are integers >= 0"),
         ({"colour": "red"}, "unknown option(s) colour"),
         ({"path": "bad name"}, "option path (the stream name)"),
         ({"metadata": "http://x"}, "option metadata"),
@@ -62,6 +63,14 @@ def test_ledgers_option():
 def test_bad_values_name_the_option(options, expected):
     with pytest.raises(InvalidOptionError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         parse(**{"path": "events", **options})
+
+
+def test_the_speculative_read_timeout_reaches_every_client_the_connector_opens():
+    assert parse(path="e").client_options()["speculative_read_timeout"] == 0.5
+    opts = parse(path="e", speculativeReadTimeoutMs="150")
+    assert opts.client_options()["speculative_read_timeout"] == 0.15
+    assert opts.task_client_options()["speculative_read_timeout"] == 0.15
+    assert parse(path="e", speculativeReadTimeoutMs="0").client_options()["speculative_read_timeout"] == 0
 
 
 def test_bad_ledger_ids():

@@ -3,12 +3,20 @@ next replica of the write set, digest verification. Pure.
 
 A read of [first, last] is cut into chunks inside fragments; each chunk asks a few nodes whose write sets
 together hold every entry of the chunk (one node when E = WQ), rotating the starting node from chunk to chunk
-so that all nodes of a striped ledger serve in parallel. Entries a chunk's nodes did not deliver are read one
-by one from the other replicas of their write set.
+(from the read's first entry on, so that single-entry reads of different entries start at different nodes)
+so that all nodes of a striped ledger serve in parallel. Nodes that failed the client recently (the runner's
+record, placement.Quarantine) are asked last, like BookKeeper's slow-bookie avoidance. A node that has not
+answered within the speculative timeout has its part asked of other replicas as well (speculate), the first
+valid answer counts. Entries a chunk's nodes did not deliver are read one by one from the other replicas of
+their write set. Every entry returned is digest-verified; a plain read never concludes that an entry is absent.
+
+How many entries a chunk asks for, and how many chunks are in flight, is ReadWindow's: about CHUNK_BYTES a chunk,
+from the ledger's length, or for a ledger whose metadata does not know it, from the entries received.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Collection, Iterable, Sequence
 
 from connector.client.errors import DigestMismatchError, LedgerError, NodeError, status_name
 from connector.client.schedule import Schedule
@@ -18,6 +26,11 @@ from protos.digest import entry_digest
 
 
 DIGEST_MISMATCH = "digest mismatch"
+CHUNK_BYTES = 4 * 1024 * 1024   # what one chunk of a read asks for, about; 2E chunks are in flight
+MAX_CHUNK_ENTRIES = 1024
+FIRST_CHUNK_ENTRIES = 4   # of a ledger whose length the metadata does not give, before any entry size is known
+DEFAULT_SPECULATIVE_READ_TIMEOUT = 0.5   # seconds a read waits for a node before asking another replica as well
+_NEGATIVES = (pb.NO_ENTRY, pb.NO_LEDGER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,20 +59,41 @@ def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | me
     return "" if verified(ledger_id, response, payload) else DIGEST_MISMATCH
 
 
-class EntryRead:
-    """One entry from the replicas of its write set, in write-set order, skipping nodes that already failed it."""
+def failed_by_node(status: int) -> bool:
+    """Whether a node's status for a read is its failure (an error, or an unknown status), to remember when
+    choosing nodes for later reads; NO_ENTRY and NO_LEDGER are answers (rule 11 weighs them), not failures."""
+    return status != pb.OK and status not in _NEGATIVES
 
-    def __init__(self, ledger_id: int, entry_id: int, write_set: tuple[str, ...], tried: dict[str, str] | None = None):
+
+def preferred_order(nodes: Sequence[str], try_last: Collection[str]) -> list[str]:
+    """nodes in their order, those that failed recently (try_last) moved to the end."""
+    return sorted(nodes, key=lambda node: node in try_last)
+
+
+class EntryRead:
+    """One entry from the replicas of its write set, in write-set order (those that failed the client recently,
+    try_last, last), skipping nodes that already failed it. Several may be asked at once (a speculative read):
+    the first valid answer is the entry."""
+
+    def __init__(self, ledger_id: int, entry_id: int, write_set: tuple[str, ...], tried: dict[str, str] | None = None,
+                 try_last: Collection[str] = ()):
         self.ledger_id = ledger_id
         self.entry_id = entry_id
         self.failures: dict[str, str] = dict(tried or {})
-        self._untried = [n for n in write_set if n not in self.failures]
+        self._untried = preferred_order([n for n in write_set if n not in self.failures], try_last)
         self.entry: Entry | None = None
 
     def next_node(self) -> str | None:
         return self._untried.pop(0) if self._untried and self.entry is None else None
 
+    @property
+    def untried(self) -> bool:
+        """Whether a replica is left to ask."""
+        return bool(self._untried) and self.entry is None
+
     def on_response(self, node: str, response: pb.ReadResponse) -> None:
+        if self.entry is not None:
+            return   # another replica's answer came first
         payload = response.payload
         problem = entry_problem(self.ledger_id, response, payload)
         if problem:
@@ -77,22 +111,31 @@ class EntryRead:
                    f"({reasons}); check the nodes, then read again")
 
 
-def _cover(schedule: Schedule, ensemble: tuple[str, ...], first: int, last: int, rotation: int) -> list[str]:
-    """Nodes, starting at position rotation, whose write sets together hold every entry of [first, last].
+def _residues(first: int, last: int, size: int) -> set[int]:
+    """The entry ids of [first, last] modulo E: a write set depends on nothing else, so a walk over them (at most
+    E, whatever the chunk's length) finds the same nodes as a walk over every entry."""
+    return {entry % size for entry in range(first, min(last, first + size - 1) + 1)}
 
-    A write set depends only on the entry id modulo E, so the walk covers those residues (at most E of them,
-    whatever the chunk's length) rather than every entry."""
-    size = schedule.ensemble_size
-    uncovered = {entry % size for entry in range(first, min(last, first + size - 1) + 1)}
+
+def _positions(size: int, rotation: int, ensemble: tuple[str, ...], try_last: Collection[str]) -> list[int]:
+    """Ensemble positions from rotation on, those of nodes in try_last moved to the end."""
+    rotated = [ensemble[(rotation + step) % size] for step in range(size)]
+    return [ensemble.index(node) for node in preferred_order(rotated, try_last)]
+
+
+def _cover(schedule: Schedule, ensemble: tuple[str, ...], residues: Iterable[int],
+           positions: Iterable[int]) -> list[str]:
+    """Nodes, taken in the order of positions, whose write sets together hold every entry id with one of these
+    residues (modulo E); as many as positions can, if they cannot hold all."""
+    uncovered = set(residues)
     nodes = []
-    for step in range(size):
-        position = (rotation + step) % size
+    for position in positions:
+        if not uncovered:
+            break
         held = {e for e in uncovered if position in schedule.write_set(e)}
         if held:
             nodes.append(ensemble[position])
             uncovered -= held
-        if not uncovered:
-            break
     return nodes
 
 
@@ -106,10 +149,45 @@ class ChunkRead:
         self.ensemble = ensemble
         self.first = first
         self.last = last
-        self.calls = [RangeCall(n, first, last) for n in _cover(schedule, ensemble, first, last, rotation)]
+        self.rotation = rotation
+        self.calls: list[RangeCall] = []
         self.entries: dict[int, Entry] = {}
         self.failures: dict[int, dict[str, str]] = {}
+        self._open_calls = 0
+        self.start()
+
+    def start(self, try_last: Collection[str] = ()) -> list[RangeCall]:
+        """The calls to make first (before any is made): the covering nodes from the chunk's rotation on, nodes
+        that failed the client recently (try_last) only where no other node will do."""
+        positions = _positions(self.schedule.ensemble_size, self.rotation, self.ensemble, try_last)
+        nodes = _cover(self.schedule, self.ensemble, _residues(self.first, self.last, self.schedule.ensemble_size),
+                       positions)
+        self.calls = [RangeCall(n, self.first, self.last) for n in nodes]
         self._open_calls = len(self.calls)
+        return list(self.calls)
+
+    def speculate(self, slow: str, try_last: Collection[str] = ()) -> list[RangeCall]:
+        """slow has not answered within the speculative timeout: calls to nodes this chunk has not asked yet for
+        the entries slow was to deliver and nobody has delivered yet (none if no other replica is left). Their
+        answers count like any other: the first valid copy of an entry is taken."""
+        wanted = [e for e in range(self.first, self.last + 1)
+                  if e not in self.entries and slow in self.write_set(e)]
+        if not wanted:
+            return []
+        size = self.schedule.ensemble_size
+        asked = {call.node for call in self.calls}
+        positions = [p for p in _positions(size, self.rotation, self.ensemble, try_last)
+                     if self.ensemble[p] not in asked]
+        nodes = _cover(self.schedule, self.ensemble, {e % size for e in wanted}, positions)
+        calls = [RangeCall(n, wanted[0], wanted[-1]) for n in nodes]
+        self.calls += calls
+        self._open_calls += len(calls)
+        return calls
+
+    @property
+    def complete(self) -> bool:
+        """Every entry of the chunk was delivered (calls still running may be cancelled)."""
+        return len(self.entries) == self.last - self.first + 1
 
     def on_entry(self, node: str, response: pb.ReadResponse) -> None:
         entry_id = response.entry_id
@@ -125,7 +203,7 @@ class ChunkRead:
     def on_call_done(self, call: RangeCall, reason: str = "") -> None:
         """The call ended (reason empty when it finished OK): what it did not deliver is retried elsewhere."""
         self._open_calls -= 1
-        for entry_id in range(self.first, self.last + 1):
+        for entry_id in range(call.first_entry_id, call.last_entry_id + 1):
             if entry_id not in self.entries and call.node in self.write_set(entry_id):
                 self.failures.setdefault(entry_id, {}).setdefault(call.node, reason or "not returned")
 
@@ -141,10 +219,10 @@ class ChunkRead:
         if read.entry is not None:
             self.entries[read.entry_id] = read.entry
 
-    def failovers(self) -> list[EntryRead]:
+    def failovers(self, try_last: Collection[str] = ()) -> list[EntryRead]:
         """Single-entry reads for what the range calls did not deliver (only once they all ended)."""
         return [
-            EntryRead(self.ledger_id, e, self.write_set(e), self.failures.get(e))
+            EntryRead(self.ledger_id, e, self.write_set(e), self.failures.get(e), try_last)
             for e in range(self.first, self.last + 1) if e not in self.entries
         ]
 
@@ -152,13 +230,73 @@ class ChunkRead:
         return [self.entries[e] for e in range(self.first, self.last + 1)]
 
 
+class ChunkPlan:
+    """The chunks of a read of [first, last], cut one at a time (ReadWindow sizes each as the read goes), never
+    across a fragment's end. The chunks' rotations count from the read's first entry: consecutive chunks start at
+    consecutive nodes, and reads of single entries (a binary search, a time search) at the entries' own."""
+
+    def __init__(self, meta: LedgerMetadata, first: int, last: int):
+        self._schedule = Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
+        self._ledger_id = meta.ledger_id
+        self._fragments = []   # (first, last, ensemble) of the read inside each fragment it touches
+        for fragment_first, fragment_last, fragment in meta.fragment_ranges():
+            lo, hi = max(first, fragment_first), last if fragment_last < 0 else min(last, fragment_last)
+            if lo <= hi:
+                self._fragments.append((lo, hi, fragment.ensemble))
+        self._fragments.reverse()   # popped from the end
+        self._rotation = first
+
+    def next(self, entries: int) -> ChunkRead | None:
+        """The next chunk, of at most this many entries; None once the read is planned."""
+        if not self._fragments:
+            return None
+        lo, hi, ensemble = self._fragments.pop()
+        chunk_last = min(hi, lo + entries - 1)
+        if chunk_last < hi:
+            self._fragments.append((chunk_last + 1, hi, ensemble))
+        chunk = ChunkRead(self._ledger_id, self._schedule, ensemble, lo, chunk_last, self._rotation)
+        self._rotation += 1
+        return chunk
+
+
 def plan_chunks(meta: LedgerMetadata, first: int, last: int, chunk_entries: int) -> list[ChunkRead]:
-    schedule = Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
-    chunks = []
-    for fragment_first, fragment_last, fragment in meta.fragment_ranges():
-        lo = max(first, fragment_first)
-        hi = last if fragment_last < 0 else min(last, fragment_last)
-        for start in range(lo, hi + 1, chunk_entries):
-            chunks.append(ChunkRead(meta.ledger_id, schedule, fragment.ensemble, start,
-                                    min(hi, start + chunk_entries - 1), len(chunks)))
-    return chunks
+    """Every chunk of a read at once, all of chunk_entries (the last of a fragment may be shorter)."""
+    plan = ChunkPlan(meta, first, last)
+    return list(iter(lambda: plan.next(chunk_entries), None))
+
+
+class ReadWindow:
+    """How many entries the next chunk of a read asks for, and how many chunks may be in flight: chunks of about
+    CHUNK_BYTES, 2E of them in flight (all nodes of a striped ledger serve), so a read holds about 2E + 1 chunks.
+
+    The chunk size follows from the ledger's average entry size when its metadata gives its length (closed by
+    its writer). An OPEN ledger (length 0) or one closed by recovery (length -1) does not: its read starts with one
+    chunk of FIRST_CHUNK_ENTRIES alone, and sizes every later chunk from the entries received (the larger of the
+    average so far and the last chunk's, so that entries growing along the ledger shrink the chunks at once).
+    Before, such a read assumed 4 KiB entries: 1024-entry chunks, 2E of them, about 1.5 GiB of 256 KiB entries.
+    """
+
+    def __init__(self, meta: LedgerMetadata, chunk_bytes: int = CHUNK_BYTES):
+        self._chunk_bytes = chunk_bytes
+        self._most_in_flight = max(2, 2 * meta.ensemble_size)
+        self._known = meta.length > 0
+        self._average = meta.length / max(1, meta.last_entry_id + 1) if self._known else None
+        self._entries = self._bytes = 0
+
+    @property
+    def chunk_entries(self) -> int:
+        if self._average is None:
+            return FIRST_CHUNK_ENTRIES
+        return max(1, min(MAX_CHUNK_ENTRIES, int(self._chunk_bytes / max(self._average, 1))))
+
+    @property
+    def chunks_in_flight(self) -> int:
+        return 1 if self._average is None else self._most_in_flight
+
+    def on_chunk_read(self, entries: int, payload_bytes: int) -> None:
+        """A chunk arrived with these entries holding these bytes (its payloads)."""
+        if self._known or entries == 0:
+            return
+        self._entries += entries
+        self._bytes += payload_bytes
+        self._average = max(self._bytes / self._entries, payload_bytes / entries)

@@ -66,3 +66,32 @@ class ReadLacOp:
                 f"{reasons}; nothing was closed, retry when the nodes are back")
         raise NodeError(
             f"could not read the LAC of ledger {self.ledger_id} from enough nodes ({need}): {reasons}")
+
+
+class WaitLacOp(ReadLacOp):
+    """A tailing reader's long poll of the last fragment's nodes (no fencing). A node answers as soon as its LAC
+    passes previous, else at the end of its wait: so the op is done at the first LAC past previous, or once the
+    answers reach quorum coverage (each waited and saw nothing newer), or when every node answered or failed. An
+    error status is that node's failure (ReadLacOp), not "no news"."""
+
+    def __init__(self, ledger_id: int, schedule: Schedule, ensemble: tuple[str, ...], previous: int):
+        super().__init__(ledger_id, schedule, ensemble, fence=False)
+        self.previous = previous
+
+    @property
+    def news(self) -> bool:
+        return self.last_add_confirmed > self.previous
+
+    @property
+    def done(self) -> bool:
+        return self.news or super().done
+
+    def outcome(self) -> int:
+        """The LAC past previous if a node knew one, else previous; the error of ReadLacOp.outcome if every node
+        answered or failed without reaching quorum coverage (an op given up earlier, a paused node's answer
+        still out, says no news)."""
+        if self.news:
+            return self.last_add_confirmed
+        if super().done and not self.covered:
+            super().outcome()
+        return self.previous

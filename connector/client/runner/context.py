@@ -6,6 +6,8 @@ import asyncio
 import dataclasses
 from typing import Any, Awaitable, Callable
 
+from connector.client.ops.read import DEFAULT_SPECULATIVE_READ_TIMEOUT
+from connector.client.placement import Quarantine
 from connector.client.schedule import Schedule
 from connector.client.transport import Transport
 from metadata import registry
@@ -21,6 +23,10 @@ class Context:
     add_timeout: float   # an add a node has not acknowledged after this long counts as that node failing
     call_metadata: Callable[..., Awaitable[Any]] = asyncio.to_thread  # runs a blocking metadata call
     placement: Callable[[MetadataStore], registry.Placement] = registry.placement
+    # a read asks another replica as well when its node has not answered for this long (0: never)
+    speculative_timeout: float = DEFAULT_SPECULATIVE_READ_TIMEOUT
+    # nodes that failed a read, or kept one waiting past speculative_timeout, recently: later reads ask them last
+    read_failures: Quarantine = dataclasses.field(default_factory=Quarantine)
 
     async def metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.call_metadata(fn, *args)
@@ -34,13 +40,19 @@ def schedule_of(meta: LedgerMetadata) -> Schedule:
     return Schedule(meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
 
 
-async def until_done(op, coroutines: list[Awaitable[None]]) -> None:
-    """Run the calls concurrently until op.done, then cancel what is still waiting (a frozen node)."""
+async def until_done(op, coroutines: list[Awaitable[None]], within: float | None = None) -> None:
+    """Run the calls concurrently until op.done (or for at most within seconds), then cancel what is still waiting
+    (a frozen node)."""
     tasks = [asyncio.ensure_future(c) for c in coroutines]
+    loop = asyncio.get_running_loop()
+    deadline = None if within is None else loop.time() + within
     try:
         pending = set(tasks)
         while pending and not op.done:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            _, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()

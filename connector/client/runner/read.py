@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from typing import Callable
 
 from connector.client import metrics
 from connector.client.errors import NodeError, status_name
-from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall
-from connector.client.ops.read_lac import ReadLacOp
+from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall, failed_by_node
+from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
 from connector.client.runner.context import Context, schedule_of, until_done
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
+from protos.limits import MAX_WAIT_LAC_MS
 
 ENDED_EARLY = "the node ended the range without its done marker"
+WAIT_LAC_GRACE_SECONDS = 0.5   # a long poll's round waits this much longer than the nodes, for their answers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,26 +58,108 @@ async def read_range(ctx: Context, ledger_id: int, call: RangeCall, on_entry: Ca
 
 
 async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
+    """The chunk's entries: its range calls, a speculative call to other replicas for a call that has not answered
+    within ctx.speculative_timeout (the first valid copy of an entry counts, the calls still running are cancelled
+    once every entry is in), then single-entry reads for what no call delivered. Nodes that failed the client
+    recently (ctx.read_failures) are asked last; nodes that fail or keep a call waiting are added to them."""
+    loop = asyncio.get_running_loop()
+    progress: dict[RangeCall, float] = {}   # call -> when it last made progress (started, or a message came)
+    tasks: dict[asyncio.Future, RangeCall] = {}
+
     async def range_call(call: RangeCall) -> None:
-        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry)
+        def on_message() -> None:
+            progress[call] = loop.time()
+
+        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry, on_message=on_message)
+        if failed_by_node(end.status):
+            _note_failure(ctx, call.node)
         chunk.on_call_done(call, end.reason)
 
-    async def failover(read: EntryRead) -> None:
-        request = pb.ReadRequest(ledger_id=chunk.ledger_id, entry_id=read.entry_id)
-        while (node := read.next_node()) is not None:
-            try:
-                read.on_response(node, await ctx.transport.read(node, request, ctx.timeout))
-            except NodeError as exc:
-                read.on_failure(node, str(exc))
-        if read.entry is None:
-            raise read.error()
-        chunk.on_failover_done(read)
+    def start(calls: list[RangeCall]) -> None:
+        for call in calls:
+            progress[call] = loop.time()
+            tasks[asyncio.ensure_future(range_call(call))] = call
 
-    await asyncio.gather(*(range_call(call) for call in chunk.calls))
-    await asyncio.gather(*(failover(read) for read in chunk.failovers()))
+    try:
+        start(chunk.start(_try_last(ctx)))
+        pending = set(tasks)
+        speculated: set[RangeCall] = set()
+        while pending and not chunk.complete:
+            waiting = [tasks[task] for task in pending if tasks[task] not in speculated]
+            due = min((progress[call] + ctx.speculative_timeout for call in waiting), default=None)
+            if not ctx.speculative_timeout or due is None:
+                due = None
+            elif due <= loop.time():
+                for call in waiting:
+                    if progress[call] + ctx.speculative_timeout <= loop.time():
+                        speculated.add(call)
+                        _note_failure(ctx, call.node)
+                        spares = chunk.speculate(call.node, _try_last(ctx))
+                        metrics.SPECULATIVE_READS.inc(len(spares))
+                        start(spares)
+                pending = {task for task in tasks if not task.done()}
+                continue
+            done, pending = await asyncio.wait(pending, timeout=None if due is None else due - loop.time(),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()   # a bug's exception, raised here (a node's failure ended the call as a RangeEnd)
+    finally:
+        for task in tasks:
+            task.cancel()
+    if not chunk.complete:
+        reads = chunk.failovers(_try_last(ctx))
+        await asyncio.gather(*(read_entry(ctx, read) for read in reads))
+        for read in reads:
+            if read.entry is None:
+                raise read.error()
+            chunk.on_failover_done(read)
     entries = chunk.in_order()
     metrics.entries_read(entries)
     return entries
+
+
+async def read_entry(ctx: Context, read: EntryRead) -> None:
+    """One entry from the replicas of its write set, one after another; one that has not answered within
+    ctx.speculative_timeout has the next asked as well, the first valid answer is taken and the other calls
+    cancelled. read.entry stays None if no replica delivered it (read.error() says why)."""
+    request = pb.ReadRequest(ledger_id=read.ledger_id, entry_id=read.entry_id)
+    calls: dict[asyncio.Future, str] = {}
+    try:
+        while read.entry is None:
+            node = read.next_node()   # the first, the next after a failure, or a speculative one
+            if node is not None:
+                calls[asyncio.ensure_future(ctx.transport.read(node, request, ctx.timeout))] = node
+            if not calls:
+                return
+            timeout = ctx.speculative_timeout if ctx.speculative_timeout and read.untried else None
+            done, _ = await asyncio.wait(calls, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:   # no answer in time: the next replica is asked as well
+                metrics.SPECULATIVE_READS.inc()
+                for waiting in calls.values():
+                    _note_failure(ctx, waiting)
+            for task in done:
+                node = calls.pop(task)
+                try:
+                    response = task.result()
+                except NodeError as exc:
+                    read.on_failure(node, str(exc))
+                    _note_failure(ctx, node)
+                    continue
+                read.on_response(node, response)
+                if failed_by_node(response.status):
+                    _note_failure(ctx, node)
+    finally:
+        for task in calls:
+            task.cancel()
+
+
+def _try_last(ctx: Context) -> frozenset[str]:
+    """The nodes that failed this client's reads recently (a reader has no registry at hand: only time clears them)."""
+    return ctx.read_failures.held({}, asyncio.get_running_loop().time())
+
+
+def _note_failure(ctx: Context, node: str) -> None:
+    ctx.read_failures.add((node,), {}, asyncio.get_running_loop().time())
 
 
 async def read_last_add_confirmed(ctx: Context, meta: LedgerMetadata, master_key: bytes, fence: bool) -> ReadLacOp:
@@ -96,22 +181,36 @@ async def read_last_add_confirmed(ctx: Context, meta: LedgerMetadata, master_key
 
 
 async def wait_last_add_confirmed(ctx: Context, meta: LedgerMetadata, previous: int, timeout: float) -> int:
-    """Long poll: the first node of the last fragment whose LAC passes previous answers; else the highest seen."""
-    request = pb.WaitLacRequest(ledger_id=meta.ledger_id, previous_lac=previous, timeout_ms=int(timeout * 1000))
-    best = previous
-    calls = [asyncio.ensure_future(ctx.transport.wait_lac(node, request, timeout + ctx.timeout))
-             for node in meta.last_fragment.ensemble]
-    try:
-        for next_done in asyncio.as_completed(calls):
-            try:
-                response = await next_done
-            except NodeError:
-                continue
-            if response.status == pb.OK:
-                best = max(best, response.last_add_confirmed)
-            if best > previous:
-                break
-    finally:
-        for call in calls:
-            call.cancel()
-    return best
+    """Long poll (a tailing reader's): the LAC once a node of the last fragment knows one past previous (it answers
+    at once), else previous at timeout. A node waits at most MAX_WAIT_LAC_MS per call, so a longer wait is several
+    rounds. A round ends as soon as a node's LAC passes previous, or the answers reach quorum coverage (each
+    waited its time and saw nothing newer), or at its wait plus WAIT_LAC_GRACE_SECONDS: a paused node does not
+    hold it; the calls still waiting are cancelled. An error status is that node's failure, not "no news": when
+    every node failed, the wait raises the op's NodeError."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        wait = min(max(0.0, deadline - loop.time()), MAX_WAIT_LAC_MS / 1000)
+        started = loop.time()
+        lac = await _wait_round(ctx, meta, previous, wait)
+        # No news: another round while the caller's time lasts, unless this one ended well before its time (nodes
+        # that answer at once without news would otherwise make this loop spin).
+        if lac > previous or loop.time() >= deadline or loop.time() - started < wait / 2:
+            return lac
+
+
+async def _wait_round(ctx: Context, meta: LedgerMetadata, previous: int, wait: float) -> int:
+    """One WaitLac call to each node of the last fragment, each waiting at most wait seconds."""
+    op = WaitLacOp(meta.ledger_id, schedule_of(meta), meta.last_fragment.ensemble, previous)
+    request = pb.WaitLacRequest(ledger_id=meta.ledger_id, previous_lac=previous, timeout_ms=math.ceil(wait * 1000))
+
+    async def ask(node: str) -> None:
+        try:
+            response = await ctx.transport.wait_lac(node, request, wait + ctx.timeout)
+            op.on_response(node, response.status, response.last_entry_id, response.last_add_confirmed,
+                           response.message)
+        except NodeError as exc:
+            op.on_failure(node, str(exc))
+
+    await until_done(op, [ask(node) for node in op.requests()], within=wait + WAIT_LAC_GRACE_SECONDS)
+    return op.outcome()
