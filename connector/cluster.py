@@ -21,9 +21,11 @@ import grpc
 
 from connector.certificates import CertificateAuthority
 from connector.client.security import TlsConfig, call_metadata
-from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
+from connector.node_launcher import (
+    NodeHandle, NodeStartError, launch, node_command, pid_alive, runs_node, wait_all_ready,
+)
 from metadata import registry
-from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens
+from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens, runs_zookeeper
 from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
 from metadata.store import MetadataStore, initialise_root
@@ -99,9 +101,10 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """Until alive(pid) is false (default: no process has the pid), at most timeout seconds; whether it is."""
     deadline = time.monotonic() + timeout
-    while pid_alive(pid):
+    while alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -176,7 +179,7 @@ class LocalCluster:
         if new:
             self.state = ClusterState(zk_port=free_port())
         if self.tls and self.state.tls is None:
-            running = [s.node_id for s in self.state.nodes if pid_alive(s.pid)]
+            running = [s.node_id for s in self.state.nodes if self.node_runs(s)]
             if running:
                 raise ClusterError(f"node(s) {', '.join(running)} of {self.directory} run without TLS: "
                                    f"`ledger cluster stop --dir {self.directory}` first, then start with --tls")
@@ -220,7 +223,7 @@ class LocalCluster:
     def start_node(self, node_id: str) -> int:
         """Start one recorded node unless its process is alive (it registers on its own); its pid."""
         spec = self.node(node_id)
-        if not pid_alive(spec.pid):
+        if not self.node_runs(spec):
             self._move_off_a_taken_port(spec)
             spec.pid = self._start_node(spec)
             self._save()
@@ -246,9 +249,17 @@ class LocalCluster:
                 return spec
         raise ClusterError(f"no node {node_id!r} in {self.directory}")
 
+    def node_runs(self, spec: NodeSpec) -> bool:
+        """Whether the node's recorded pid is this cluster's node (not a process that has the pid since a reboot)."""
+        return runs_node(spec.pid, self.node_dir(spec.node_id))
+
+    def _zookeeper_runs(self) -> bool:
+        """Whether the recorded ZooKeeper pid is this cluster's ZooKeeper, as node_runs is for a node."""
+        return runs_zookeeper(self.state.zk_pid, self.directory / "zookeeper")
+
     def _zookeeper_serving(self) -> bool:
         """Whether this cluster's ZooKeeper answers: the process it recorded, not another one that took the port."""
-        if not listens(self.state.zk_pid, "127.0.0.1", self.state.zk_port):
+        if not (self._zookeeper_runs() and listens(self.state.zk_pid, "127.0.0.1", self.state.zk_port)):
             return False
         try:
             return four_letter_word("127.0.0.1", self.state.zk_port) == b"imok"
@@ -321,7 +332,7 @@ class LocalCluster:
             entry = {
                 "node_id": spec.node_id,
                 "pid": spec.pid,
-                "running": pid_alive(spec.pid),
+                "running": self.node_runs(spec),
                 "registered": reg is not None,
                 "state": reg.state.value if reg else "-",
                 "address": reg.address if reg else spec.address,
@@ -337,21 +348,25 @@ class LocalCluster:
     def stop(self, timeout: float = 30.0) -> None:
         """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper. Nodes still running
         `timeout` seconds after SIGTERM (one deadline for all: a node cannot deregister while ZooKeeper is
-        down) are killed."""
+        down) are killed. Only the cluster's own processes are signalled: a recorded pid that another process has
+        now (after a reboot) is left alone and forgotten."""
         self._recorded()
-        for spec in self.state.nodes:
-            if pid_alive(spec.pid):
-                os.kill(spec.pid, signal.SIGTERM)
+        running = [spec for spec in self.state.nodes if self.node_runs(spec)]
+        for spec in running:
+            _signal(spec.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
+        for spec in running:
+            alive = lambda pid, spec=spec: self.node_runs(spec)
+            if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic()), alive):
+                _signal(spec.pid, signal.SIGKILL)
+                wait_gone(spec.pid, 10, alive)
         for spec in self.state.nodes:
-            if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic())):
-                os.kill(spec.pid, signal.SIGKILL)
-                wait_gone(spec.pid, 10)
             spec.pid = 0
-        if pid_alive(self.state.zk_pid):
-            os.kill(self.state.zk_pid, signal.SIGTERM)
-            if not wait_gone(self.state.zk_pid, timeout):
-                os.kill(self.state.zk_pid, signal.SIGKILL)
+        if self._zookeeper_runs():
+            _signal(self.state.zk_pid, signal.SIGTERM)
+            alive = lambda pid: self._zookeeper_runs()
+            if not wait_gone(self.state.zk_pid, timeout, alive):
+                _signal(self.state.zk_pid, signal.SIGKILL)
         self.state.zk_pid = 0
         self._save()
 
@@ -361,6 +376,13 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:   # it exited meanwhile
+        pass
 
 
 def decode_state(raw: object) -> ClusterState:
