@@ -24,7 +24,7 @@ from connector.client.security import TlsConfig, call_metadata
 from connector.node_launcher import (
     NodeHandle, NodeStartError, launch, node_command, pid_alive, runs_node, wait_all_ready,
 )
-from metadata import registry
+from metadata import layout, registry
 from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens, runs_zookeeper
 from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
@@ -123,6 +123,7 @@ class LocalCluster:
         self.state: ClusterState | None = self._load()
         self.notes: list[str] = []              # what start() repaired on its way, for the operator
         self._started: dict[str, NodeHandle] = {}   # the nodes this object started, by id
+        self._started_zookeeper: EmbeddedZooKeeper | None = None   # the ZooKeeper this object started
 
     # -- state file ----------------------------------------------------------------------------
 
@@ -188,12 +189,32 @@ class LocalCluster:
         while len(self.state.nodes) < wanted:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", self._unrecorded_port()))
         self._save()
-        self.start_zookeeper(timeout, may_move=new)
-        initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
-        for spec in self.state.nodes:
-            self.start_node(spec.node_id)
-        self.wait_serving(timeout)
+        running_before = dict(self._started)
+        try:
+            self.start_zookeeper(timeout, may_move=new)
+            initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
+            for spec in self.state.nodes:
+                self.start_node(spec.node_id)
+            self.wait_serving(timeout)
+        except BaseException:
+            self._stop_started(running_before)
+            raise
         return self.metadata_uri
+
+    def _stop_started(self, running_before: dict[str, NodeHandle]) -> None:
+        """A start that failed stops what it started (its nodes, then its ZooKeeper) rather than leave a half-started
+        cluster running; processes that ran before it are left as they were."""
+        for spec in self.state.nodes:
+            handle = self._started.get(spec.node_id)
+            if handle is not None and running_before.get(spec.node_id) is not handle:
+                handle.stop()
+                del self._started[spec.node_id]
+                spec.pid = 0
+        if self._started_zookeeper is not None:
+            self._started_zookeeper.stop()
+            self._started_zookeeper = None
+            self.state.zk_pid = 0
+        self._save()
 
     def _make_directory(self) -> None:
         try:
@@ -213,6 +234,7 @@ class LocalCluster:
         zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port,
                                pick_port=self._unrecorded_port if may_move else None)
         zk.start(detach=True, timeout=timeout)
+        self._started_zookeeper = zk
         if zk.port != self.state.zk_port:
             self.notes.append(f"zookeeper: port {self.state.zk_port} is taken by another process; moved to port "
                               f"{zk.port}")
@@ -386,8 +408,8 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 
 def decode_state(raw: object) -> ClusterState:
-    """cluster.json's record; ValueError saying what is wrong with it."""
-    if not (isinstance(raw, dict) and isinstance(raw.get("zk_port"), int) and isinstance(raw.get("zk_pid", 0), int)
+    """cluster.json's record; ValueError saying what is wrong with it (checked before anything is started on it)."""
+    if not (isinstance(raw, dict) and _is_int(raw.get("zk_port")) and _is_int(raw.get("zk_pid", 0))
             and isinstance(raw.get("nodes"), list)):
         raise ValueError("not an object with zk_port and zk_pid numbers and a nodes list")
     try:
@@ -395,9 +417,25 @@ def decode_state(raw: object) -> ClusterState:
         tls = TlsFiles(**raw["tls"]) if raw.get("tls") else None
     except TypeError as exc:   # a node or the tls entry not an object, or with other fields than recorded
         raise ValueError(f"a node or its tls entry is not as recorded: {exc}") from None
-    if not all(isinstance(node.port, int) and isinstance(node.pid, int) for node in nodes):
+    if not all(_is_int(node.port) and _is_int(node.pid) for node in nodes):
         raise ValueError("a node's port or pid is not a number")
+    for what, port in (("zk_port", raw["zk_port"]), *((f"the port of node {n.node_id!r}", n.port) for n in nodes)):
+        if not 0 < port < 65536:
+            raise ValueError(f"{what} is {port}, not a port in 1-65535")
+    if raw.get("zk_pid", 0) < 0 or any(node.pid < 0 for node in nodes):
+        raise ValueError("a pid is negative")
+    for node in nodes:
+        if not layout.is_node_id(node.node_id):
+            raise ValueError(f"node id {node.node_id!r} is not one ({layout.NODE_ID_RULE})")
+    if len({node.node_id for node in nodes}) < len(nodes):
+        raise ValueError("a node id is recorded twice")
+    if tls is not None and not all(isinstance(path, str) and path for path in dataclasses.astuple(tls)):
+        raise ValueError("a tls entry is not a file name")
     return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), nodes, tls)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)   # JSON true is no number
 
 
 def _damage(exc: ValueError) -> str:
@@ -435,4 +473,4 @@ def distinct_port(recorded: set[int], pick: Callable[[], int] = free_port, attem
         port = pick()
         if port not in recorded:
             return port
-    raise ClusterError(f"no free port outside {sorted(recorded)} after {attempts} tries")
+    raise ClusterError(f"no free port outside the {len(recorded)} this cluster recorded after {attempts} tries")

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import pathlib
+import re
 
 MAX_INTERVAL = 86400.0   # seconds: the longest a loop waits between rounds, a day (time.sleep overflows on 1e300)
 
 
 def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    value = _integer(text)
+    if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = _integer(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a rate, say)."""
+    value = _number(text)
+    if not 0 < value < math.inf:  # nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
     return value
 
 
@@ -43,8 +58,42 @@ def seconds_or_zero(text: str) -> float:
     return value
 
 
+def ledger_id(text: str) -> int:
+    """A ledger id as written: ASCII digits (int() would also take ' 1', '1_0' or Arabic-Indic digits)."""
+    value = _integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ledger id (an integer, such as `ledger list` prints)")
+    return value
+
+
+def _integer(text: str) -> int | None:
+    """text as an integer if it is one in ASCII digits (with an optional sign), else None."""
+    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
         return math.nan
+
+
+def path(text: str) -> pathlib.Path:
+    """A path that names something: an empty one would silently mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' is an empty path: give a directory ('.' for the current one)")
+    return pathlib.Path(text)
+
+
+def directory(text: str) -> pathlib.Path:
+    """A directory to work in: an existing one, or one to create (not a file)."""
+    value = path(text)
+    if value.exists() and not value.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory: give a new or existing directory")
+    return value
+
+
+def password(text: str) -> bytes:
+    """A ledger password as the bytes the shell passed: any bytes, valid UTF-8 or not (os.fsencode undoes how
+    Python decoded the argument), so that `--password $'\\xff'` opens a ledger created with that password."""
+    return os.fsencode(text)

@@ -24,6 +24,12 @@ from connector import cli
     (["audit", "--watch", "5", "--full-every", "nan"], "argument --full-every: 'nan' is not a number of seconds > 0"),
     (["stream", "retention", "--apply", "--every", "1e300"], "argument --every: '1e300' is over 86,400 seconds"),
     (["stream", "tail", "s", "--follow", "--poll", "1e300"], "argument --poll: '1e300' is over 86,400 seconds"),
+    # An audit's: a billion nodes ran ~20 s before a 100 KB message; an empty --dir started a cluster in the cwd.
+    (["cluster", "start", "--nodes", "1000000000"], "argument --nodes: 1000000000 is over 100, the most storage nodes"),
+    (["cluster", "start", "--nodes", "0"], "argument --nodes: '0' is not a positive integer"),
+    (["cluster", "start", "--dir", ""], "argument --dir: '' is an empty path: give a directory"),
+    (["cluster", "status", "--dir", ""], "argument --dir: '' is an empty path"),
+    (["cluster", "stop", "--dir", ""], "argument --dir: '' is an empty path"),
 ])
 def test_a_bad_number_is_named_with_what_the_argument_takes(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
