@@ -13,7 +13,7 @@ import time
 
 from connector.client import default_metadata_uri
 from connector.commands.command_client import CONNECT_TIMEOUT
-from metadata import layout, registry
+from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import NodeState
 from metadata.store import MetadataStore, redact_uri
@@ -55,9 +55,7 @@ def _readonly_parser() -> argparse.ArgumentParser:
 
 
 def run_readonly(args) -> int:
-    if not layout.is_node_id(args.node_id):   # before ZooKeeper, which would refuse the path in its own words
-        raise LedgerError(f"{args.node_id!r} is not a storage node id (ids are {layout.NODE_ID_RULE}); check the id "
-                          "with `ledger cluster status`")
+    registry.check_node_id(args.node_id)
     with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:
             raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at "

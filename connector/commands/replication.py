@@ -17,6 +17,7 @@ from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
 from connector.commands.arguments import interval, seconds, seconds_or_zero
 from connector.commands.command_client import open_client
+from metadata import registry
 
 FULL_SCAN_SECONDS = 3600.0   # the auditor reads every ledger at least this often, nodes changed or not
 LOST_AFTER_SECONDS = 60.0    # the auditor counts an unregistered node gone after this long (a restart is not)
@@ -145,6 +146,7 @@ def _reporter(as_json: bool) -> Callable[[LedgerRepair], None]:
 
 
 def run_decommission(args) -> int:
+    registry.check_node_id(args.node_id)
     with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
     failed = [o for o in outcomes if not o.ok]
