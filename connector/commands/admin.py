@@ -14,6 +14,7 @@ import sys
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
+from connector.commands.arguments import password
 from connector.commands.command_client import open_client
 from metadata import registry, streams
 from metadata.errors import LedgerError
@@ -47,7 +48,7 @@ def register(subparsers) -> None:
     read.add_argument("--from", dest="first", type=int, default=0, help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None,
                       help="last entry (default and at most: the last readable one)")
-    read.add_argument("--password", default="", help="the ledger's password")
+    read.add_argument("--password", type=password, default="", help="the ledger's password")
     read.add_argument("--format", choices=("text", "hex", "rows", "json"), default="text",
                       help="text (UTF-8, else hex), hex, rows (Arrow entries of Spark streams as JSON rows), or "
                            "json (one object per entry: entry_id and payload, or payload_base64)")
@@ -57,7 +58,7 @@ def register(subparsers) -> None:
     read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
     recover = command("recover", "fence and close an OPEN ledger (its writer is fenced)", run_recover)
     recover.add_argument("ledger_id", type=int)
-    recover.add_argument("--password", default="", help="the ledger's password")
+    recover.add_argument("--password", type=password, default="", help="the ledger's password")
     delete = command("delete", "delete a ledger (refused for a ledger a stream holds)", run_delete)
     delete.add_argument("ledger_id", type=int)
     delete.add_argument("--force", action="store_true",
@@ -93,7 +94,7 @@ def run_show(args) -> int:
 
 def run_read(args) -> int:
     with open_client(args) as client:
-        reader = client.open_ledger(args.ledger_id, password=args.password.encode(), recover=args.recover)
+        reader = client.open_ledger(args.ledger_id, password=args.password, recover=args.recover)
         first, last = readable_range(args.ledger_id, args.first, args.last, reader.last_entry_id, reader.is_closed)
         if first > last:
             return 0
@@ -119,7 +120,7 @@ def readable_range(ledger_id: int, first: int, last: int | None, readable: int, 
 
 def run_recover(args) -> int:
     with open_client(args) as client:
-        meta = client.recover_ledger(args.ledger_id, password=args.password.encode())
+        meta = client.recover_ledger(args.ledger_id, password=args.password)
         print(f"ledger {meta.ledger_id} is {meta.state.value} at last entry {meta.last_entry_id}")
     return 0
 

@@ -15,6 +15,7 @@ import sys
 
 from connector.client import default_metadata_uri
 from connector.commands import node_security
+from connector.commands.arguments import password
 from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
@@ -38,7 +39,7 @@ def register(subparsers) -> None:
     jobs.add_argument("--legacy", action="store_true",
                       help="with --apply: also clean registries that name no driver (written by an older version); "
                            "only when no driver of that version is still running")
-    jobs.add_argument("--password", dest="passwords", action="append",
+    jobs.add_argument("--password", dest="passwords", type=password, action="append",
                       help="password of the task ledgers, needed to fence an OPEN one; repeat for several "
                            "(default: empty)")
     jobs.add_argument("--json", action="store_true", help="print one JSON object per job or query")
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
 
 
 def run_jobs(args) -> int:
-    passwords = [p.encode() for p in (args.passwords or [""])]
+    passwords = args.passwords or [b""]
     with open_client(args) as lc:
         found = find_registries(lc.store, args.stream)
         facts = {(r.kind, r.owner): ledger_facts(lc.store, r.entries(lc.store)) for r in found}

@@ -15,7 +15,7 @@ from connector.client import LedgerError, default_metadata_uri
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
-from connector.commands.arguments import interval, seconds, seconds_or_zero
+from connector.commands.arguments import interval, password, seconds, seconds_or_zero
 from connector.commands.command_client import open_client
 from metadata import registry
 
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
                          help="metadata URI, zk://[user:secret@]host:port/root "
                               "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
         node_security.add_arguments(sub)
-        sub.add_argument("--password", dest="passwords", action="append",
+        sub.add_argument("--password", dest="passwords", type=password, action="append",
                          help="password of the ledgers to re-replicate; repeat for several (default: empty)")
         sub.set_defaults(func=func)
         return sub
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
 
 
 def _passwords(args) -> list[bytes]:
-    return [p.encode() for p in (args.passwords or [""])]
+    return args.passwords or [b""]
 
 
 def run_audit(args) -> int:

@@ -22,7 +22,7 @@ from kazoo.exceptions import NotEmptyError
 
 from connector.client import LedgerClient, default_metadata_uri
 from connector.commands import node_security
-from connector.commands.arguments import interval, positive
+from connector.commands.arguments import interval, password, positive
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -66,7 +66,7 @@ def register(subparsers) -> None:
     truncate.add_argument("--before", type=_offset, required=True, metavar="OFFSET",
                           help="remove every ledger that lies entirely below this offset; the stream then starts "
                                "at the first offset of the ledger holding it (offsets below are gone for good)")
-    truncate.add_argument("--password", default="", help="the stream's ledger password")
+    truncate.add_argument("--password", type=password, default="", help="the stream's ledger password")
     retention = command("retention", "show or set a stream's retention, or apply retention (--apply)", run_retention)
     retention.add_argument("name", nargs="?", help="the stream (with --apply: default every stream with a retention)")
     retention.add_argument("--max-age", type=_duration, metavar="AGE",
@@ -80,11 +80,11 @@ def register(subparsers) -> None:
     retention.add_argument("--every", type=interval, metavar="SECONDS",
                            help="with --apply: keep applying it, every SECONDS, until stopped")
     retention.add_argument("--runs", type=positive, metavar="N", help="with --every: stop after N runs")
-    retention.add_argument("--password", default="", help="the streams' ledger password")
+    retention.add_argument("--password", type=password, default="", help="the streams' ledger password")
     delete = command("delete", "delete a stream and its ledgers (asks for confirmation)", run_delete)
     delete.add_argument("name", help="the stream")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.add_argument("--password", default="",
+    delete.add_argument("--password", type=password, default="",
                         help="the stream's ledger password (to fence and close an OPEN ledger before deleting it)")
     _register_compact(commands)
     from connector.commands.stream_lag import register_lag  # they import this module's argument types
@@ -217,7 +217,7 @@ def _retention_text(retention: Retention) -> str:
 
 def run_truncate(args) -> int:
     with open_client(args) as client:
-        result = truncate_stream(client, args.name, args.before, password=args.password.encode())
+        result = truncate_stream(client, args.name, args.before, password=args.password)
     if args.json:
         print(json.dumps(dict(dataclasses.asdict(result), cut=result.cut)))
     elif result.cut:
@@ -264,7 +264,7 @@ def _apply_loop(client: LedgerClient, args) -> int:
     while True:
         started = time.monotonic()
         names = [args.name] if args.name else streams_with_retention(client.store)
-        for result in apply_all(client, names, password=args.password.encode(),
+        for result in apply_all(client, names, password=args.password,
                                 on_error=lambda name, exc: failed.append(_warn(name, exc))):
             _print_result(result, args.json)
         runs += 1
@@ -303,7 +303,7 @@ def run_delete(args) -> int:
         record = marked.value
         held = _every_ledger(client, record)
         try:
-            compactions, not_undone = _compactions(client, record.name, args.password.encode())
+            compactions, not_undone = _compactions(client, record.name, args.password)
         except (LedgerError, ValueError, TypeError, KeyError) as exc:   # still delete the stream's own ledgers
             print(f"ledger: warning: the stream's compaction records were not read ({exc}); the next compaction "
                   f"or Spark job of a stream named {record.name!r} finishes them", file=sys.stderr)
@@ -312,7 +312,7 @@ def run_delete(args) -> int:
         failed = []
         for ledger_id in held:
             try:
-                discard(client, ledger_id, args.password.encode())
+                discard(client, ledger_id, args.password)
             except LedgerError as exc:
                 failed.append(ledger_id)
                 print(f"ledger: warning: ledger {ledger_id} of the deleted stream was not deleted: {exc}",

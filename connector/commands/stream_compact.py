@@ -16,7 +16,7 @@ import json
 from connector.client import default_metadata_uri
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
-from connector.commands.arguments import positive, seconds_or_zero
+from connector.commands.arguments import password, positive, seconds_or_zero
 from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
@@ -39,7 +39,8 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
                          help="metadata URI, zk://[user:secret@]host:port/root "
                               "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
     node_security.add_arguments(compact)
-    compact.add_argument("--password", default="", help="the stream's ledger password (its new ledgers get it too)")
+    compact.add_argument("--password", type=password, default="",
+                         help="the stream's ledger password (its new ledgers get it too)")
     compact.add_argument("--target-bytes", type=positive, default=DEFAULT_TARGET_BYTES,
                          help=f"size of a new ledger, at most (default {DEFAULT_TARGET_BYTES >> 20} MiB)")
     compact.add_argument("--small-bytes", type=positive, default=None,
@@ -74,7 +75,7 @@ def run_compact(args) -> int:
     )
     progress = None if args.json else _print_step
     with open_client(args, max_entry_bytes=args.max_entry_bytes) as lc:
-        result = compact_stream(lc, args.name, policy, password=args.password.encode(), wait=args.wait,
+        result = compact_stream(lc, args.name, policy, password=args.password, wait=args.wait,
                                 on_step=progress)
     if args.json:
         print(json.dumps(dataclasses.asdict(result), sort_keys=True))

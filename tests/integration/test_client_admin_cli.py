@@ -68,6 +68,19 @@ def test_read_never_fences_a_live_writer_unless_asked_and_clamps_its_range(clust
         assert client.ledger_metadata(live.ledger_id).state is LedgerState.CLOSED
 
 
+def test_a_password_that_is_not_utf8_reads_and_recovers_its_ledger(cluster, metadata_uri, capsys):
+    """`--password $'\\xff'` reaches Python as '\\udcff': read and recover died with a UnicodeEncodeError traceback (an
+    audit's). The password is the bytes the shell passed."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        writer = client.create_ledger(3, 2, 2, password=b"\xff")
+        writer.append(b"kept")
+        assert main(["read", str(writer.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        assert capsys.readouterr().out == "0\tkept\n"
+        assert main(["recover", str(writer.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        assert client.ledger_metadata(writer.ledger_id).state is LedgerState.CLOSED
+
+
 def test_delete_refuses_a_ledger_a_stream_holds_unless_forced(cluster, metadata_uri, capsys):
     cluster(3)
     with LedgerClient(metadata_uri) as client:

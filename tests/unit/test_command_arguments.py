@@ -45,3 +45,20 @@ def test_soak_refuses_minutes_that_are_not_a_finite_number_above_0(monkeypatch, 
     with pytest.raises(SystemExit) as exited:
         cli.main(["soak", "--minutes", minutes])
     assert "--minutes" in str(exited.value.code) and "must be a finite number above 0" in str(exited.value.code)
+
+
+# A password whose bytes are not UTF-8 ($'\xff' in a shell) reaches Python as '\udcff': `.encode()` of it gave a
+# UnicodeEncodeError traceback in every command below (an audit's). The shared type hands the commands the bytes.
+@pytest.mark.parametrize("argv", [
+    ["read", "1"], ["recover", "1"], ["jobs"], ["audit"], ["decommission", "node-1"],
+    ["stream", "truncate", "s", "--before", "1"], ["stream", "retention", "s"], ["stream", "delete", "s"],
+    ["stream", "compact", "s"], ["stream", "tail", "s"], ["stream", "lag", "--checkpoint", "/c"],
+])
+def test_every_password_option_takes_the_bytes_the_shell_passed(argv):
+    def parsed(*password: str):
+        args = cli.build_parser(argv[0]).parse_args([*argv, *password])
+        return args.passwords if hasattr(args, "passwords") else args.password
+
+    assert parsed("--password", "\udcff") in (b"\xff", [b"\xff"])
+    assert parsed("--password", "pé") in (b"p\xc3\xa9", [b"p\xc3\xa9"])   # UTF-8, as .encode() gave
+    assert parsed() in (b"", None)
