@@ -12,9 +12,9 @@ import datetime
 import json
 import sys
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import LedgerClient
 from connector.commands import node_security
-from connector.commands.arguments import password
+from connector.commands.arguments import add_metadata, password
 from connector.commands.command_client import open_client
 from metadata import registry, streams
 from metadata.errors import LedgerError
@@ -31,9 +31,7 @@ class LedgerHeldError(LedgerError):
 def register(subparsers) -> None:
     def command(name: str, help: str, func, json_output: bool = False) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
         if json_output:
             sub.add_argument("--json", action="store_true", help="print JSON (one object per line for lists)")

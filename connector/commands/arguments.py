@@ -8,6 +8,8 @@ import os
 import pathlib
 import re
 
+from connector.client import default_metadata_uri
+
 MAX_INTERVAL = 86400.0   # seconds: the longest a loop waits between rounds, a day (time.sleep overflows on 1e300)
 
 
@@ -78,19 +80,27 @@ def _number(text: str) -> float:
         return math.nan
 
 
-def path(text: str) -> pathlib.Path:
-    """A path that names something: an empty one would silently mean the current directory."""
+def non_empty(text: str) -> str:
+    """A value that says something: an empty one would silently stand for a default (the current directory, the
+    environment's metadata URI or TLS file)."""
     if not text:
-        raise argparse.ArgumentTypeError("'' is an empty path: give a directory ('.' for the current one)")
-    return pathlib.Path(text)
+        raise argparse.ArgumentTypeError("'' is empty: give a value, or leave the option out for its default")
+    return text
 
 
 def directory(text: str) -> pathlib.Path:
     """A directory to work in: an existing one, or one to create (not a file)."""
-    value = path(text)
+    value = pathlib.Path(non_empty(text))
     if value.exists() and not value.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory: give a new or existing directory")
     return value
+
+
+def add_metadata(parser: argparse.ArgumentParser) -> None:
+    """The --metadata option of every command that reads or writes the metadata."""
+    parser.add_argument("--metadata", type=non_empty, default=default_metadata_uri(),
+                        help="metadata URI, zk://[user:secret@]host:port/root "
+                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
 
 
 def password(text: str) -> bytes:

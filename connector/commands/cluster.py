@@ -9,7 +9,7 @@ import sys
 from connector.client.security import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from connector.cluster import LocalCluster
 from connector.commands import node_security
-from connector.commands.arguments import path, positive
+from connector.commands.arguments import non_empty, positive
 from metadata.model import HEALTH_OK
 from metadata.store import METADATA_ENV
 
@@ -24,21 +24,21 @@ def register(subparsers) -> None:
     start = actions.add_parser("start", help="start in the background; returns once every node is registered")
     start.add_argument("--nodes", type=_nodes, default=3,
                        help=f"number of storage nodes (default 3, at most {MAX_NODES})")
-    start.add_argument("--dir", type=path, default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
+    start.add_argument("--dir", type=non_empty, default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
     start.add_argument("--tls", action="store_true",
                        help="create a local CA and certificates under DIR/tls and run the nodes with mutual TLS "
                             "(remembered in DIR/cluster.json: later starts keep TLS on)")
     start.set_defaults(func=run_start)
 
     status = actions.add_parser("status", help="show ZooKeeper and every node's health, role and disk use")
-    status.add_argument("--dir", type=path, default=DEFAULT_DIR)
+    status.add_argument("--dir", type=non_empty, default=DEFAULT_DIR)
     status.add_argument("--json", action="store_true",
                         help="one JSON object: metadata, zookeeper, tls and every node's health fields")
     node_security.add_arguments(status)
     status.set_defaults(func=run_status)
 
     stop = actions.add_parser("stop", help="clean shutdown; starting again on the same --dir keeps all data")
-    stop.add_argument("--dir", type=path, default=DEFAULT_DIR)
+    stop.add_argument("--dir", type=non_empty, default=DEFAULT_DIR)
     stop.set_defaults(func=run_stop)
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from connector.client import default_metadata_uri
 from connector.commands import node_security
-from connector.commands.arguments import password
+from connector.commands.arguments import add_metadata, password
 from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
@@ -29,9 +28,7 @@ def register(subparsers) -> None:
                     "by a driver that died) with their drivers' liveness, ledgers and bytes; --apply deletes what "
                     "the abandoned ones left.",
     )
-    jobs.add_argument("--metadata", default=default_metadata_uri(),
-                      help="metadata URI, zk://[user:secret@]host:port/root "
-                           "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(jobs)
     node_security.add_arguments(jobs)
     jobs.add_argument("--stream", help="only the jobs and queries writing this stream")
     jobs.add_argument("--apply", action="store_true",

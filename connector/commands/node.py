@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from connector.client import default_metadata_uri
+from connector.commands.arguments import add_metadata
 from connector.commands.command_client import CONNECT_TIMEOUT
 from metadata import registry
 from metadata.errors import LedgerError
@@ -48,9 +48,7 @@ def _readonly_parser() -> argparse.ArgumentParser:
     parser.add_argument("node_id", help="the node's id, as in `ledger cluster status`")
     parser.add_argument("--off", action="store_true", help="clear the flag: the node takes adds again "
                                                            "(unless its disk is over the threshold)")
-    parser.add_argument("--metadata", default=default_metadata_uri(),
-                        help="metadata URI, zk://[user:secret@]host:port/root "
-                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(parser)
     return parser
 
 

@@ -11,11 +11,11 @@ import sys
 import time
 from typing import Callable
 
-from connector.client import LedgerError, default_metadata_uri
+from connector.client import LedgerError
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
-from connector.commands.arguments import interval, password, seconds, seconds_or_zero
+from connector.commands.arguments import add_metadata, interval, password, seconds, seconds_or_zero
 from connector.commands.command_client import open_client
 from metadata import registry
 
@@ -26,9 +26,7 @@ LOST_AFTER_SECONDS = 60.0    # the auditor counts an unregistered node gone afte
 def register(subparsers) -> None:
     def command(name: str, help: str, func):
         sub = subparsers.add_parser(name, help=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
         sub.add_argument("--password", dest="passwords", type=password, action="append",
                          help="password of the ledgers to re-replicate; repeat for several (default: empty)")

@@ -20,9 +20,9 @@ import time
 
 from kazoo.exceptions import NotEmptyError
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import LedgerClient
 from connector.commands import node_security
-from connector.commands.arguments import interval, password, positive
+from connector.commands.arguments import add_metadata, interval, password, positive
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -49,9 +49,7 @@ def register(subparsers) -> None:
 
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
         sub.add_argument("--json", action="store_true", help="print JSON (one object per line for lists)")
         sub.set_defaults(func=func)

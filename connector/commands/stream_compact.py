@@ -13,10 +13,9 @@ import dataclasses
 import datetime
 import json
 
-from connector.client import default_metadata_uri
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
-from connector.commands.arguments import password, positive, seconds_or_zero
+from connector.commands.arguments import add_metadata, password, positive, seconds_or_zero
 from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
@@ -35,9 +34,7 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[1],
     )
     compact.add_argument("name", help="the stream")
-    compact.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(compact)
     node_security.add_arguments(compact)
     compact.add_argument("--password", type=password, default="",
                          help="the stream's ledger password (its new ledgers get it too)")

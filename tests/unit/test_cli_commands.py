@@ -101,3 +101,10 @@ def test_node_commands_refuse_what_is_not_a_node_id_before_reaching_zookeeper(ca
     assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-200 bytes "
                                        "(UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or "
                                        "'..', not starting with '-'); check the id with `ledger cluster status`\n")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["init"], ["stream", "list"]])
+def test_a_metadata_root_with_a_dot_segment_is_one_line_not_kazoos_traceback(capsys, argv):
+    assert cli.main([*argv, "--metadata", "zk://127.0.0.1:1/ledgers/../ledgers"]) == 1
+    assert capsys.readouterr().err.startswith("ledger: error: metadata URI 'zk://127.0.0.1:1/ledgers/../ledgers': its "
+                                              "root /ledgers/../ledgers has a '.' or '..' segment")

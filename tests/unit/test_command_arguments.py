@@ -27,9 +27,15 @@ from connector import cli
     # An audit's: a billion nodes ran ~20 s before a 100 KB message; an empty --dir started a cluster in the cwd.
     (["cluster", "start", "--nodes", "1000000000"], "argument --nodes: 1000000000 is over 100, the most storage nodes"),
     (["cluster", "start", "--nodes", "0"], "argument --nodes: '0' is not a positive integer"),
-    (["cluster", "start", "--dir", ""], "argument --dir: '' is an empty path: give a directory"),
-    (["cluster", "status", "--dir", ""], "argument --dir: '' is an empty path"),
-    (["cluster", "stop", "--dir", ""], "argument --dir: '' is an empty path"),
+    (["cluster", "start", "--dir", ""], "argument --dir: '' is empty: give a value, or leave the option out"),
+    (["cluster", "status", "--dir", ""], "argument --dir: '' is empty"),
+    (["cluster", "stop", "--dir", ""], "argument --dir: '' is empty"),
+    # An empty metadata URI or TLS file silently stood for $LEDGER_METADATA's, or the environment's file.
+    (["list", "--metadata", ""], "argument --metadata: '' is empty"),
+    (["stream", "list", "--metadata", ""], "argument --metadata: '' is empty"),
+    (["node", "readonly", "n1", "--metadata", ""], "argument --metadata: '' is empty"),
+    (["list", "--tls-ca", "", "--metadata", "zk://127.0.0.1:1/l"], "argument --tls-ca: '' is empty"),
+    (["jobs", "--auth-token-file", "", "--metadata", "zk://127.0.0.1:1/l"], "argument --auth-token-file: '' is empty"),
 ])
 def test_a_bad_number_is_named_with_what_the_argument_takes(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
