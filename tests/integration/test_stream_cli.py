@@ -135,3 +135,14 @@ def test_retention_loop_runs_every_seconds_and_stops_after_its_runs(cluster, met
         assert head.first_offset == head.next_offset == 6 and head.tail == ()
         assert head.retention == Retention(max_age=1.0)
         assert lc.store.children(layout.stream_cuts_path("events")) == []
+
+
+@pytest.mark.parametrize("argv", [["truncate", "..", "--before", "1"], ["truncate", ".", "--before", "1"],
+                                  ["truncate", "a/b", "--before", "1"], ["retention", "--apply", ".."]])
+def test_what_is_no_stream_name_is_refused_in_one_line(metadata_uri, capsys, argv):
+    """An audit's: '..' and '.' became znode paths (of the stream's cuts) before the name was checked, and kazoo's
+    "ValueError: relative paths not allowed" came out as a traceback."""
+    assert main(["stream", *argv, "--metadata", metadata_uri]) == 1
+    err = capsys.readouterr().err
+    assert f"invalid stream name {argv[1] if argv[0] == 'truncate' else argv[2]!r}: use 1-200 letters" in err, err
+    assert len(err.splitlines()) == 1
