@@ -36,6 +36,10 @@ COMPACT_MODULE = "connector.commands.stream_compact"
 DELETE_ATTEMPTS = 5   # deletes of a marked head that a cut's or compaction's late znode under it may refuse
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATIONS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# The largest limits retention takes: finite numbers every parser of the stream's head reads (a head once stored
+# "max_age": Infinity, which is no JSON), and far past any a stream will need.
+MAX_RETENTION_AGE = 100 * 365 * 86400.0   # a century, in seconds
+MAX_RETENTION_BYTES = _UNITS["p"] << 10     # 1024P, an exbibyte
 
 
 class StreamDeleteRefusedError(LedgerError):
@@ -411,7 +415,11 @@ def _duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age: give a number with a unit, ms, s, m, h, d or w (7d, 12h), or none")
-    return float(match.group(1)) * _DURATIONS[match.group(2)]
+    age = float(match.group(1)) * _DURATIONS[match.group(2)]
+    if not age <= MAX_RETENTION_AGE:   # inf too
+        raise argparse.ArgumentTypeError(f"{text!r} is over {_age_text(MAX_RETENTION_AGE)} (a century), the longest "
+                                         "age retention takes; give a shorter one, or none to keep everything")
+    return age
 
 
 def _size(text: str) -> int:
@@ -422,7 +430,11 @@ def _size(text: str) -> int:
     if not match or float(match.group(1)) * _UNITS[match.group(2)] < 1:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a size: give bytes with an optional unit K, M, G, T (powers of 1024: 100G), or none")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    size = float(match.group(1)) * _UNITS[match.group(2)]
+    if not size <= MAX_RETENTION_BYTES:   # inf too
+        raise argparse.ArgumentTypeError(f"{text!r} is over {_size_text(MAX_RETENTION_BYTES)}, the largest size "
+                                         "retention takes; give a smaller one, or none to keep everything")
+    return int(size)
 
 
 def _age_text(seconds: float) -> str:

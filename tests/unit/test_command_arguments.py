@@ -36,6 +36,15 @@ from connector import cli
     (["node", "readonly", "n1", "--metadata", ""], "argument --metadata: '' is empty"),
     (["list", "--tls-ca", "", "--metadata", "zk://127.0.0.1:1/l"], "argument --tls-ca: '' is empty"),
     (["jobs", "--auth-token-file", "", "--metadata", "zk://127.0.0.1:1/l"], "argument --auth-token-file: '' is empty"),
+    # An audit's: an OverflowError traceback from argparse, and a head storing "max_age": Infinity (no JSON).
+    (["stream", "retention", "s", "--max-bytes", "9" * 400 + "G", "--metadata", "zk://127.0.0.1:1/l"],
+     f"argument --max-bytes: '{'9' * 400}G' is over 1024P, the largest size retention takes"),
+    (["stream", "retention", "s", "--max-bytes", "1025P", "--metadata", "zk://127.0.0.1:1/l"],
+     "argument --max-bytes: '1025P' is over 1024P"),
+    (["stream", "retention", "s", "--max-age", "9" * 400 + "d", "--metadata", "zk://127.0.0.1:1/l"],
+     f"argument --max-age: '{'9' * 400}d' is over 36500d (a century), the longest age retention takes"),
+    (["stream", "retention", "s", "--max-age", "36501d", "--metadata", "zk://127.0.0.1:1/l"],
+     "argument --max-age: '36501d' is over 36500d"),
 ])
 def test_a_bad_number_is_named_with_what_the_argument_takes(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
