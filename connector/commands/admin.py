@@ -231,17 +231,32 @@ def as_json(meta: LedgerMetadata) -> dict:
     }
 
 
-def _rows(entry) -> list[str]:
+class UndecodableEntryError(LedgerError):
+    """An entry that starts as an arrow entry does (or sits in an arrow stream) but cannot be decoded as one."""
+
+
+def _rows(ledger_id: int, entry) -> list[str]:
     from connector.spark.encoding import MAGIC  # pyarrow, only when asked for rows
     if not entry.payload.startswith(MAGIC):
         return [printable(entry.payload)]
-    return [row_line(row) for row in entry_rows(entry.payload)]
+    try:
+        return [row_line(row) for row in entry_rows(entry.payload)]
+    except UndecodableEntryError as exc:
+        print(f"ledger: warning: ledger {ledger_id} entry {entry.entry_id} starts as an arrow entry but is not one "
+              f"({exc}); printed as hex", file=sys.stderr, flush=True)
+        return [entry.payload.hex()]
 
 
 def entry_rows(payload: bytes) -> list[dict]:
-    """The rows of an arrow entry (of a Spark stream), for `--format rows` and `ledger stream tail`."""
+    """The rows of an arrow entry (of a Spark stream), for `--format rows` and `ledger stream tail`;
+    UndecodableEntryError, saying why, for a payload that is no arrow entry."""
+    import pyarrow as pa
     from connector.spark.encoding import decode_entry
-    return [row for batch in decode_entry(payload).batches for row in batch.to_pylist()]
+    from connector.spark.errors import SchemaMismatchError
+    try:
+        return [row for batch in decode_entry(payload).batches for row in batch.to_pylist()]
+    except (pa.ArrowException, SchemaMismatchError) as exc:
+        raise UndecodableEntryError(str(exc)) from exc
 
 
 def row_line(row: dict) -> str:
@@ -250,8 +265,8 @@ def row_line(row: dict) -> str:
 
 
 _FORMATS = {
-    "text": lambda entry: [printable(entry.payload)],
-    "hex": lambda entry: [entry.payload.hex()],
+    "text": lambda ledger_id, entry: [printable(entry.payload)],
+    "hex": lambda ledger_id, entry: [entry.payload.hex()],
     "rows": _rows,
 }
 
@@ -260,7 +275,7 @@ def entry_lines(fmt: str, ledger_id: int, entry) -> list[str]:
     """An entry as `ledger read` prints it: one JSON object, or lines of ENTRY_ID<tab>text|hex|row."""
     if fmt == "json":
         return [json.dumps({"ledger_id": ledger_id, "entry_id": entry.entry_id, **payload_fields(entry.payload)})]
-    return [f"{entry.entry_id}\t{line}" for line in _FORMATS[fmt](entry)]
+    return [f"{entry.entry_id}\t{line}" for line in _FORMATS[fmt](ledger_id, entry)]
 
 
 def payload_fields(payload: bytes) -> dict:

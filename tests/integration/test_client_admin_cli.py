@@ -81,6 +81,22 @@ def test_a_password_that_is_not_utf8_reads_and_recovers_its_ledger(cluster, meta
         assert client.ledger_metadata(writer.ledger_id).state is LedgerState.CLOSED
 
 
+def test_rows_of_an_entry_that_only_starts_as_arrow_are_printed_as_hex_with_a_warning(cluster, metadata_uri, capsys):
+    """An audit's: `read --format rows` of an entry starting with the arrow magic but not arrow died with pyarrow's
+    ArrowInvalid traceback."""
+    from connector.spark.encoding import MAGIC
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as client, client.create_ledger(3, 3, 2) as writer:
+        writer.append(b"plain text")
+        writer.append(MAGIC + b"garbage not arrow")
+    assert main(["read", str(writer.ledger_id), "--format", "rows", "--metadata", metadata_uri]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"0\tplain text\n1\t{(MAGIC + b'garbage not arrow').hex()}\n"
+    assert err.startswith(f"ledger: warning: ledger {writer.ledger_id} entry 1 starts as an arrow entry but is not "
+                          "one (") and err.rstrip().endswith("printed as hex"), err
+
+
 def test_delete_refuses_a_ledger_a_stream_holds_unless_forced(cluster, metadata_uri, capsys):
     cluster(3)
     with LedgerClient(metadata_uri) as client:
