@@ -374,8 +374,12 @@ def _confirm(record: StreamRecord) -> None:
             f"deleting stream {record.name!r} deletes its ledgers for good; confirm with --yes (standard input "
             "is not a terminal to ask on)"
         )
-    answer = input(f"delete stream {record.name!r} and all its ledgers (offsets {record.first_offset}..)? "
-                   "type its name to confirm: ")
+    try:
+        answer = input(f"delete stream {record.name!r} and all its ledgers (offsets {record.first_offset}..)? "
+                       "type its name to confirm: ")
+    except EOFError:   # Ctrl-D: no answer is no confirmation
+        print(file=sys.stderr)
+        raise StreamDeleteRefusedError(f"stream {record.name!r} not deleted: no name was typed") from None
     if answer.strip() != record.name:
         raise StreamDeleteRefusedError(f"stream {record.name!r} not deleted: the name typed did not match")
 
