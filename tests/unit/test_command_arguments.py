@@ -1,5 +1,8 @@
 """Bad values of the commands' number arguments are refused by argparse in one line that names the argument and
 what it takes (connector/commands/arguments.py), before anything is read, written or waited for."""
+import pathlib
+import signal
+
 import pytest
 
 from connector import cli
@@ -77,3 +80,27 @@ def test_every_password_option_takes_the_bytes_the_shell_passed(argv):
     assert parsed("--password", "\udcff") in (b"\xff", [b"\xff"])
     assert parsed("--password", "pé") in (b"p\xc3\xa9", [b"p\xc3\xa9"])   # UTF-8, as .encode() gave
     assert parsed() in (b"", None)
+
+
+@pytest.fixture
+def sigterm_kept():
+    """A soak's run() sets its own SIGTERM handler: this process gets its own back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_soak_refuses_a_dir_it_cannot_use_in_one_line(tmp_path, capsys, sigterm_kept):
+    """An audit's: `--dir FILE` gave a NotADirectoryError traceback, `--dir /proc/nope` a FileNotFoundError one."""
+    file = tmp_path / "file"
+    file.write_text("kept")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["soak", "--dir", str(file), "--minutes", "0.01"])
+    assert exited.value.code == 2
+    assert f"argument --dir: '{file}' is a file, not a directory" in capsys.readouterr().err
+    for where, why in ((file / "sub", "Not a directory"), (pathlib.Path("/proc/nope"), "No such file or directory")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["soak", "--dir", str(where), "--minutes", "0.01"])
+        assert exited.value.code == (f"ledger soak: --dir {where} cannot hold the soak ({why}); give a new or empty "
+                                     "directory this user can write")
+    assert file.read_text() == "kept"
