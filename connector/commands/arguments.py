@@ -3,6 +3,7 @@ message naming the value and what is allowed (a ValueError would make argparse p
 from __future__ import annotations
 
 import argparse
+import fractions
 import math
 import os
 import pathlib
@@ -11,6 +12,7 @@ import re
 from connector.client import default_metadata_uri
 
 MAX_INTERVAL = 86400.0   # seconds: the longest a loop waits between rounds, a day (time.sleep overflows on 1e300)
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
 
 def positive(text: str) -> int:
@@ -57,6 +59,28 @@ def seconds_or_zero(text: str) -> float:
     value = _number(text)
     if not 0 <= value < math.inf:  # nan too
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def size(text: str) -> int:
+    """A number of bytes, 1 or more, with an optional unit K, M, G, T or P (powers of 1024) and an optional B or iB:
+    4096, 100G, 64MiB, 1.5T. Exact: a huge one is a huge integer, never a float's infinity."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", text.lower())
+    value = int(fractions.Fraction(match.group(1)) * SIZE_UNITS[match.group(2)]) if match else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size: give bytes with an optional unit K, M, G, T or P (powers of 1024: 100G, 64MiB)")
+    return value
+
+
+def entry_bytes(text: str) -> int:
+    """The size of an arrow entry a writer cuts, within what the Spark option entryBytes takes."""
+    from connector.spark.options import MAX_ENTRY_BYTES, MIN_ENTRY_BYTES   # here: `ledger list` loads no Spark
+
+    value = positive(text)
+    if not MIN_ENTRY_BYTES <= value <= MAX_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(f"{text} is not within {MIN_ENTRY_BYTES:,}..{MAX_ENTRY_BYTES:,}, the sizes "
+                                         "an arrow entry may have (as the Spark option entryBytes)")
     return value
 
 

@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     start = actions.add_parser("start", help="start in the background; returns once every node is registered")
     start.add_argument("--nodes", type=_nodes, default=3,
                        help=f"number of storage nodes (default 3, at most {MAX_NODES})")
-    start.add_argument("--dir", type=non_empty, default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
+    start.add_argument("--dir", type=non_empty, default=DEFAULT_DIR,
+                       help=f"cluster directory (default ./{DEFAULT_DIR})")
     start.add_argument("--tls", action="store_true",
                        help="create a local CA and certificates under DIR/tls and run the nodes with mutual TLS "
                             "(remembered in DIR/cluster.json: later starts keep TLS on)")

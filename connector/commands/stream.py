@@ -22,7 +22,7 @@ from kazoo.exceptions import NotEmptyError
 
 from connector.client import LedgerClient
 from connector.commands import node_security
-from connector.commands.arguments import add_metadata, interval, password, positive
+from connector.commands.arguments import SIZE_UNITS, add_metadata, interval, password, positive, size
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -34,12 +34,11 @@ from metadata.model import Retention, StreamRecord
 
 COMPACT_MODULE = "connector.commands.stream_compact"
 DELETE_ATTEMPTS = 5   # deletes of a marked head that a cut's or compaction's late znode under it may refuse
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATIONS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # The largest limits retention takes: finite numbers every parser of the stream's head reads (a head once stored
 # "max_age": Infinity, which is no JSON), and far past any a stream will need.
 MAX_RETENTION_AGE = 100 * 365 * 86400.0   # a century, in seconds
-MAX_RETENTION_BYTES = _UNITS["p"] << 10     # 1024P, an exbibyte
+MAX_RETENTION_BYTES = SIZE_UNITS["p"] << 10     # 1024P, an exbibyte
 
 
 class StreamDeleteRefusedError(LedgerError):
@@ -427,18 +426,17 @@ def _duration(text: str) -> float:
 
 
 def _size(text: str) -> int:
-    """100G, 512M, 1.5T, 4096 (powers of 1024; an optional B or iB); `none` (-1) removes the limit."""
+    """100G, 512M, 1.5T, 4096 (arguments.size); `none` (-1) removes the limit."""
     if text.strip().lower() == "none":
         return -1
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", text.lower())
-    if not match or float(match.group(1)) * _UNITS[match.group(2)] < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size: give bytes with an optional unit K, M, G, T (powers of 1024: 100G), or none")
-    size = float(match.group(1)) * _UNITS[match.group(2)]
-    if not size <= MAX_RETENTION_BYTES:   # inf too
+    try:
+        value = size(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, or none") from None
+    if value > MAX_RETENTION_BYTES:
         raise argparse.ArgumentTypeError(f"{text!r} is over {_size_text(MAX_RETENTION_BYTES)}, the largest size "
                                          "retention takes; give a smaller one, or none to keep everything")
-    return int(size)
+    return value
 
 
 def _age_text(seconds: float) -> str:
@@ -450,7 +448,7 @@ def _age_text(seconds: float) -> str:
 
 def _size_text(size: int) -> str:
     for unit in ("P", "T", "G", "M", "K"):
-        factor = _UNITS[unit.lower()]
+        factor = SIZE_UNITS[unit.lower()]
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size:,} bytes"

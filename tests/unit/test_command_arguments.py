@@ -104,3 +104,39 @@ def test_soak_refuses_a_dir_it_cannot_use_in_one_line(tmp_path, capsys, sigterm_
         assert exited.value.code == (f"ledger soak: --dir {where} cannot hold the soak ({why}); give a new or empty "
                                      "directory this user can write")
     assert file.read_text() == "kept"
+
+
+# An audit's: each of these ran (some for 25 s of setup) before failing with a traceback, or exited 0.
+@pytest.mark.parametrize("argv, message", [
+    (["node", "--seconds", "-1"], "argument --seconds: '-1' is not a number of seconds > 0"),
+    (["node", "--small-batch", "0"], "argument --small-batch: '0' is not a positive integer"),
+    (["node", "--warmup", "nan"], "argument --warmup: 'nan' is not a number of seconds >= 0"),
+    (["client", "--recovery-lengths", "1000,abc"], "argument --recovery-lengths: 'abc' is not a positive integer"),
+    (["client", "--small-window", "-5"], "argument --small-window: '-5' is not a positive integer"),
+    (["stream", "--rate", "0"], "argument --rate: '0' is not a number > 0"),
+    (["stream", "--sink-seconds", "inf"], "argument --sink-seconds: 'inf' is not a number of seconds > 0"),
+    (["history", "--size", "abc"], "argument --size: 'abc' is not a size: give bytes with an optional unit"),
+    (["history", "--ledgers", "-1"], "argument --ledgers: '-1' is not a positive integer"),
+    (["spark", "--entry-bytes", "1"], "argument --entry-bytes: 1 is not within 1,024..4,194,304"),
+    (["spark", "--dir", ""], "argument --dir: '' is empty"),
+])
+def test_a_benchmarks_bad_argument_is_refused_before_it_starts(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser("bench").parse_args(["bench", *argv])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and "invalid" not in error, error
+
+
+@pytest.mark.parametrize("bench", ["node", "client", "spark"])
+def test_a_benchmarks_dir_that_is_a_file_is_refused_before_it_starts(capsys, tmp_path, bench):
+    (tmp_path / "file").write_text("kept")
+    with pytest.raises(SystemExit):
+        cli.build_parser("bench").parse_args(["bench", bench, "--dir", str(tmp_path / "file")])
+    assert f"argument --dir: '{tmp_path / 'file'}' is a file, not a directory" in capsys.readouterr().err
+
+
+def test_the_benchmarks_defaults_still_parse():
+    for bench in ("node", "client", "spark", "stream", "history"):
+        cli.build_parser("bench").parse_args(["bench", bench])
+    assert cli.build_parser("bench").parse_args(["bench", "client"]).recovery_lengths == [1000, 100000]
