@@ -13,7 +13,7 @@ import json
 import sys
 
 from connector.client import LedgerClient
-from connector.commands import node_security
+from connector.commands import arguments, node_security
 from connector.commands.arguments import add_metadata, password
 from connector.commands.command_client import open_client
 from metadata import registry, streams
@@ -40,9 +40,9 @@ def register(subparsers) -> None:
 
     command("list", "list ledgers with their state and last entry", run_list, json_output=True)
     command("show", "show a ledger's metadata with its fragments", run_show,
-            json_output=True).add_argument("ledger_id", type=int)
+            json_output=True).add_argument("ledger_id", type=arguments.ledger_id)
     read = command("read", "print a ledger's entries (an OPEN ledger up to its LAC, without fencing)", run_read)
-    read.add_argument("ledger_id", type=int)
+    read.add_argument("ledger_id", type=arguments.ledger_id)
     read.add_argument("--from", dest="first", type=int, default=0, help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None,
                       help="last entry (default and at most: the last readable one)")
@@ -55,10 +55,10 @@ def register(subparsers) -> None:
                       help="fence and close an OPEN ledger first (its writer can add no more), then read it all")
     read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
     recover = command("recover", "fence and close an OPEN ledger (its writer is fenced)", run_recover)
-    recover.add_argument("ledger_id", type=int)
+    recover.add_argument("ledger_id", type=arguments.ledger_id)
     recover.add_argument("--password", type=password, default="", help="the ledger's password")
     delete = command("delete", "delete a ledger (refused for a ledger a stream holds)", run_delete)
-    delete.add_argument("ledger_id", type=int)
+    delete.add_argument("ledger_id", type=arguments.ledger_id)
     delete.add_argument("--force", action="store_true",
                         help="delete even a ledger a stream holds (its offsets become unreadable)")
     command("nodes", "list the storage nodes registered in the metadata", run_nodes, json_output=True)

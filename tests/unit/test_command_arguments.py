@@ -48,6 +48,11 @@ from connector import cli
      f"argument --max-age: '{'9' * 400}d' is over 36500d (a century), the longest age retention takes"),
     (["stream", "retention", "s", "--max-age", "36501d", "--metadata", "zk://127.0.0.1:1/l"],
      "argument --max-age: '36501d' is over 36500d"),
+    # int() took these for ledger 1, 3 and 10: `ledger delete ' 1'` deleted ledger 1
+    (["show", " 1", "--metadata", "zk://127.0.0.1:1/l"], "argument ledger_id: ' 1' is not a ledger id (an integer"),
+    (["read", "\u0663", "--metadata", "zk://127.0.0.1:1/l"], "argument ledger_id: '\u0663' is not a ledger id"),
+    (["delete", "1_0", "--metadata", "zk://127.0.0.1:1/l"], "argument ledger_id: '1_0' is not a ledger id"),
+    (["recover", "1.0", "--metadata", "zk://127.0.0.1:1/l"], "argument ledger_id: '1.0' is not a ledger id"),
 ])
 def test_a_bad_number_is_named_with_what_the_argument_takes(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
