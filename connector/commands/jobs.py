@@ -19,6 +19,7 @@ from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
 )
+from metadata.streams import check_stream_name
 
 
 def register(subparsers) -> None:
@@ -44,6 +45,8 @@ def register(subparsers) -> None:
 
 
 def run_jobs(args) -> int:
+    if args.stream is not None:
+        check_stream_name(args.stream)   # no job writes a stream of no valid name: say so, not "no jobs on it"
     passwords = args.passwords or [b""]
     with open_client(args) as lc:
         found = find_registries(lc.store, args.stream)

@@ -108,3 +108,10 @@ def test_a_metadata_root_with_a_dot_segment_is_one_line_not_kazoos_traceback(cap
     assert cli.main([*argv, "--metadata", "zk://127.0.0.1:1/ledgers/../ledgers"]) == 1
     assert capsys.readouterr().err.startswith("ledger: error: metadata URI 'zk://127.0.0.1:1/ledgers/../ledgers': its "
                                               "root /ledgers/../ledgers has a '.' or '..' segment")
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ""])
+def test_jobs_of_what_is_no_stream_name_is_an_invalid_stream_name(capsys, name):
+    """It said there were no jobs on stream 'a/b' (an audit's): no stream can have that name."""
+    assert cli.main(["jobs", "--stream", name, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+    assert capsys.readouterr().err.startswith(f"ledger: error: invalid stream name {name!r}: use 1-200 letters")
