@@ -29,6 +29,14 @@ def non_negative(text: str) -> int:
     return value
 
 
+def ledger_id(text: str) -> int:
+    """A ledger id as written: ASCII digits (int() would also take ' 1', '1_0' or Arabic-Indic digits)."""
+    value = _integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ledger id (an integer, such as `ledger list` prints)")
+    return value
+
+
 def positive_number(text: str) -> float:
     """A finite number above 0 (a rate, say)."""
     value = _number(text)
@@ -65,7 +73,7 @@ def seconds_or_zero(text: str) -> float:
 def size(text: str) -> int:
     """A number of bytes, 1 or more, with an optional unit K, M, G, T or P (powers of 1024) and an optional B or iB:
     4096, 100G, 64MiB, 1.5T. Exact: a huge one is a huge integer, never a float's infinity."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", text.lower())
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?)(?:i?b)?\s*", text.lower())
     value = int(fractions.Fraction(match.group(1)) * SIZE_UNITS[match.group(2)]) if match else 0
     if value < 1:
         raise argparse.ArgumentTypeError(
@@ -84,26 +92,6 @@ def entry_bytes(text: str) -> int:
     return value
 
 
-def ledger_id(text: str) -> int:
-    """A ledger id as written: ASCII digits (int() would also take ' 1', '1_0' or Arabic-Indic digits)."""
-    value = _integer(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ledger id (an integer, such as `ledger list` prints)")
-    return value
-
-
-def _integer(text: str) -> int | None:
-    """text as an integer if it is one in ASCII digits (with an optional sign), else None."""
-    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
 def non_empty(text: str) -> str:
     """A value that says something: an empty one would silently stand for a default (the current directory, the
     environment's metadata URI or TLS file)."""
@@ -120,6 +108,12 @@ def directory(text: str) -> pathlib.Path:
     return value
 
 
+def password(text: str) -> bytes:
+    """A ledger password as the bytes the shell passed: any bytes, valid UTF-8 or not (os.fsencode undoes how
+    Python decoded the argument), so that `--password $'\\xff'` opens a ledger created with that password."""
+    return os.fsencode(text)
+
+
 def add_metadata(parser: argparse.ArgumentParser) -> None:
     """The --metadata option of every command that reads or writes the metadata."""
     parser.add_argument("--metadata", type=non_empty, default=default_metadata_uri(),
@@ -127,7 +121,17 @@ def add_metadata(parser: argparse.ArgumentParser) -> None:
                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
 
 
-def password(text: str) -> bytes:
-    """A ledger password as the bytes the shell passed: any bytes, valid UTF-8 or not (os.fsencode undoes how
-    Python decoded the argument), so that `--password $'\\xff'` opens a ledger created with that password."""
-    return os.fsencode(text)
+def _integer(text: str) -> int | None:
+    """text as an integer if it is one in ASCII digits (with an optional sign), else None (also past the 4,300
+    digits int() converts)."""
+    try:
+        return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
+    except ValueError:
+        return None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
