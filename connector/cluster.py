@@ -9,6 +9,7 @@ certificates are created under DIR/tls and the nodes serve mutual TLS only; clus
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -378,7 +379,7 @@ class LocalCluster:
             _signal(spec.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for spec in running:
-            alive = lambda pid, spec=spec: self.node_runs(spec)
+            alive = functools.partial(runs_node, data_dir=self.node_dir(spec.node_id))
             if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic()), alive):
                 _signal(spec.pid, signal.SIGKILL)
                 wait_gone(spec.pid, 10, alive)
@@ -386,7 +387,7 @@ class LocalCluster:
             spec.pid = 0
         if self._zookeeper_runs():
             _signal(self.state.zk_pid, signal.SIGTERM)
-            alive = lambda pid: self._zookeeper_runs()
+            alive = functools.partial(runs_zookeeper, data_dir=self.directory / "zookeeper")
             if not wait_gone(self.state.zk_pid, timeout, alive):
                 _signal(self.state.zk_pid, signal.SIGKILL)
         self.state.zk_pid = 0
