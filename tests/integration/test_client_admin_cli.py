@@ -73,12 +73,14 @@ def test_a_password_that_is_not_utf8_reads_and_recovers_its_ledger(cluster, meta
     audit's). The password is the bytes the shell passed."""
     cluster(3)
     with LedgerClient(metadata_uri) as client:
-        writer = client.create_ledger(3, 2, 2, password=b"\xff")
-        writer.append(b"kept")
-        assert main(["read", str(writer.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        read, recovered = (client.create_ledger(3, 2, 2, password=b"\xff") for _ in range(2))
+        read.append(b"kept")
+        recovered.append(b"kept too")
+        # --recover: the entry is read whether or not the nodes have learnt its LAC yet
+        assert main(["read", str(read.ledger_id), "--recover", "--password", "\udcff", "--metadata", metadata_uri]) == 0
         assert capsys.readouterr().out == "0\tkept\n"
-        assert main(["recover", str(writer.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
-        assert client.ledger_metadata(writer.ledger_id).state is LedgerState.CLOSED
+        assert main(["recover", str(recovered.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        assert client.ledger_metadata(recovered.ledger_id).state is LedgerState.CLOSED
 
 
 def test_rows_of_an_entry_that_only_starts_as_arrow_are_printed_as_hex_with_a_warning(cluster, metadata_uri, capsys):
