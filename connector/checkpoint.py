@@ -102,7 +102,7 @@ def _sources(path: str, batch: int) -> tuple[SourceOffset, ...]:
             source, text = line.split(":", 1)
         else:
             raise _not_offsets(file, f"line {number}: {line[:40]!r} is not SOURCE:OFFSET, as v2 writes a source")
-        found.append(_source_offset(source, text))
+        found.append(_source_offset(file, number, source, text))
     return tuple(found)
 
 
@@ -111,13 +111,16 @@ def _not_offsets(file: str, why: str) -> CheckpointError:
                            "is the query's checkpointLocation")
 
 
-def _source_offset(source: str, text: str) -> SourceOffset:
+def _source_offset(file: str, number: int, source: str, text: str) -> SourceOffset:
     """A ledger source's offset, or one with neither stream nor offset for another source (or none, `-`)."""
     try:
         value = json.loads(text)
     except ValueError:
         value = None
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
+        if isinstance(value["offset"], bool) or value["offset"] < 0:   # a lag from it would mean nothing
+            raise _not_offsets(file, f"line {number}: offset {value['offset']!r} is not a stream offset (an integer "
+                                     ">= 0)")
         stream, created = value.get("stream"), value.get("created")
         return SourceOffset(source, stream if isinstance(stream, str) else None, value["offset"],
                             created if isinstance(created, (int, float)) else None)

@@ -9,6 +9,7 @@ certificates are created under DIR/tls and the nodes serve mutual TLS only; clus
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -21,9 +22,11 @@ import grpc
 
 from connector.certificates import CertificateAuthority
 from connector.client.security import TlsConfig, call_metadata
-from connector.node_launcher import NodeHandle, NodeStartError, launch, node_command, pid_alive, wait_all_ready
-from metadata import registry
-from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens
+from connector.node_launcher import (
+    NodeHandle, NodeStartError, launch, node_command, pid_alive, runs_node, wait_all_ready,
+)
+from metadata import layout, registry
+from metadata.embedded import EmbeddedZooKeeper, four_letter_word, free_port, listens, runs_zookeeper
 from metadata.errors import LedgerError
 from metadata.model import NodeRegistration
 from metadata.store import MetadataStore, initialise_root
@@ -99,9 +102,10 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """Until alive(pid) is false (default: no process has the pid), at most timeout seconds; whether it is."""
     deadline = time.monotonic() + timeout
-    while pid_alive(pid):
+    while alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -120,6 +124,7 @@ class LocalCluster:
         self.state: ClusterState | None = self._load()
         self.notes: list[str] = []              # what start() repaired on its way, for the operator
         self._started: dict[str, NodeHandle] = {}   # the nodes this object started, by id
+        self._started_zookeeper: EmbeddedZooKeeper | None = None   # the ZooKeeper this object started
 
     # -- state file ----------------------------------------------------------------------------
 
@@ -176,7 +181,7 @@ class LocalCluster:
         if new:
             self.state = ClusterState(zk_port=free_port())
         if self.tls and self.state.tls is None:
-            running = [s.node_id for s in self.state.nodes if pid_alive(s.pid)]
+            running = [s.node_id for s in self.state.nodes if self.node_runs(s)]
             if running:
                 raise ClusterError(f"node(s) {', '.join(running)} of {self.directory} run without TLS: "
                                    f"`ledger cluster stop --dir {self.directory}` first, then start with --tls")
@@ -185,12 +190,32 @@ class LocalCluster:
         while len(self.state.nodes) < wanted:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", self._unrecorded_port()))
         self._save()
-        self.start_zookeeper(timeout, may_move=new)
-        initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
-        for spec in self.state.nodes:
-            self.start_node(spec.node_id)
-        self.wait_serving(timeout)
+        running_before = dict(self._started)
+        try:
+            self.start_zookeeper(timeout, may_move=new)
+            initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
+            for spec in self.state.nodes:
+                self.start_node(spec.node_id)
+            self.wait_serving(timeout)
+        except BaseException:
+            self._stop_started(running_before)
+            raise
         return self.metadata_uri
+
+    def _stop_started(self, running_before: dict[str, NodeHandle]) -> None:
+        """A start that failed stops what it started (its nodes, then its ZooKeeper) rather than leave a half-started
+        cluster running; processes that ran before it are left as they were."""
+        for spec in self.state.nodes:
+            handle = self._started.get(spec.node_id)
+            if handle is not None and running_before.get(spec.node_id) is not handle:
+                handle.stop()
+                del self._started[spec.node_id]
+                spec.pid = 0
+        if self._started_zookeeper is not None:
+            self._started_zookeeper.stop()
+            self._started_zookeeper = None
+            self.state.zk_pid = 0
+        self._save()
 
     def _make_directory(self) -> None:
         try:
@@ -210,6 +235,7 @@ class LocalCluster:
         zk = EmbeddedZooKeeper(self.directory / "zookeeper", port=self.state.zk_port,
                                pick_port=self._unrecorded_port if may_move else None)
         zk.start(detach=True, timeout=timeout)
+        self._started_zookeeper = zk
         if zk.port != self.state.zk_port:
             self.notes.append(f"zookeeper: port {self.state.zk_port} is taken by another process; moved to port "
                               f"{zk.port}")
@@ -220,7 +246,7 @@ class LocalCluster:
     def start_node(self, node_id: str) -> int:
         """Start one recorded node unless its process is alive (it registers on its own); its pid."""
         spec = self.node(node_id)
-        if not pid_alive(spec.pid):
+        if not self.node_runs(spec):
             self._move_off_a_taken_port(spec)
             spec.pid = self._start_node(spec)
             self._save()
@@ -246,9 +272,17 @@ class LocalCluster:
                 return spec
         raise ClusterError(f"no node {node_id!r} in {self.directory}")
 
+    def node_runs(self, spec: NodeSpec) -> bool:
+        """Whether the node's recorded pid is this cluster's node (not a process that has the pid since a reboot)."""
+        return runs_node(spec.pid, self.node_dir(spec.node_id))
+
+    def _zookeeper_runs(self) -> bool:
+        """Whether the recorded ZooKeeper pid is this cluster's ZooKeeper, as node_runs is for a node."""
+        return runs_zookeeper(self.state.zk_pid, self.directory / "zookeeper")
+
     def _zookeeper_serving(self) -> bool:
         """Whether this cluster's ZooKeeper answers: the process it recorded, not another one that took the port."""
-        if not listens(self.state.zk_pid, "127.0.0.1", self.state.zk_port):
+        if not (self._zookeeper_runs() and listens(self.state.zk_pid, "127.0.0.1", self.state.zk_port)):
             return False
         try:
             return four_letter_word("127.0.0.1", self.state.zk_port) == b"imok"
@@ -321,7 +355,7 @@ class LocalCluster:
             entry = {
                 "node_id": spec.node_id,
                 "pid": spec.pid,
-                "running": pid_alive(spec.pid),
+                "running": self.node_runs(spec),
                 "registered": reg is not None,
                 "state": reg.state.value if reg else "-",
                 "address": reg.address if reg else spec.address,
@@ -337,21 +371,25 @@ class LocalCluster:
     def stop(self, timeout: float = 30.0) -> None:
         """Clean shutdown: nodes first (they checkpoint and deregister), then ZooKeeper. Nodes still running
         `timeout` seconds after SIGTERM (one deadline for all: a node cannot deregister while ZooKeeper is
-        down) are killed."""
+        down) are killed. Only the cluster's own processes are signalled: a recorded pid that another process has
+        now (after a reboot) is left alone and forgotten."""
         self._recorded()
-        for spec in self.state.nodes:
-            if pid_alive(spec.pid):
-                os.kill(spec.pid, signal.SIGTERM)
+        running = [spec for spec in self.state.nodes if self.node_runs(spec)]
+        for spec in running:
+            _signal(spec.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
+        for spec in running:
+            alive = functools.partial(runs_node, data_dir=self.node_dir(spec.node_id))
+            if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic()), alive):
+                _signal(spec.pid, signal.SIGKILL)
+                wait_gone(spec.pid, 10, alive)
         for spec in self.state.nodes:
-            if not wait_gone(spec.pid, max(0.0, deadline - time.monotonic())):
-                os.kill(spec.pid, signal.SIGKILL)
-                wait_gone(spec.pid, 10)
             spec.pid = 0
-        if pid_alive(self.state.zk_pid):
-            os.kill(self.state.zk_pid, signal.SIGTERM)
-            if not wait_gone(self.state.zk_pid, timeout):
-                os.kill(self.state.zk_pid, signal.SIGKILL)
+        if self._zookeeper_runs():
+            _signal(self.state.zk_pid, signal.SIGTERM)
+            alive = functools.partial(runs_zookeeper, data_dir=self.directory / "zookeeper")
+            if not wait_gone(self.state.zk_pid, timeout, alive):
+                _signal(self.state.zk_pid, signal.SIGKILL)
         self.state.zk_pid = 0
         self._save()
 
@@ -363,9 +401,16 @@ class LocalCluster:
         self.stop()
 
 
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:   # it exited meanwhile
+        pass
+
+
 def decode_state(raw: object) -> ClusterState:
-    """cluster.json's record; ValueError saying what is wrong with it."""
-    if not (isinstance(raw, dict) and isinstance(raw.get("zk_port"), int) and isinstance(raw.get("zk_pid", 0), int)
+    """cluster.json's record; ValueError saying what is wrong with it (checked before anything is started on it)."""
+    if not (isinstance(raw, dict) and _is_int(raw.get("zk_port")) and _is_int(raw.get("zk_pid", 0))
             and isinstance(raw.get("nodes"), list)):
         raise ValueError("not an object with zk_port and zk_pid numbers and a nodes list")
     try:
@@ -373,9 +418,25 @@ def decode_state(raw: object) -> ClusterState:
         tls = TlsFiles(**raw["tls"]) if raw.get("tls") else None
     except TypeError as exc:   # a node or the tls entry not an object, or with other fields than recorded
         raise ValueError(f"a node or its tls entry is not as recorded: {exc}") from None
-    if not all(isinstance(node.port, int) and isinstance(node.pid, int) for node in nodes):
+    if not all(_is_int(node.port) and _is_int(node.pid) for node in nodes):
         raise ValueError("a node's port or pid is not a number")
+    for what, port in (("zk_port", raw["zk_port"]), *((f"the port of node {n.node_id!r}", n.port) for n in nodes)):
+        if not 0 < port < 65536:
+            raise ValueError(f"{what} is {port}, not a port in 1-65535")
+    if raw.get("zk_pid", 0) < 0 or any(node.pid < 0 for node in nodes):
+        raise ValueError("a pid is negative")
+    for node in nodes:
+        if not layout.is_node_id(node.node_id):
+            raise ValueError(f"node id {node.node_id!r} is not one ({layout.NODE_ID_RULE})")
+    if len({node.node_id for node in nodes}) < len(nodes):
+        raise ValueError("a node id is recorded twice")
+    if tls is not None and not all(isinstance(path, str) and path for path in dataclasses.astuple(tls)):
+        raise ValueError("a tls entry is not a file name")
     return ClusterState(raw["zk_port"], raw.get("zk_pid", 0), nodes, tls)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)   # JSON true is no number
 
 
 def _damage(exc: ValueError) -> str:
@@ -413,4 +474,4 @@ def distinct_port(recorded: set[int], pick: Callable[[], int] = free_port, attem
         port = pick()
         if port not in recorded:
             return port
-    raise ClusterError(f"no free port outside {sorted(recorded)} after {attempts} tries")
+    raise ClusterError(f"no free port outside the {len(recorded)} this cluster recorded after {attempts} tries")

@@ -22,12 +22,14 @@ import time
 import uuid
 from typing import Sequence
 
+from metadata.embedded import command_line
 from metadata.errors import LedgerError
 from protos.ready_file import NodeReady, read_ready, remove_ready
 
 POLL_SECONDS = 0.05
 REFUSAL = "refuses to start"        # what a node says on its way out (storage_node/__main__.py)
 PORT_TAKEN = "another process uses the port"   # its refusal when its port was taken (storage_node/server.py)
+NODE_MODULE = "storage_node"   # `python -m storage_node`: what node_command() runs, and `ledger node` execs
 
 
 class NodeStartError(LedgerError):
@@ -37,7 +39,7 @@ class NodeStartError(LedgerError):
 def node_command(data_dir: str | os.PathLike, port: int, metadata: str, node_id: str,
                  *extra_args: str) -> list[str]:
     """The command line of `python -m storage_node` (with this interpreter) for one node."""
-    return [sys.executable, "-m", "storage_node", "--data-dir", str(data_dir), "--port", str(port),
+    return [sys.executable, "-m", NODE_MODULE, "--data-dir", str(data_dir), "--port", str(port),
             "--metadata", metadata, "--node-id", node_id, *extra_args]
 
 
@@ -56,6 +58,27 @@ def pid_alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return True
+
+
+def runs_node(pid: int, data_dir: str | os.PathLike) -> bool:
+    """Whether process pid is a storage node of data_dir (`python -m storage_node --data-dir DATA_DIR ...`, as
+    node_command() and `ledger node` run it). pid_alive says whether some process has the pid; a pid recorded
+    before a reboot (the local cluster's cluster.json) may be any other process's now, and must not be signalled
+    nor counted as the node."""
+    argv = command_line(pid)
+    data = _option(argv, "--data-dir")
+    return _option(argv, "-m") == NODE_MODULE and data is not None and \
+        os.path.realpath(data) == os.path.realpath(data_dir)
+
+
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of option name in argv (`name VALUE` or `name=VALUE`), None without it."""
+    for word, after in zip(argv, [*argv[1:], None]):
+        if word == name:
+            return after
+        if word.startswith(name + "="):
+            return word[len(name) + 1:]
+    return None
 
 
 class NodeHandle:

@@ -82,7 +82,7 @@ from metadata.errors import LedgerError, MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from metadata.streams import (
-    Rewrite, create_directory, drop_below, iter_ledgers, list_streams, read_stream, update_stream,
+    Rewrite, check_stream_name, create_directory, drop_below, iter_ledgers, list_streams, read_stream, update_stream,
 )
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,7 @@ def _cut_front(
     password: bytes, on_step: Step | None,
 ) -> CutResult:
     on_step = on_step or (lambda step, cut: None)
+    check_stream_name(name)   # before clean_cuts makes a path of it ('..' made kazoo raise a bare ValueError)
     finished = clean_cuts(lc, name, password=password)
     planned = Cut(uuid.uuid4().hex[:16], name, lc.writer_id)
     with _running(planned):

@@ -21,6 +21,7 @@ import psutil
 from metadata.errors import EmbeddedZooKeeperError, ZooKeeperPortTakenError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+CONFIG_FILE = "zoo.cfg"   # in the data directory: the one argument after MAIN_CLASS
 HEAP_ENV = "ZK_SERVER_HEAP"
 DEFAULT_HEAP_MB = 256
 # A port free_port() chose is free when chosen, not when the JVM binds it a second or more later: another process
@@ -55,6 +56,24 @@ def listens(pid: int, host: str, port: int) -> bool:
         return False
     return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port
                and s.laddr.ip in (host, f"::ffff:{host}", "0.0.0.0", "::") for s in sockets)   # Java: IPv6-mapped
+
+
+def command_line(pid: int) -> list[str]:
+    """Process pid's arguments; [] once it is gone (or a zombie) or when they cannot be read."""
+    if pid <= 0:
+        return []
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
+
+
+def runs_zookeeper(pid: int, data_dir: str | os.PathLike) -> bool:
+    """Whether process pid is the embedded ZooKeeper of data_dir (QuorumPeerMain reading DATA_DIR/zoo.cfg): a pid
+    recorded before a reboot may be any other process's now, and must not be signalled as ZooKeeper."""
+    argv = command_line(pid)
+    config = os.path.realpath(pathlib.Path(data_dir) / CONFIG_FILE)
+    return MAIN_CLASS in argv and any(os.path.realpath(arg) == config for arg in argv[argv.index(MAIN_CLASS) + 1:])
 
 
 def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float = 1.0) -> bytes:
@@ -95,7 +114,7 @@ class EmbeddedZooKeeper:
 
     def write_config(self) -> pathlib.Path:
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
-        config = self.data_dir / "zoo.cfg"
+        config = self.data_dir / CONFIG_FILE
         config.write_text(
             "\n".join(
                 [

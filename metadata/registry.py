@@ -16,11 +16,24 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from metadata import layout, serde
-from metadata.errors import MetadataConflictError
+from metadata.errors import LedgerError, MetadataConflictError
 from metadata.model import Cookie, NodeRegistration, Versioned
 from metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+
+
+class InvalidNodeIdError(LedgerError):
+    """A storage node id that breaks layout.NODE_ID_RULE: no node can have it."""
+
+
+def check_node_id(node_id: str) -> str:
+    """node_id, or InvalidNodeIdError naming the rule: for a command's argument, before ZooKeeper is asked (which
+    refuses '..' in its own words, and waited a minute on bytes that are not UTF-8)."""
+    if not layout.is_node_id(node_id):
+        raise InvalidNodeIdError(f"{node_id!r} is not a storage node id (ids are {layout.NODE_ID_RULE}); check the "
+                                 "id with `ledger cluster status`")
+    return node_id
 
 
 class EphemeralRegistration:

@@ -39,6 +39,7 @@ from metadata.model import LedgerMetadata, Versioned
 log = logging.getLogger(__name__)
 
 DEFAULT_URI = "zk://127.0.0.1:2181/ledgers"
+ZOOKEEPER_TREE = "/zookeeper"   # ZooKeeper's own znodes (quotas, configuration): no place for a metadata root
 METADATA_ENV = "LEDGER_METADATA"  # the metadata URI every command and node uses when not given one
 ZK_AUTH_ENV = "LEDGER_ZK_AUTH"   # user:secret, used when the metadata URI carries no credentials
 ZK_WAIT_ENV = "LEDGER_ZK_WAIT_SECONDS"  # how long a metadata call waits for an unreachable ZooKeeper
@@ -69,6 +70,19 @@ def _check_host(uri: str, host: str) -> None:
             f"metadata URI {redact_uri(str(uri))!r}: {host!r} is not host:port with a port in 1-65535, "
             f"for example {DEFAULT_URI}"
         )
+
+
+def _check_root(uri: str, root: str) -> None:
+    """The root names one znode path as it is (kazoo refuses '.' and '..' segments with a bare ValueError), outside
+    ZooKeeper's own /zookeeper tree (its quotas and configuration)."""
+    if any(segment in (".", "..") for segment in root.split("/")):
+        raise InvalidMetadataUriError(
+            f"metadata URI {redact_uri(str(uri))!r}: its root {root} has a '.' or '..' segment, which ZooKeeper "
+            f"paths do not take; write the root out, for example {DEFAULT_URI}")
+    if root == ZOOKEEPER_TREE or root.startswith(ZOOKEEPER_TREE + "/"):
+        raise InvalidMetadataUriError(
+            f"metadata URI {redact_uri(str(uri))!r}: its root {root} is in {ZOOKEEPER_TREE}, the tree ZooKeeper "
+            f"keeps for itself; choose another root, for example {DEFAULT_URI}")
 
 
 def redact_uri(text: str) -> str:
@@ -117,6 +131,7 @@ class MetadataUri:
             )
         for host in match["hosts"].split(","):
             _check_host(uri, host)
+        _check_root(uri, match["root"].rstrip("/"))
         credentials = None
         if match["user"]:
             credentials = ZkCredentials(urllib.parse.unquote(match["user"]), urllib.parse.unquote(match["secret"]))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import pathlib
 
@@ -14,6 +13,14 @@ from storage_node.errors import ConfigError
 
 MiB = 1 << 20
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The longest the node's periodic work waits between rounds (checkpoints, disk checks, garbage collection) and its gc
+# grace: far past any useful setting, and a bound that keeps 1e300 out of the sleeps and the arithmetic.
+MAX_INTERVAL = 7 * 86400.0                    # a week
+MAX_OVERREPLICATED_INTERVAL = 30 * 86400.0    # a month: a check reads the metadata of every ledger the node holds
+_AT_MOST = f"at most {MAX_INTERVAL:.0f} (a week)"
+# A ZooKeeper session timeout of 1e300 s broke kazoo's connection thread; servers cap it anyway (maxSessionTimeout,
+# 40 s by default).
+MAX_SESSION_TIMEOUT = 3600.0                  # an hour
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,21 +164,24 @@ def validate(config: NodeConfig) -> None:
          f"--read-only-threshold {config.read_only_threshold} must be a disk fill fraction in (0, 1]"),
         (config.disk_quota_bytes >= 0,
          f"--disk-quota-bytes {config.disk_quota_bytes} must be 0 (none) or a byte count"),
-        (0 < config.checkpoint_interval < math.inf,
-         f"--checkpoint-interval {config.checkpoint_interval} must be a finite number of seconds above 0"),
-        (0 < config.disk_check_interval < math.inf,
-         f"--disk-check-interval {config.disk_check_interval} must be a finite number of seconds above 0"),
-        (1.0 <= config.zk_session_timeout < math.inf,
-         f"--zk-session-timeout {config.zk_session_timeout} must be a finite number of seconds, at least 1"),
+        (0 < config.checkpoint_interval <= MAX_INTERVAL,
+         f"--checkpoint-interval {config.checkpoint_interval} must be a finite number of seconds above 0, "
+         f"{_AT_MOST}"),
+        (0 < config.disk_check_interval <= MAX_INTERVAL,
+         f"--disk-check-interval {config.disk_check_interval} must be a finite number of seconds above 0, "
+         f"{_AT_MOST}"),
+        (1.0 <= config.zk_session_timeout <= MAX_SESSION_TIMEOUT,
+         f"--zk-session-timeout {config.zk_session_timeout} must be a finite number of seconds, at least 1 and at "
+         f"most {MAX_SESSION_TIMEOUT:.0f} (an hour; ZooKeeper servers cap it lower, at 40 s by default)"),
         (config.journal_segment_bytes >= MiB, "--journal-segment-bytes must be at least 1 MiB"),
         (config.journal_page_cache_bytes >= -1,
          f"--journal-page-cache-bytes {config.journal_page_cache_bytes} must be -1 (keep all) or a byte count"),
-        (0 < config.gc_interval < math.inf,
-         f"--gc-interval {config.gc_interval} must be a finite number of seconds above 0"),
-        (config.gc_grace >= 0, f"--gc-grace {config.gc_grace} must be 0 or more seconds"),
-        (0 <= config.gc_overreplicated_interval < math.inf,
+        (0 < config.gc_interval <= MAX_INTERVAL,
+         f"--gc-interval {config.gc_interval} must be a finite number of seconds above 0, {_AT_MOST}"),
+        (0 <= config.gc_grace <= MAX_INTERVAL, f"--gc-grace {config.gc_grace} must be 0 or more seconds, {_AT_MOST}"),
+        (0 <= config.gc_overreplicated_interval <= MAX_OVERREPLICATED_INTERVAL,
          f"--gc-overreplicated-interval {config.gc_overreplicated_interval} must be a finite number of seconds, "
-         "or 0 (never)"),
+         f"at most {MAX_OVERREPLICATED_INTERVAL:.0f} (30 days), or 0 (never)"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
         (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),

@@ -34,6 +34,7 @@ import time
 from connector.bench.cpu import CpuClock
 from connector.bench.node_ceiling import CeilingServer, measure, verdict
 from connector.client import LedgerClient
+from connector.commands.arguments import directory, positive, seconds, seconds_or_zero
 from connector.node_launcher import NodeHandle, launch, node_command, wait_all_ready
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import initialise_root
@@ -46,17 +47,23 @@ NODE_START_SECONDS = 60.0
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dir", default=None, help="where ZooKeeper and the nodes keep their data "
+    parser.add_argument("--dir", type=directory, default=None, help="where ZooKeeper and the nodes keep their data "
                                                    "(default: the system temp directory)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per case")
-    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured time before each case")
-    parser.add_argument("--small-window", type=int, default=2000, help="1 KiB adds in flight")
-    parser.add_argument("--large-window", type=int, default=32, help="1 MiB adds in flight")
-    parser.add_argument("--small-batch", type=int, default=128,
+    parser.add_argument("--seconds", type=seconds, default=5.0, help="measured time per case")
+    parser.add_argument("--warmup", type=seconds_or_zero, default=1.0, help="unmeasured time before each case")
+    parser.add_argument("--small-window", type=positive, default=2000, help="1 KiB adds in flight")
+    parser.add_argument("--large-window", type=positive, default=32, help="1 MiB adds in flight")
+    parser.add_argument("--small-batch", type=positive, default=128,
                         help="1 KiB entries per append_many call in the small-events case")
-    parser.add_argument("--recovery-lengths", default="1000,100000", help="entries of the OPEN ledgers recovered")
-    parser.add_argument("--recovery-repeats", type=int, default=3,
+    parser.add_argument("--recovery-lengths", type=_lengths, default="1000,100000",
+                        help="entries of the OPEN ledgers recovered")
+    parser.add_argument("--recovery-repeats", type=positive, default=3,
                         help="OPEN ledgers recovered per length (the median is printed)")
+
+
+def _lengths(text: str) -> list[int]:
+    """--recovery-lengths: comma-separated entry counts, each a positive integer."""
+    return [positive(length.strip()) for length in text.split(",")]
 
 
 def run(args) -> int:
@@ -80,7 +87,7 @@ def run(args) -> int:
                     for label, size, window in (("1KiB", KiB, args.small_window), ("1MiB", MiB, args.large_window)):
                         _compare(client, clock, label, size, window, args, ceilings if size >= MiB else None)
                     _small_events(client, clock, args)
-                    lengths = [int(n) for n in args.recovery_lengths.split(",")]
+                    lengths = args.recovery_lengths
                     repeats = max(1, args.recovery_repeats)
                     times = [statistics.median(_recovery_time(client, uri, n) for _ in range(repeats))
                              for n in lengths]

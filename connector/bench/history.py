@@ -44,6 +44,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.cluster import LocalCluster
+from connector.commands.arguments import non_negative, positive, size
 from connector.spark import LedgerDataSource
 from connector.spark.commit import ARROW, JOBS_KEPT, TaskLedger
 from connector.spark.jobs import job_registry, query_registry
@@ -78,13 +79,14 @@ HISTORY = "history"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--ledgers", type=int, default=100_000, help="ledgers of the history stream")
-    parser.add_argument("--others", type=int, default=100_000, help="other ledgers in the history cluster")
-    parser.add_argument("--tasks", type=int, default=2, help="task ledgers per committed micro-batch or job")
-    parser.add_argument("--rounds", type=int, default=30, help="measured commits (and micro-batches) per setting")
-    parser.add_argument("--size", type=_size, default=1024 * MiB, help="bytes of the seek ledger (e.g. 1GiB, 64MiB)")
-    parser.add_argument("--small-ledgers", type=int, default=5_000, help="sink-sized ledgers of the compaction read")
-    parser.add_argument("--node-entries", type=int, default=10_000_000,
+    parser.add_argument("--ledgers", type=positive, default=100_000, help="ledgers of the history stream")
+    parser.add_argument("--others", type=non_negative, default=100_000, help="other ledgers in the history cluster")
+    parser.add_argument("--tasks", type=positive, default=2, help="task ledgers per committed micro-batch or job")
+    parser.add_argument("--rounds", type=positive, default=30, help="measured commits (and micro-batches) per setting")
+    parser.add_argument("--size", type=size, default=1024 * MiB, help="bytes of the seek ledger (e.g. 1GiB, 64MiB)")
+    parser.add_argument("--small-ledgers", type=positive, default=5_000,
+                        help="sink-sized ledgers of the compaction read")
+    parser.add_argument("--node-entries", type=positive, default=10_000_000,
                         help="entries of the larger node history (the smaller holds a tenth)")
     parser.add_argument("--quick", action="store_true",
                         help="small settings for a smoke run: 2,000 + 2,000 ledgers, 16 MiB, 100 small ledgers, "
@@ -406,13 +408,3 @@ def _timed(fn: Callable[[], object]) -> float:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f} ms"
-
-
-def _size(text: str) -> int:
-    units = {"kib": KiB, "mib": MiB, "gib": 1024 * MiB, "b": 1}
-    lowered = text.strip().lower()
-    for unit, factor in units.items():
-        if lowered.endswith(unit):
-            return int(float(lowered[: -len(unit)]) * factor)
-    return int(lowered)
-

@@ -24,6 +24,7 @@ import grpc
 
 from connector.bench.cpu import CpuClock
 from connector.bench.node_ceiling import CeilingServer, SyncedFile, measure, verdict
+from connector.commands.arguments import directory, positive, seconds, seconds_or_zero
 from connector.node_launcher import node_command, start_node
 from metadata.embedded import EmbeddedZooKeeper
 from metadata.store import initialise_root
@@ -42,15 +43,15 @@ NODE_START_SECONDS = 60.0
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dir", default=None, help="where to put ZooKeeper, the node and the raw file "
+    parser.add_argument("--dir", type=directory, default=None, help="where to put ZooKeeper, the node and the raw file "
                                                    "(default: the system temp directory)")
-    parser.add_argument("--seconds", type=float, default=3.0,
+    parser.add_argument("--seconds", type=seconds, default=3.0,
                         help="measured time of each of the two node and two raw runs per case")
-    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured time before each case")
-    parser.add_argument("--small-batch", type=int, default=128, help="1 KiB entries per AddRequest")
-    parser.add_argument("--small-window", type=int, default=4096, help="1 KiB entries in flight")
-    parser.add_argument("--large-batch", type=int, default=1, help="1 MiB entries per AddRequest")
-    parser.add_argument("--large-window", type=int, default=32, help="1 MiB entries in flight")
+    parser.add_argument("--warmup", type=seconds_or_zero, default=1.0, help="unmeasured time before each case")
+    parser.add_argument("--small-batch", type=positive, default=128, help="1 KiB entries per AddRequest")
+    parser.add_argument("--small-window", type=positive, default=4096, help="1 KiB entries in flight")
+    parser.add_argument("--large-batch", type=positive, default=1, help="1 MiB entries per AddRequest")
+    parser.add_argument("--large-window", type=positive, default=32, help="1 MiB entries in flight")
 
 
 def run(args) -> int:

@@ -39,22 +39,25 @@ import time
 from typing import NamedTuple
 
 from connector.bench.cpu import CpuSplit, SparkCpu
+from connector.commands.arguments import directory, entry_bytes, non_negative, positive
 
 TARGETS = {"write": 0.4, "read": 0.6}
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--dir", default=None, help="where the cluster and the parquet copy live (default: temp)")
+    parser.add_argument("--rows", type=positive, default=2_000_000)
+    parser.add_argument("--dir", type=directory, default=None,
+                        help="where the cluster and the parquet copy live (default: temp)")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--partitions", type=int, default=None, help="write tasks (default: Spark's parallelism)")
-    parser.add_argument("--entry-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--partitions", type=positive, default=None, help="write tasks (default: Spark's parallelism)")
+    parser.add_argument("--entry-bytes", type=entry_bytes, default=1024 * 1024)
     parser.add_argument("--compression", default="lz4", choices=("none", "lz4", "zstd"),
                         help="the ledger stream's compression (parquet keeps Spark's default, snappy)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of every case; the fastest counts")
-    parser.add_argument("--small-ledgers", type=int, default=300,
+    parser.add_argument("--runs", type=positive, default=3, help="runs of every case; the fastest counts")
+    parser.add_argument("--small-ledgers", type=non_negative, default=300,
                         help="ledgers of the small-ledgers stream, one per write task (0: skip that case)")
-    parser.add_argument("--small-rows", type=int, default=100, help="rows in each ledger of the small-ledgers stream")
+    parser.add_argument("--small-rows", type=positive, default=100,
+                        help="rows in each ledger of the small-ledgers stream")
 
 
 def run(args) -> int:

@@ -32,6 +32,7 @@ import time
 from connector.bench.stream_ceiling import CeilingStreamDataSource, append_record
 from connector.client import LedgerClient, Streams
 from connector.cluster import LocalCluster
+from connector.commands.arguments import non_negative, positive, positive_number, seconds, seconds_or_zero
 from metadata import registry
 from metadata.model import Fragment, LedgerMetadata, LedgerState
 from metadata.store import MetadataStore
@@ -41,21 +42,22 @@ WARM_UP_BATCHES = 3  # micro-batches left out of the commit medians (Spark compi
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--entries", type=int, default=300,
+    parser.add_argument("--entries", type=positive, default=300,
                         help="entries measured per source in the latency runs (half in each of two rounds)")
-    parser.add_argument("--rate", type=float, default=50.0, help="appends per second for the latency runs")
-    parser.add_argument("--warm-up-seconds", type=float, default=5.0,
+    parser.add_argument("--rate", type=positive_number, default=50.0, help="appends per second for the latency runs")
+    parser.add_argument("--warm-up-seconds", type=seconds_or_zero, default=5.0,
                         help="appends at --rate each latency query gets before it is measured")
-    parser.add_argument("--sparse-entries", type=int, default=40,
+    parser.add_argument("--sparse-entries", type=positive, default=40,
                         help="entries measured per source in the latency runs of a sparse stream")
-    parser.add_argument("--sparse-rate", type=float, default=2.0,
+    parser.add_argument("--sparse-rate", type=positive_number, default=2.0,
                         help="appends per second of the sparse stream (an idle writer between appends)")
-    parser.add_argument("--rows", type=int, default=500_000, help="rows for the throughput runs")
-    parser.add_argument("--unrelated", type=int, default=2_000, help="other ledgers in the cluster for the commit run")
-    parser.add_argument("--commit-batches", type=int, default=15, help="micro-batches measured per commit run")
-    parser.add_argument("--sink-seconds", type=float, default=20.0, help="measured time of each sink run")
-    parser.add_argument("--sink-rate", type=int, default=200_000, help="rows/s offered for the batch-median runs")
-    parser.add_argument("--sink-fast-rate", type=int, default=1_500_000,
+    parser.add_argument("--rows", type=positive, default=500_000, help="rows for the throughput runs")
+    parser.add_argument("--unrelated", type=non_negative, default=2_000,
+                        help="other ledgers in the cluster for the commit run")
+    parser.add_argument("--commit-batches", type=positive, default=15, help="micro-batches measured per commit run")
+    parser.add_argument("--sink-seconds", type=seconds, default=20.0, help="measured time of each sink run")
+    parser.add_argument("--sink-rate", type=positive, default=200_000, help="rows/s offered for the batch-median runs")
+    parser.add_argument("--sink-fast-rate", type=positive, default=1_500_000,
                         help="rows/s offered for the throughput runs (more than either sink keeps up with)")
 
 

@@ -12,8 +12,9 @@ import datetime
 import json
 import sys
 
-from connector.client import LedgerClient, default_metadata_uri
-from connector.commands import node_security
+from connector.client import LedgerClient
+from connector.commands import arguments, node_security
+from connector.commands.arguments import add_metadata, password
 from connector.commands.command_client import open_client
 from metadata import registry, streams
 from metadata.errors import LedgerError
@@ -30,9 +31,7 @@ class LedgerHeldError(LedgerError):
 def register(subparsers) -> None:
     def command(name: str, help: str, func, json_output: bool = False) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
         if json_output:
             sub.add_argument("--json", action="store_true", help="print JSON (one object per line for lists)")
@@ -41,13 +40,13 @@ def register(subparsers) -> None:
 
     command("list", "list ledgers with their state and last entry", run_list, json_output=True)
     command("show", "show a ledger's metadata with its fragments", run_show,
-            json_output=True).add_argument("ledger_id", type=int)
+            json_output=True).add_argument("ledger_id", type=arguments.ledger_id)
     read = command("read", "print a ledger's entries (an OPEN ledger up to its LAC, without fencing)", run_read)
-    read.add_argument("ledger_id", type=int)
+    read.add_argument("ledger_id", type=arguments.ledger_id)
     read.add_argument("--from", dest="first", type=int, default=0, help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None,
                       help="last entry (default and at most: the last readable one)")
-    read.add_argument("--password", default="", help="the ledger's password")
+    read.add_argument("--password", type=password, default="", help="the ledger's password")
     read.add_argument("--format", choices=("text", "hex", "rows", "json"), default="text",
                       help="text (UTF-8, else hex), hex, rows (Arrow entries of Spark streams as JSON rows), or "
                            "json (one object per entry: entry_id and payload, or payload_base64)")
@@ -56,10 +55,10 @@ def register(subparsers) -> None:
                       help="fence and close an OPEN ledger first (its writer can add no more), then read it all")
     read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
     recover = command("recover", "fence and close an OPEN ledger (its writer is fenced)", run_recover)
-    recover.add_argument("ledger_id", type=int)
-    recover.add_argument("--password", default="", help="the ledger's password")
+    recover.add_argument("ledger_id", type=arguments.ledger_id)
+    recover.add_argument("--password", type=password, default="", help="the ledger's password")
     delete = command("delete", "delete a ledger (refused for a ledger a stream holds)", run_delete)
-    delete.add_argument("ledger_id", type=int)
+    delete.add_argument("ledger_id", type=arguments.ledger_id)
     delete.add_argument("--force", action="store_true",
                         help="delete even a ledger a stream holds (its offsets become unreadable)")
     command("nodes", "list the storage nodes registered in the metadata", run_nodes, json_output=True)
@@ -93,7 +92,7 @@ def run_show(args) -> int:
 
 def run_read(args) -> int:
     with open_client(args) as client:
-        reader = client.open_ledger(args.ledger_id, password=args.password.encode(), recover=args.recover)
+        reader = client.open_ledger(args.ledger_id, password=args.password, recover=args.recover)
         first, last = readable_range(args.ledger_id, args.first, args.last, reader.last_entry_id, reader.is_closed)
         if first > last:
             return 0
@@ -119,7 +118,7 @@ def readable_range(ledger_id: int, first: int, last: int | None, readable: int, 
 
 def run_recover(args) -> int:
     with open_client(args) as client:
-        meta = client.recover_ledger(args.ledger_id, password=args.password.encode())
+        meta = client.recover_ledger(args.ledger_id, password=args.password)
         print(f"ledger {meta.ledger_id} is {meta.state.value} at last entry {meta.last_entry_id}")
     return 0
 
@@ -232,17 +231,32 @@ def as_json(meta: LedgerMetadata) -> dict:
     }
 
 
-def _rows(entry) -> list[str]:
+class UndecodableEntryError(LedgerError):
+    """An entry that starts as an arrow entry does (or sits in an arrow stream) but cannot be decoded as one."""
+
+
+def _rows(ledger_id: int, entry) -> list[str]:
     from connector.spark.encoding import MAGIC  # pyarrow, only when asked for rows
     if not entry.payload.startswith(MAGIC):
         return [printable(entry.payload)]
-    return [row_line(row) for row in entry_rows(entry.payload)]
+    try:
+        return [row_line(row) for row in entry_rows(entry.payload)]
+    except UndecodableEntryError as exc:
+        print(f"ledger: warning: ledger {ledger_id} entry {entry.entry_id} starts as an arrow entry but is not one "
+              f"({exc}); printed as hex", file=sys.stderr, flush=True)
+        return [entry.payload.hex()]
 
 
 def entry_rows(payload: bytes) -> list[dict]:
-    """The rows of an arrow entry (of a Spark stream), for `--format rows` and `ledger stream tail`."""
+    """The rows of an arrow entry (of a Spark stream), for `--format rows` and `ledger stream tail`;
+    UndecodableEntryError, saying why, for a payload that is no arrow entry."""
+    import pyarrow as pa
     from connector.spark.encoding import decode_entry
-    return [row for batch in decode_entry(payload).batches for row in batch.to_pylist()]
+    from connector.spark.errors import SchemaMismatchError
+    try:
+        return [row for batch in decode_entry(payload).batches for row in batch.to_pylist()]
+    except (pa.ArrowException, SchemaMismatchError) as exc:
+        raise UndecodableEntryError(str(exc)) from exc
 
 
 def row_line(row: dict) -> str:
@@ -251,8 +265,8 @@ def row_line(row: dict) -> str:
 
 
 _FORMATS = {
-    "text": lambda entry: [printable(entry.payload)],
-    "hex": lambda entry: [entry.payload.hex()],
+    "text": lambda ledger_id, entry: [printable(entry.payload)],
+    "hex": lambda ledger_id, entry: [entry.payload.hex()],
     "rows": _rows,
 }
 
@@ -261,7 +275,7 @@ def entry_lines(fmt: str, ledger_id: int, entry) -> list[str]:
     """An entry as `ledger read` prints it: one JSON object, or lines of ENTRY_ID<tab>text|hex|row."""
     if fmt == "json":
         return [json.dumps({"ledger_id": ledger_id, "entry_id": entry.entry_id, **payload_fields(entry.payload)})]
-    return [f"{entry.entry_id}\t{line}" for line in _FORMATS[fmt](entry)]
+    return [f"{entry.entry_id}\t{line}" for line in _FORMATS[fmt](ledger_id, entry)]
 
 
 def payload_fields(payload: bytes) -> dict:

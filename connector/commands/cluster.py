@@ -1,6 +1,7 @@
 """`ledger cluster start|status|stop`: a local cluster (embedded ZooKeeper + N storage nodes)."""
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -8,10 +9,12 @@ import sys
 from connector.client.security import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from connector.cluster import LocalCluster
 from connector.commands import node_security
+from connector.commands.arguments import non_empty, positive
 from metadata.model import HEALTH_OK
 from metadata.store import METADATA_ENV
 
 DEFAULT_DIR = "ledger-cluster"
+MAX_NODES = 100   # each node is a process on this machine, with its own port and directory
 
 
 def register(subparsers) -> None:
@@ -19,28 +22,36 @@ def register(subparsers) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
 
     start = actions.add_parser("start", help="start in the background; returns once every node is registered")
-    start.add_argument("--nodes", type=int, default=3, help="number of storage nodes (default 3)")
-    start.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default ./{DEFAULT_DIR})")
+    start.add_argument("--nodes", type=_nodes, default=3,
+                       help=f"number of storage nodes (default 3, at most {MAX_NODES})")
+    start.add_argument("--dir", type=non_empty, default=DEFAULT_DIR,
+                       help=f"cluster directory (default ./{DEFAULT_DIR})")
     start.add_argument("--tls", action="store_true",
                        help="create a local CA and certificates under DIR/tls and run the nodes with mutual TLS "
                             "(remembered in DIR/cluster.json: later starts keep TLS on)")
     start.set_defaults(func=run_start)
 
     status = actions.add_parser("status", help="show ZooKeeper and every node's health, role and disk use")
-    status.add_argument("--dir", default=DEFAULT_DIR)
+    status.add_argument("--dir", type=non_empty, default=DEFAULT_DIR)
     status.add_argument("--json", action="store_true",
                         help="one JSON object: metadata, zookeeper, tls and every node's health fields")
     node_security.add_arguments(status)
     status.set_defaults(func=run_status)
 
     stop = actions.add_parser("stop", help="clean shutdown; starting again on the same --dir keeps all data")
-    stop.add_argument("--dir", default=DEFAULT_DIR)
+    stop.add_argument("--dir", type=non_empty, default=DEFAULT_DIR)
     stop.set_defaults(func=run_stop)
 
 
+def _nodes(text: str) -> int:
+    value = positive(text)
+    if value > MAX_NODES:
+        raise argparse.ArgumentTypeError(f"{text} is over {MAX_NODES}, the most storage nodes a local cluster runs "
+                                         "(each is a process on this machine)")
+    return value
+
+
 def run_start(args) -> int:
-    if args.nodes < 1:
-        raise SystemExit("ledger cluster start: --nodes must be at least 1")
     cluster = LocalCluster(args.dir, nodes=args.nodes, tls=args.tls)
     try:
         uri = cluster.start()

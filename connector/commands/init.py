@@ -6,7 +6,7 @@ initialise their own root.
 """
 from __future__ import annotations
 
-from connector.client import default_metadata_uri
+from connector.commands.arguments import add_metadata
 from connector.commands.command_client import CONNECT_TIMEOUT
 from metadata import layout
 from metadata.store import MetadataStore, MetadataUri, initialise_root
@@ -27,9 +27,7 @@ def register(subparsers) -> None:
                     "changes nothing and exits 0. With ZooKeeper credentials (zk://user:secret@... or "
                     "$LEDGER_ZK_AUTH) the whole tree is readable and writable by those credentials only.",
     )
-    parser.add_argument("--metadata", default=default_metadata_uri(),
-                        help="metadata URI, zk://[user:secret@]host:port/root "
-                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(parser)
     parser.add_argument("--enable", choices=sorted(layout.KNOWN_FEATURES), action="append", default=[],
                         metavar="FEATURE",
                         help="turn a feature on in an initialised cluster (a new cluster has every one): "

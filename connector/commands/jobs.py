@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import sys
 
-from connector.client import default_metadata_uri
 from connector.commands import node_security
+from connector.commands.arguments import add_metadata, password
 from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
 )
+from metadata.streams import check_stream_name
 
 
 def register(subparsers) -> None:
@@ -28,9 +29,7 @@ def register(subparsers) -> None:
                     "by a driver that died) with their drivers' liveness, ledgers and bytes; --apply deletes what "
                     "the abandoned ones left.",
     )
-    jobs.add_argument("--metadata", default=default_metadata_uri(),
-                      help="metadata URI, zk://[user:secret@]host:port/root "
-                           "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(jobs)
     node_security.add_arguments(jobs)
     jobs.add_argument("--stream", help="only the jobs and queries writing this stream")
     jobs.add_argument("--apply", action="store_true",
@@ -38,7 +37,7 @@ def register(subparsers) -> None:
     jobs.add_argument("--legacy", action="store_true",
                       help="with --apply: also clean registries that name no driver (written by an older version); "
                            "only when no driver of that version is still running")
-    jobs.add_argument("--password", dest="passwords", action="append",
+    jobs.add_argument("--password", dest="passwords", type=password, action="append",
                       help="password of the task ledgers, needed to fence an OPEN one; repeat for several "
                            "(default: empty)")
     jobs.add_argument("--json", action="store_true", help="print one JSON object per job or query")
@@ -46,7 +45,9 @@ def register(subparsers) -> None:
 
 
 def run_jobs(args) -> int:
-    passwords = [p.encode() for p in (args.passwords or [""])]
+    if args.stream is not None:
+        check_stream_name(args.stream)   # no job writes a stream of no valid name: say so, not "no jobs on it"
+    passwords = args.passwords or [b""]
     with open_client(args) as lc:
         found = find_registries(lc.store, args.stream)
         facts = {(r.kind, r.owner): ledger_facts(lc.store, r.entries(lc.store)) for r in found}

@@ -11,9 +11,9 @@ import os
 import sys
 import time
 
-from connector.client import default_metadata_uri
+from connector.commands.arguments import add_metadata
 from connector.commands.command_client import CONNECT_TIMEOUT
-from metadata import layout, registry
+from metadata import registry
 from metadata.errors import LedgerError
 from metadata.model import NodeState
 from metadata.store import MetadataStore, redact_uri
@@ -48,16 +48,12 @@ def _readonly_parser() -> argparse.ArgumentParser:
     parser.add_argument("node_id", help="the node's id, as in `ledger cluster status`")
     parser.add_argument("--off", action="store_true", help="clear the flag: the node takes adds again "
                                                            "(unless its disk is over the threshold)")
-    parser.add_argument("--metadata", default=default_metadata_uri(),
-                        help="metadata URI, zk://[user:secret@]host:port/root "
-                             "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(parser)
     return parser
 
 
 def run_readonly(args) -> int:
-    if not layout.is_node_id(args.node_id):   # before ZooKeeper, which would refuse the path in its own words
-        raise LedgerError(f"{args.node_id!r} is not a storage node id (ids are {layout.NODE_ID_RULE}); check the id "
-                          "with `ledger cluster status`")
+    registry.check_node_id(args.node_id)
     with MetadataStore(args.metadata, connect_timeout=CONNECT_TIMEOUT) as store:
         if registry.read_cookie(store, args.node_id) is None:
             raise LedgerError(f"no storage node {args.node_id!r} ever joined the cluster at "

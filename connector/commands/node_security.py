@@ -9,14 +9,19 @@ from __future__ import annotations
 import argparse
 
 from connector.client.security import TlsConfig, read_token_file
+from connector.commands.arguments import non_empty
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("storage node security (each defaults to its environment variable)")
-    group.add_argument("--tls-ca", help="PEM CA bundle that signed the nodes' certificates ($LEDGER_TLS_CA)")
-    group.add_argument("--tls-cert", help="PEM client certificate for nodes that require one ($LEDGER_TLS_CERT)")
-    group.add_argument("--tls-key", help="PEM key of --tls-cert ($LEDGER_TLS_KEY)")
-    group.add_argument("--auth-token-file", help="file with the nodes' shared token ($LEDGER_AUTH_TOKEN_FILE)")
+    # An empty one would mean "not given" and the environment's file (or plain text) would silently be used.
+    group.add_argument("--tls-ca", type=non_empty,
+                       help="PEM CA bundle that signed the nodes' certificates ($LEDGER_TLS_CA)")
+    group.add_argument("--tls-cert", type=non_empty,
+                       help="PEM client certificate for nodes that require one ($LEDGER_TLS_CERT)")
+    group.add_argument("--tls-key", type=non_empty, help="PEM key of --tls-cert ($LEDGER_TLS_KEY)")
+    group.add_argument("--auth-token-file", type=non_empty,
+                       help="file with the nodes' shared token ($LEDGER_AUTH_TOKEN_FILE)")
 
 
 def client_options(args: argparse.Namespace) -> dict:

@@ -11,12 +11,13 @@ import sys
 import time
 from typing import Callable
 
-from connector.client import LedgerError, default_metadata_uri
+from connector.client import LedgerError
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
-from connector.commands.arguments import interval, seconds, seconds_or_zero
+from connector.commands.arguments import add_metadata, interval, password, seconds, seconds_or_zero
 from connector.commands.command_client import open_client
+from metadata import registry
 
 FULL_SCAN_SECONDS = 3600.0   # the auditor reads every ledger at least this often, nodes changed or not
 LOST_AFTER_SECONDS = 60.0    # the auditor counts an unregistered node gone after this long (a restart is not)
@@ -25,11 +26,9 @@ LOST_AFTER_SECONDS = 60.0    # the auditor counts an unregistered node gone afte
 def register(subparsers) -> None:
     def command(name: str, help: str, func):
         sub = subparsers.add_parser(name, help=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
-        sub.add_argument("--password", dest="passwords", action="append",
+        sub.add_argument("--password", dest="passwords", type=password, action="append",
                          help="password of the ledgers to re-replicate; repeat for several (default: empty)")
         sub.set_defaults(func=func)
         return sub
@@ -57,7 +56,7 @@ def register(subparsers) -> None:
 
 
 def _passwords(args) -> list[bytes]:
-    return [p.encode() for p in (args.passwords or [""])]
+    return args.passwords or [b""]
 
 
 def run_audit(args) -> int:
@@ -145,6 +144,7 @@ def _reporter(as_json: bool) -> Callable[[LedgerRepair], None]:
 
 
 def run_decommission(args) -> int:
+    registry.check_node_id(args.node_id)
     with open_client(args) as client, Rereplicator(client, _passwords(args)) as worker:
         outcomes = worker.decommission(args.node_id, on_ledger=_print_outcome)
     failed = [o for o in outcomes if not o.ok]

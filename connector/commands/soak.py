@@ -5,6 +5,7 @@ import math
 import pathlib
 import random
 
+from connector.commands.arguments import directory
 from connector.soak.run import Soak, default_directory, remove_cluster_data
 
 
@@ -15,7 +16,7 @@ def register(subparsers) -> None:
                                                                    "(default 5); setup and the check come on top")
     parser.add_argument("--seed", type=int, help="seed of the nemesis and the workload (default: a random one, "
                                                  "printed); the same seed replays the same schedule of faults")
-    parser.add_argument("--dir", type=pathlib.Path,
+    parser.add_argument("--dir", type=directory,
                         help="a new or empty directory for the cluster, the histories and the trace (default: a "
                              "new temporary directory; its cluster data is removed after a run without violations)")
     parser.add_argument("--history", type=pathlib.Path, help="where to write the merged history "

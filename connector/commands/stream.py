@@ -20,9 +20,9 @@ import time
 
 from kazoo.exceptions import NotEmptyError
 
-from connector.client import LedgerClient, default_metadata_uri
+from connector.client import LedgerClient
 from connector.commands import node_security
-from connector.commands.arguments import interval, positive
+from connector.commands.arguments import SIZE_UNITS, add_metadata, interval, password, positive, size
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -34,8 +34,11 @@ from metadata.model import Retention, StreamRecord
 
 COMPACT_MODULE = "connector.commands.stream_compact"
 DELETE_ATTEMPTS = 5   # deletes of a marked head that a cut's or compaction's late znode under it may refuse
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATIONS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# The largest limits retention takes: finite numbers every parser of the stream's head reads (a head once stored
+# "max_age": Infinity, which is no JSON), and far past any a stream will need.
+MAX_RETENTION_AGE = 100 * 365 * 86400.0   # a century, in seconds
+MAX_RETENTION_BYTES = SIZE_UNITS["p"] << 10     # 1024P, an exbibyte
 
 
 class StreamDeleteRefusedError(LedgerError):
@@ -49,9 +52,7 @@ def register(subparsers) -> None:
 
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
-        sub.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+        add_metadata(sub)
         node_security.add_arguments(sub)
         sub.add_argument("--json", action="store_true", help="print JSON (one object per line for lists)")
         sub.set_defaults(func=func)
@@ -66,7 +67,7 @@ def register(subparsers) -> None:
     truncate.add_argument("--before", type=_offset, required=True, metavar="OFFSET",
                           help="remove every ledger that lies entirely below this offset; the stream then starts "
                                "at the first offset of the ledger holding it (offsets below are gone for good)")
-    truncate.add_argument("--password", default="", help="the stream's ledger password")
+    truncate.add_argument("--password", type=password, default="", help="the stream's ledger password")
     retention = command("retention", "show or set a stream's retention, or apply retention (--apply)", run_retention)
     retention.add_argument("name", nargs="?", help="the stream (with --apply: default every stream with a retention)")
     retention.add_argument("--max-age", type=_duration, metavar="AGE",
@@ -80,11 +81,11 @@ def register(subparsers) -> None:
     retention.add_argument("--every", type=interval, metavar="SECONDS",
                            help="with --apply: keep applying it, every SECONDS, until stopped")
     retention.add_argument("--runs", type=positive, metavar="N", help="with --every: stop after N runs")
-    retention.add_argument("--password", default="", help="the streams' ledger password")
+    retention.add_argument("--password", type=password, default="", help="the streams' ledger password")
     delete = command("delete", "delete a stream and its ledgers (asks for confirmation)", run_delete)
     delete.add_argument("name", help="the stream")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.add_argument("--password", default="",
+    delete.add_argument("--password", type=password, default="",
                         help="the stream's ledger password (to fence and close an OPEN ledger before deleting it)")
     _register_compact(commands)
     from connector.commands.stream_lag import register_lag  # they import this module's argument types
@@ -217,7 +218,7 @@ def _retention_text(retention: Retention) -> str:
 
 def run_truncate(args) -> int:
     with open_client(args) as client:
-        result = truncate_stream(client, args.name, args.before, password=args.password.encode())
+        result = truncate_stream(client, args.name, args.before, password=args.password)
     if args.json:
         print(json.dumps(dict(dataclasses.asdict(result), cut=result.cut)))
     elif result.cut:
@@ -266,7 +267,7 @@ def _apply_loop(client: LedgerClient, args) -> int:
         started = time.monotonic()
         failed = []
         names = [args.name] if args.name else streams_with_retention(client.store)
-        for result in apply_all(client, names, password=args.password.encode(),
+        for result in apply_all(client, names, password=args.password,
                                 on_error=lambda name, exc: failed.append(_warn(name, exc))):
             if args.every is None or result.cut or result.finished_cuts:
                 _print_result(result, args.json)
@@ -307,7 +308,7 @@ def run_delete(args) -> int:
         record = marked.value
         held = _every_ledger(client, record)
         try:
-            compactions, not_undone = _compactions(client, record.name, args.password.encode())
+            compactions, not_undone = _compactions(client, record.name, args.password)
         except (LedgerError, ValueError, TypeError, KeyError) as exc:   # still delete the stream's own ledgers
             print(f"ledger: warning: the stream's compaction records were not read ({exc}); the next compaction "
                   f"or Spark job of a stream named {record.name!r} finishes them", file=sys.stderr)
@@ -316,7 +317,7 @@ def run_delete(args) -> int:
         failed = []
         for ledger_id in held:
             try:
-                discard(client, ledger_id, args.password.encode())
+                discard(client, ledger_id, args.password)
             except LedgerError as exc:
                 failed.append(ledger_id)
                 print(f"ledger: warning: ledger {ledger_id} of the deleted stream was not deleted: {exc}",
@@ -376,8 +377,12 @@ def _confirm(record: StreamRecord) -> None:
             f"deleting stream {record.name!r} deletes its ledgers for good; confirm with --yes (standard input "
             "is not a terminal to ask on)"
         )
-    answer = input(f"delete stream {record.name!r} and all its ledgers (offsets {record.first_offset}..)? "
-                   "type its name to confirm: ")
+    try:
+        answer = input(f"delete stream {record.name!r} and all its ledgers (offsets {record.first_offset}..)? "
+                       "type its name to confirm: ")
+    except EOFError:   # Ctrl-D: no answer is no confirmation
+        print(file=sys.stderr)
+        raise StreamDeleteRefusedError(f"stream {record.name!r} not deleted: no name was typed") from None
     if answer.strip() != record.name:
         raise StreamDeleteRefusedError(f"stream {record.name!r} not deleted: the name typed did not match")
 
@@ -417,18 +422,25 @@ def _duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age: give a number with a unit, ms, s, m, h, d or w (7d, 12h), or none")
-    return float(match.group(1)) * _DURATIONS[match.group(2)]
+    age = float(match.group(1)) * _DURATIONS[match.group(2)]
+    if not age <= MAX_RETENTION_AGE:   # inf too
+        raise argparse.ArgumentTypeError(f"{text!r} is over {_age_text(MAX_RETENTION_AGE)} (a century), the longest "
+                                         "age retention takes; give a shorter one, or none to keep everything")
+    return age
 
 
 def _size(text: str) -> int:
-    """100G, 512M, 1.5T, 4096 (powers of 1024; an optional B or iB); `none` (-1) removes the limit."""
+    """100G, 512M, 1.5T, 4096 (arguments.size); `none` (-1) removes the limit."""
     if text.strip().lower() == "none":
         return -1
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", text.lower())
-    if not match or float(match.group(1)) * _UNITS[match.group(2)] < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size: give bytes with an optional unit K, M, G, T (powers of 1024: 100G), or none")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        value = size(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, or none") from None
+    if value > MAX_RETENTION_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r} is over {_size_text(MAX_RETENTION_BYTES)}, the largest size "
+                                         "retention takes; give a smaller one, or none to keep everything")
+    return value
 
 
 def _age_text(seconds: float) -> str:
@@ -440,7 +452,7 @@ def _age_text(seconds: float) -> str:
 
 def _size_text(size: int) -> str:
     for unit in ("P", "T", "G", "M", "K"):
-        factor = _UNITS[unit.lower()]
+        factor = SIZE_UNITS[unit.lower()]
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size:,} bytes"

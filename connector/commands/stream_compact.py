@@ -13,16 +13,15 @@ import dataclasses
 import datetime
 import json
 
-from connector.client import default_metadata_uri
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
-from connector.commands.arguments import positive, seconds_or_zero
+from connector.commands.arguments import add_metadata, entry_bytes, password, positive, seconds_or_zero
 from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
     compact_stream,
 )
-from connector.spark.options import COMPRESSIONS, MAX_ENTRY_BYTES, MIN_ENTRY_BYTES
+from connector.spark.options import COMPRESSIONS, MIN_ENTRY_BYTES
 
 # Replaced ledgers kept longer than a month are better kept as they were; the bound also keeps --wait's sleep and
 # the printed due time in range.
@@ -35,11 +34,10 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[1],
     )
     compact.add_argument("name", help="the stream")
-    compact.add_argument("--metadata", default=default_metadata_uri(),
-                         help="metadata URI, zk://[user:secret@]host:port/root "
-                              "(default: $LEDGER_METADATA or zk://127.0.0.1:2181/ledgers)")
+    add_metadata(compact)
     node_security.add_arguments(compact)
-    compact.add_argument("--password", default="", help="the stream's ledger password (its new ledgers get it too)")
+    compact.add_argument("--password", type=password, default="",
+                         help="the stream's ledger password (its new ledgers get it too)")
     compact.add_argument("--target-bytes", type=positive, default=DEFAULT_TARGET_BYTES,
                          help=f"size of a new ledger, at most (default {DEFAULT_TARGET_BYTES >> 20} MiB)")
     compact.add_argument("--small-bytes", type=positive, default=None,
@@ -51,7 +49,7 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
                          help="seconds the replaced ledgers stay readable after the swap, for reads planned "
                               f"before it (default {DEFAULT_GRACE:.0f}: a Spark job's tasks open ledgers long "
                               "after its driver planned them)")
-    compact.add_argument("--entry-bytes", type=_entry_bytes, default=DEFAULT_ENTRY_BYTES,
+    compact.add_argument("--entry-bytes", type=entry_bytes, default=DEFAULT_ENTRY_BYTES,
                          help="entry size of rewritten arrow ledgers (the Spark writer's entryBytes, default 1 MiB)")
     compact.add_argument("--compression", choices=COMPRESSIONS, default="none",
                          help="compression of rewritten arrow entries (default none)")
@@ -74,7 +72,7 @@ def run_compact(args) -> int:
     )
     progress = None if args.json else _print_step
     with open_client(args, max_entry_bytes=args.max_entry_bytes) as lc:
-        result = compact_stream(lc, args.name, policy, password=args.password.encode(), wait=args.wait,
+        result = compact_stream(lc, args.name, policy, password=args.password, wait=args.wait,
                                 on_step=progress)
     if args.json:
         print(json.dumps(dataclasses.asdict(result), sort_keys=True))
@@ -112,14 +110,6 @@ def _grace(text: str) -> float:
     value = seconds_or_zero(text)
     if value > MAX_GRACE:
         raise argparse.ArgumentTypeError(f"{text!r} is over {MAX_GRACE:,.0f} seconds (30 days), the longest grace")
-    return value
-
-
-def _entry_bytes(text: str) -> int:
-    value = positive(text)
-    if not MIN_ENTRY_BYTES <= value <= MAX_ENTRY_BYTES:
-        raise argparse.ArgumentTypeError(f"{text} is not within {MIN_ENTRY_BYTES:,}..{MAX_ENTRY_BYTES:,}, the sizes "
-                                         "an arrow entry may have (as the Spark option entryBytes)")
     return value
 
 

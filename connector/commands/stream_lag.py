@@ -12,6 +12,7 @@ import json
 import sys
 
 from connector.checkpoint import Checkpoint, SourceOffset, read_checkpoint
+from connector.commands.arguments import password
 from connector.commands.command_client import open_client
 from connector.lag import Lag, bytes_text, stream_lag
 from metadata import streams
@@ -37,7 +38,8 @@ def register_lag(command) -> None:
     lag.add_argument("--stream", metavar="NAME",
                      help="the stream of a source whose checkpointed offset does not name it (checkpoints written "
                           "before the source's offsets named their stream)")
-    lag.add_argument("--password", default="", help="the streams' ledger password (to read an OPEN tail's LAC)")
+    lag.add_argument("--password", type=password, default="",
+                     help="the streams' ledger password (to read an OPEN tail's LAC)")
 
 
 def run_lag(args) -> int:
@@ -47,7 +49,7 @@ def run_lag(args) -> int:
         for source in sources:
             _check_incarnation(client, checkpoint, source)
         lags = [(source, stream_lag(client, source.stream, _committed(checkpoint, source),
-                                    args.password.encode())) for source in sources]
+                                    args.password)) for source in sources]
     if args.json:
         for source, lag in lags:
             print(json.dumps(_as_json(checkpoint, source, lag)))

@@ -21,7 +21,7 @@ from typing import Iterator
 from connector.client import LedgerClient, NoSuchLedgerError, Streams
 from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
-from connector.commands.arguments import interval, positive
+from connector.commands.arguments import interval, password, positive
 from connector.lag import ARROW, latest_offset
 from metadata import streams
 from metadata.errors import OffsetsGoneError
@@ -45,11 +45,11 @@ def register_tail(command) -> None:
     tail.add_argument("--max-rows", type=positive, metavar="N", help="stop after N rows")
     tail.add_argument("--poll", type=interval, default=0.5, metavar="SECONDS",
                       help="with --follow: how often to look for new rows (default 0.5)")
-    tail.add_argument("--password", default="", help="the stream's ledger password")
+    tail.add_argument("--password", type=password, default="", help="the stream's ledger password")
 
 
 def run_tail(args) -> int:
-    password = args.password.encode()
+    password = args.password
     left = args.max_rows
     with open_client(args) as lc:
         offset = _first_offset(lc, args.name, args.start, password)
@@ -105,7 +105,7 @@ def _arrow_lines(lc: LedgerClient, record: StreamRecord, offset: int, password: 
 
 
 def _ledger_lines(lc: LedgerClient, ledger: StreamLedger, offset: int, password: bytes) -> Iterator[tuple[int, str]]:
-    from connector.commands.admin import entry_rows, row_line  # pyarrow, only for arrow streams
+    from connector.commands.admin import UndecodableEntryError, entry_rows, row_line  # pyarrow: arrow streams only
     from connector.spark.encoding import entry_header
     from connector.spark.row_index import RowIndex
 
@@ -114,8 +114,15 @@ def _ledger_lines(lc: LedgerClient, ledger: StreamLedger, offset: int, password:
     first_entry = index.first_entry(offset - ledger.first_offset) if index and offset > ledger.first_offset else 0
     handle = lc.open_ledger(ledger.ledger_id, password=password, recover=False)
     for entry in handle.read(first_entry, meta.last_entry_id):
+        try:
+            rows = entry_rows(entry.payload)
+        except UndecodableEntryError as exc:
+            print(f"ledger: warning: ledger {ledger.ledger_id} entry {entry.entry_id} of the arrow stream is not an "
+                  f"arrow entry ({exc}): its rows are skipped; `ledger read {ledger.ledger_id} --from "
+                  f"{entry.entry_id} --to {entry.entry_id} --format hex` prints it", file=sys.stderr, flush=True)
+            continue
         first_row, _ = entry_header(entry.payload)
-        for i, row in enumerate(entry_rows(entry.payload)):
+        for i, row in enumerate(rows):
             at = ledger.first_offset + first_row + i
             if at >= offset:
                 yield at, row_line(row if OFFSET in row else {OFFSET: at, **row})

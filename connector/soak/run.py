@@ -260,9 +260,13 @@ class Soak:
             self._cleanup()
 
     def _start(self) -> None:
-        if self.directory.exists() and any(self.directory.iterdir()):
-            raise SystemExit(f"ledger soak: --dir {self.directory} is not empty; give a new or empty directory")
-        (self.actors_dir / "requests").mkdir(parents=True)
+        try:
+            if self.directory.exists() and any(self.directory.iterdir()):
+                raise SystemExit(f"ledger soak: --dir {self.directory} is not empty; give a new or empty directory")
+            (self.actors_dir / "requests").mkdir(parents=True)
+        except OSError as exc:   # a file, or a place this user cannot create it
+            raise SystemExit(f"ledger soak: --dir {self.directory} cannot hold the soak ({exc.strerror}); give a new "
+                             "or empty directory this user can write") from None
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # a reconnect loop per ZooKeeper restart
         self.metadata_uri = self.cluster.start(timeout=CLUSTER_START_SECONDS)
         self.nemesis = Nemesis(self, self.rng, self.directory / "nemesis.jsonl")

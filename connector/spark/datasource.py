@@ -61,14 +61,18 @@ class LedgerDataSource(DataSource):
         from connector.spark.commit import ARROW
         from connector.spark.errors import InvalidOptionError
         from connector.spark.stream_options import StreamOptions
-        from connector.spark.stream_read import LedgerStreamReader
+        from connector.spark.stream_read import LedgerStreamReader, RefusedStreamReader
 
-        opts, stream_opts = StreamOptions.parse(self.options)
-        if not opts.stream or opts.ledgers or opts.view:
-            raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or view")
-        if opts.ending_offset is not None:
-            raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
-        return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts, shared=False).format != ARROW)
+        try:
+            opts, stream_opts = StreamOptions.parse(self.options)
+            if not opts.stream or opts.ledgers or opts.view:
+                raise InvalidOptionError("a streaming read follows one stream: load(\"events\"), without ledgers or "
+                                         "view")
+            if opts.ending_offset is not None:
+                raise InvalidOptionError("endingOffsets is for batch reads; a streaming query reads on as data arrives")
+            return LedgerStreamReader(opts, stream_opts, schema, raw=_stream(opts, shared=False).format != ARROW)
+        except Exception as exc:   # raised from here, pyspark would hide it (RefusedStreamReader says how)
+            return RefusedStreamReader(exc)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from connector.spark.errors import InvalidOptionError

@@ -33,6 +33,8 @@ MAX_ENTRY_BYTES = 4 * 1024 * 1024  # well under a storage node's default --max-e
 # startingTimestamp/endingTimestamp under this are seconds mistaken for milliseconds: as milliseconds they are
 # before 1973-03-03, before anything was appended; as seconds the bound is the year 5138.
 SECONDS_BELOW = 10 ** 11
+# startingTimestamp/endingTimestamp: the last millisecond of year 9999, the last a date (Python's, Spark's) can show.
+MAX_TIMESTAMP_MS = 253402300799999
 
 # lower-case key -> the spelling used in documentation and error messages
 SPELLING = {
@@ -353,8 +355,10 @@ def _timestamp(given: Mapping[str, str], key: str) -> int | None:
     """Milliseconds since the epoch, as Kafka's startingTimestamp/endingTimestamp take them; 0 is the epoch, and a
     time under SECONDS_BELOW is refused as seconds given for milliseconds."""
     name = SPELLING[key]
-    value = _integer_where(given, key, lambda v: v >= 0, "times in milliseconds since the epoch (an integer >= 0), "
-                                                         f"for example {name}=1700000000000 (2023-11-14 22:13:20 UTC)")
+    value = _integer_where(given, key, lambda v: 0 <= v <= MAX_TIMESTAMP_MS,
+                           "times in milliseconds since the epoch (an integer >= 0, up to "
+                           f"{MAX_TIMESTAMP_MS}: 9999-12-31 23:59:59.999 UTC), for example {name}=1700000000000 "
+                           "(2023-11-14 22:13:20 UTC)")
     if value is not None and 0 < value < SECONDS_BELOW:
         raise InvalidOptionError(
             f"option {name}={given[key]!r} looks like seconds (as milliseconds it is before 1973-03-03, before any "

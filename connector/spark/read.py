@@ -147,7 +147,10 @@ def no_offset_at(stream: str, time_ms: int, strategy: str) -> None:
 
 
 def _iso(time_ms: int) -> str:
-    return datetime.datetime.fromtimestamp(time_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    try:
+        return datetime.datetime.fromtimestamp(time_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):   # past year 9999, or past the platform's time_t
+        return "a time past year 9999"
 
 
 def read_partitions(options: LedgerOptions, schema: StructType, raw: bool, partition: LedgerPartition | LedgerRun,

@@ -94,6 +94,28 @@ class StreamExtent:
     created: float = 0.0                  # when the stream was created (0: before streams recorded it)
 
 
+class RefusedStreamReader(DataSourceStreamReader):
+    """The source of a streaming read that could not start (its options refused, say): it raises why from Spark's
+    first call. pyspark's source runner (python_streaming_source_runner.main) stops the reader in a `finally` also
+    when creating it raised, so an error raised by streamReader() reached the user as "UnboundLocalError: cannot
+    access local variable 'reader'", the connector's message only earlier in the chain."""
+
+    def __init__(self, refusal: Exception):
+        self.refusal = refusal
+
+    def initialOffset(self) -> dict:
+        raise self.refusal
+
+    def latestOffset(self, *args) -> dict:
+        raise self.refusal
+
+    def partitions(self, start: dict, end: dict):
+        raise self.refusal
+
+    def read(self, partition) -> Iterator:
+        raise self.refusal
+
+
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Pickled to executors for read(): holds options and the schema, never a client."""
 

@@ -68,6 +68,37 @@ def test_read_never_fences_a_live_writer_unless_asked_and_clamps_its_range(clust
         assert client.ledger_metadata(live.ledger_id).state is LedgerState.CLOSED
 
 
+def test_a_password_that_is_not_utf8_reads_and_recovers_its_ledger(cluster, metadata_uri, capsys):
+    """`--password $'\\xff'` reaches Python as '\\udcff': read and recover died with a UnicodeEncodeError traceback (an
+    audit's). The password is the bytes the shell passed."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        read, recovered = (client.create_ledger(3, 2, 2, password=b"\xff") for _ in range(2))
+        read.append(b"kept")
+        recovered.append(b"kept too")
+        # --recover: the entry is read whether or not the nodes have learnt its LAC yet
+        assert main(["read", str(read.ledger_id), "--recover", "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        assert capsys.readouterr().out == "0\tkept\n"
+        assert main(["recover", str(recovered.ledger_id), "--password", "\udcff", "--metadata", metadata_uri]) == 0
+        assert client.ledger_metadata(recovered.ledger_id).state is LedgerState.CLOSED
+
+
+def test_rows_of_an_entry_that_only_starts_as_arrow_are_printed_as_hex_with_a_warning(cluster, metadata_uri, capsys):
+    """An audit's: `read --format rows` of an entry starting with the arrow magic but not arrow died with pyarrow's
+    ArrowInvalid traceback."""
+    from connector.spark.encoding import MAGIC
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as client, client.create_ledger(3, 3, 2) as writer:
+        writer.append(b"plain text")
+        writer.append(MAGIC + b"garbage not arrow")
+    assert main(["read", str(writer.ledger_id), "--format", "rows", "--metadata", metadata_uri]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"0\tplain text\n1\t{(MAGIC + b'garbage not arrow').hex()}\n"
+    assert err.startswith(f"ledger: warning: ledger {writer.ledger_id} entry 1 starts as an arrow entry but is not "
+                          "one (") and err.rstrip().endswith("printed as hex"), err
+
+
 def test_delete_refuses_a_ledger_a_stream_holds_unless_forced(cluster, metadata_uri, capsys):
     cluster(3)
     with LedgerClient(metadata_uri) as client:

@@ -1,5 +1,6 @@
 """`ledger stream list|show|truncate|retention|delete` against real nodes, through connector.cli.main, with --json
 and as text; errors are one line naming the problem and the fix."""
+import io
 import json
 import time
 
@@ -9,7 +10,7 @@ from connector.cli import main
 from connector.commands import stream as stream_command
 from connector.client import LedgerClient, Streams
 from metadata import layout, streams
-from metadata.model import Retention
+from metadata.model import Retention, StreamRecord
 from tests.harness.poll import poll_until
 from tests.harness.stream_fixtures import appended, closed_ledgers
 
@@ -167,3 +168,29 @@ def test_the_retention_loop_prints_only_what_changed_and_exits_with_its_last_run
     assert main(["stream", "retention", "--apply", "--json"]) == 0   # one pass reports every stream
     assert sorted((r["stream"], r["cut"]) for r in map(json.loads, capsys.readouterr().out.splitlines())) == [
         ("events", False), ("quiet", False)]
+
+
+@pytest.mark.parametrize("argv", [["truncate", "..", "--before", "1"], ["truncate", ".", "--before", "1"],
+                                  ["truncate", "a/b", "--before", "1"], ["retention", "--apply", ".."]])
+def test_what_is_no_stream_name_is_refused_in_one_line(metadata_uri, capsys, argv):
+    """An audit's: '..' and '.' became znode paths (of the stream's cuts) before the name was checked, and kazoo's
+    "ValueError: relative paths not allowed" came out as a traceback."""
+    assert main(["stream", *argv, "--metadata", metadata_uri]) == 1
+    err = capsys.readouterr().err
+    assert f"invalid stream name {argv[1] if argv[0] == 'truncate' else argv[2]!r}: use 1-200 letters" in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_end_of_input_at_the_delete_prompt_deletes_nothing(metadata_uri, capsys, monkeypatch):
+    """An audit's: Ctrl-D at the confirmation prompt ended `stream delete` with an EOFError traceback."""
+    with LedgerClient(metadata_uri) as client:
+        streams.create_stream(client.store, StreamRecord("events", "raw"))
+
+        class Terminal(io.StringIO):   # a terminal on which the user pressed Ctrl-D
+            def isatty(self):
+                return True
+
+        monkeypatch.setattr("sys.stdin", Terminal(""))
+        assert main(["stream", "delete", "events", "--metadata", metadata_uri]) == 1
+        assert capsys.readouterr().err.endswith("ledger: error: stream 'events' not deleted: no name was typed\n")
+        assert not streams.find_stream(client.store, "events").value.deleting

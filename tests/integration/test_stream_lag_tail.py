@@ -221,3 +221,28 @@ def test_follow_goes_on_when_a_cut_deletes_what_it_was_reading(live, metadata_ur
     monkeypatch.setattr(stream_tail, "_lines", cut_once)
     rows = tail_lines(capsys, "events", "--follow", "--poll", "0.05", "--from", "8", "--max-rows", "4")
     assert cuts == [8] and [row["_offset"] for row in rows] == [8, 9, 10, 11]
+
+
+def test_tail_skips_an_entry_of_an_arrow_stream_that_is_not_arrow_with_a_warning(cluster, metadata_uri, capsys):
+    """`stream tail` decodes an arrow stream's entries as `read --format rows` does (an audit found pyarrow's
+    ArrowInvalid traceback there): an entry that is not arrow is named on stderr, and the other rows are printed."""
+    import pyarrow as pa
+
+    from connector.spark.encoding import MAGIC, encode_entry
+    from metadata import streams
+    from metadata.model import StreamLedger, StreamRecord
+
+    cluster(3)
+    rows = pa.record_batch({"id": pa.array([7, 8], pa.int64())})
+    with LedgerClient(metadata_uri) as client:
+        with client.create_ledger(3, 3, 2) as writer:
+            writer.append(encode_entry(0, [rows]))
+            writer.append(MAGIC + b"garbage not arrow")
+        streams.create_stream(client.store, StreamRecord("events", "arrow",
+                                                         tail=(StreamLedger(writer.ledger_id, 0, 1),)))
+    assert main(["stream", "tail", "events", "--metadata", metadata_uri]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == [{"_offset": 0, "id": 7}, {"_offset": 1, "id": 8}]
+    assert err.startswith(f"ledger: warning: ledger {writer.ledger_id} entry 1 of the arrow stream is not an arrow "
+                          "entry ("), err
+    assert f"its rows are skipped; `ledger read {writer.ledger_id} --from 1 --to 1 --format hex` prints it" in err

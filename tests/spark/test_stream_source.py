@@ -1,5 +1,6 @@
 """The tailing streaming source against a real cluster: live tail, rate limits, data loss handling."""
 import json
+import re
 
 import pytest
 
@@ -97,3 +98,30 @@ def test_byte_limit_caps_micro_batches_and_the_latest_offset_is_reported(spark, 
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert [p["numInputRows"] for p in batches] == [25, 25, 25, 25]
     assert without_created(json.loads(batches[-1]["sources"][0]["latestOffset"])) == {"offset": 100, "stream": stream}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"endingOffsets": "5"}, "InvalidOptionError: endingOffsets is for batch reads; a streaming query reads on as "
+                             "data arrives"),
+    ({"endingTimestamp": "1700000000000"}, "InvalidOptionError: endingTimestamp is for batch reads"),
+    ({"ledgers": "1"}, "InvalidOptionError: a streaming read follows one stream"),
+])
+def test_an_option_a_streaming_read_refuses_is_the_querys_error(spark, shared_uri, stream, options, message):
+    """pyspark's source runner stops the reader in a `finally` also when creating it raised: a refusal raised from
+    streamReader() ended in "UnboundLocalError: cannot access local variable 'reader'" (an audit's), the
+    connector's message only earlier in the chain. The query's error ends with the connector's own."""
+    write_entries(shared_uri, stream, 1)
+    reader = spark.readStream.format("ledger").option("metadata", shared_uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    loaded = reader.load() if "ledgers" in options else reader.load(stream)
+    query = loaded.writeStream.format("memory").queryName("refused").start()
+    try:
+        with pytest.raises(Exception) as failed:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    # The Python errors in the text, outermost last; Spark's description of the query follows them.
+    raised = [line.strip() for line in str(failed.value).splitlines()
+              if re.match(r"\s*[\w.]*(Error|Exception): ", line)]
+    assert raised and message in raised[-1] and "UnboundLocalError" not in str(failed.value), str(failed.value)

@@ -252,6 +252,11 @@ def test_ledgers_read_by_id_have_their_times_too(spark, shared_uri, stream):
     ({"startingTimestamp": "5", "startingOffsets": "0"}, "both startingOffsets='0' and startingTimestamp='5'"),
     ({"startingTimestamp": "1700000000005", "endingTimestamp": "1700000000004"},
      "endingTimestamp=1700000000004 is before startingTimestamp=1700000000005"),
+    # past year 9999: an audit's read failed with OverflowError / ValueError instead
+    ({"startingTimestamp": "1208925819614629174706176"},
+     r"startingTimestamp='1208925819614629174706176': allowed values are times in milliseconds since the epoch "
+     r"\(an integer >= 0, up to 253402300799999: 9999-12-31 23:59:59.999 UTC\)"),
+    ({"startingTimestamp": "9000000000000000"}, "startingTimestamp='9000000000000000': allowed values are times"),
 ])
 def test_bad_time_options_fail_the_read_with_a_clear_error(spark, shared_uri, stream, options, message):
     raw_stream(shared_uri, stream, [BASE])

@@ -92,9 +92,26 @@ def test_a_command_gives_up_on_an_unreachable_zookeeper_after_its_short_wait(cap
     assert "cannot reach ZooKeeper at 127.0.0.1:1 within 2s" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("node_id", ["..", "a\tb", "a/b"])
-def test_node_readonly_refuses_what_is_not_a_node_id_before_reaching_zookeeper(capsys, node_id):
-    assert cli.main(["node", "readonly", node_id, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+# "n\udcff": what Python makes of the argument $'n\xff' (not UTF-8). An audit's `ledger decommission` of it waited 61 s
+# and blamed ZooKeeper; of '..' it failed with ValueError's traceback; of '' it said "damaged cookie record".
+@pytest.mark.parametrize("node_id", ["..", "a\tb", "a/b", "", "n\udcff"])
+@pytest.mark.parametrize("command", [["node", "readonly"], ["decommission"]])
+def test_node_commands_refuse_what_is_not_a_node_id_before_reaching_zookeeper(capsys, command, node_id):
+    assert cli.main([*command, node_id, "--metadata", "zk://127.0.0.1:1/l"]) == 1
     assert capsys.readouterr().err == (f"ledger: error: {node_id!r} is not a storage node id (ids are 1-200 bytes "
                                        "(UTF-8), no '/' nor control character (as ZooKeeper takes names), not '.' or "
                                        "'..', not starting with '-'); check the id with `ledger cluster status`\n")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["init"], ["stream", "list"]])
+def test_a_metadata_root_with_a_dot_segment_is_one_line_not_kazoos_traceback(capsys, argv):
+    assert cli.main([*argv, "--metadata", "zk://127.0.0.1:1/ledgers/../ledgers"]) == 1
+    assert capsys.readouterr().err.startswith("ledger: error: metadata URI 'zk://127.0.0.1:1/ledgers/../ledgers': its "
+                                              "root /ledgers/../ledgers has a '.' or '..' segment")
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ""])
+def test_jobs_of_what_is_no_stream_name_is_an_invalid_stream_name(capsys, name):
+    """It said there were no jobs on stream 'a/b' (an audit's): no stream can have that name."""
+    assert cli.main(["jobs", "--stream", name, "--metadata", "zk://127.0.0.1:1/l"]) == 1
+    assert capsys.readouterr().err.startswith(f"ledger: error: invalid stream name {name!r}: use 1-200 letters")

@@ -37,6 +37,17 @@ def test_start_on_a_file_names_dir_and_asks_for_a_directory(capsys, tmp_path, un
     (b"\xff\xfe{", "not UTF-8 text"),
     (b'{"zk_port": 1, "nodes": [{"node_id": "node-1"}]}', "a node or its tls entry is not as recorded"),
     (b'{"zk_port": 1, "nodes": [{"node_id": "node-1", "port": "x"}]}', "a node's port or pid is not a number"),
+    # Found by an audit: `cluster start` met these with an OverflowError traceback, its ZooKeeper left running.
+    (b'{"zk_port": 1, "nodes": [{"node_id": "node-1", "port": 99999}]}',
+     "the port of node 'node-1' is 99999, not a port in 1-65535"),
+    (b'{"zk_port": 1, "nodes": [{"node_id": "../../x", "port": 2}]}', "node id '../../x' is not one (1-200 bytes"),
+    (b'{"zk_port": 0, "nodes": []}', "zk_port is 0, not a port in 1-65535"),
+    (b'{"zk_port": true, "nodes": []}', "not an object with zk_port"),
+    (b'{"zk_port": 1, "zk_pid": -7, "nodes": []}', "a pid is negative"),
+    (b'{"zk_port": 1, "nodes": [{"node_id": "n", "port": 2}, {"node_id": "n", "port": 3}]}',
+     "a node id is recorded twice"),
+    (b'{"zk_port": 1, "nodes": [], "tls": {"ca": 1, "node_cert": "a", "node_key": "b", "client_cert": "c", '
+     b'"client_key": "d"}}', "a tls entry is not a file name"),
 ])
 @pytest.mark.parametrize("action", ["status", "stop", "start"])
 def test_a_damaged_state_file_says_what_is_wrong_and_what_to_do(capsys, tmp_path, content, what, action):

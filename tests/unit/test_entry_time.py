@@ -230,6 +230,11 @@ def test_time_options_are_parsed_in_milliseconds_with_kafkas_default_strategy():
                                           r"milliseconds since the epoch: startingTimestamp=1700000000000"),
     ({"endingTimestamp": str(10 ** 11 - 1)}, r"endingTimestamp='99999999999' looks like seconds"),
     ({"startingOffsetsByTimestampStrategy": "earliest"}, r"allowed values are error, latest"),
+    # past year 9999: an audit's read failed with OverflowError / ValueError from the date in an error message
+    ({"startingTimestamp": "9000000000000000"}, r"startingTimestamp='9000000000000000': allowed values are times in "
+                                                r"milliseconds since the epoch \(an integer >= 0, up to "
+                                                r"253402300799999: 9999-12-31 23:59:59.999 UTC\)"),
+    ({"endingTimestamp": str(1 << 80)}, r"endingTimestamp='1208925819614629174706176': allowed values are"),
 ])
 def test_bad_time_options_are_refused_with_a_clear_error(options, message):
     with pytest.raises(InvalidOptionError, match=message):
@@ -294,3 +299,13 @@ def test_timestamp_filters_prune_ledgers_by_their_recorded_times(filters, ledger
 
 def test_a_filter_value_that_is_not_a_timestamp_does_not_prune():
     assert ReadBounds().pushed("times", GreaterThan(("_timestamp",), "soon")) is None
+
+
+def test_a_time_past_year_9999_in_an_error_is_said_not_raised():
+    """The date in NoOffsetForTimeError's message raised OverflowError / ValueError past year 9999 (an audit's)."""
+    from connector.client.time_search import NoOffsetForTimeError
+    from connector.spark.read import no_offset_at
+
+    for time_ms in (9 * 10 ** 15, 1 << 80):
+        with pytest.raises(NoOffsetForTimeError, match=f"startingTimestamp={time_ms} \\(a time past year 9999\\)"):
+            no_offset_at("s", time_ms, "error")

@@ -35,3 +35,22 @@ def test_a_secret_after_a_user_holding_at_or_slash_is_redacted(uri, user):
     with pytest.raises(InvalidMetadataUriError) as refused:
         MetadataUri.parse(uri)
     assert f"zk://{user}:***@127.0.0.1:1" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("uri, refusal", [
+    # kazoo refused these with a bare "ValueError: relative paths not allowed" traceback (an audit's)
+    ("zk://127.0.0.1:1/ledgers/../ledgers", "its root /ledgers/../ledgers has a '.' or '..' segment"),
+    ("zk://127.0.0.1:1/a/./b", "its root /a/./b has a '.' or '..' segment"),
+    ("zk://127.0.0.1:1/..", "its root /.. has a '.' or '..' segment"),
+    # `ledger init` initialised a ledger store inside ZooKeeper's own tree (only /zookeeper itself was refused)
+    ("zk://127.0.0.1:1/zookeeper", "its root /zookeeper is in /zookeeper, the tree ZooKeeper keeps for itself"),
+    ("zk://127.0.0.1:1/zookeeper/quota", "its root /zookeeper/quota is in /zookeeper"),
+])
+def test_a_root_that_is_no_znode_path_or_is_zookeepers_own_is_refused(uri, refusal):
+    with pytest.raises(InvalidMetadataUriError, match=refusal.replace("(", r"\(").replace(")", r"\)")):
+        MetadataUri.parse(uri)
+
+
+@pytest.mark.parametrize("root", ["/zookeepers", "/ledgers/.x", "/a/b..c", "/zookeeper-ledgers"])
+def test_roots_that_only_look_alike_are_taken(root):
+    assert MetadataUri.parse(f"zk://127.0.0.1:1{root}").root == root

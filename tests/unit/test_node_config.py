@@ -26,6 +26,32 @@ def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
         parse_config(base(tmp_path) + [flag, value])
 
 
+# An audit's: --zk-session-timeout 1e300 made kazoo's connection thread fail with a traceback, and the node then
+# said it could not reach ZooKeeper. Every interval has a maximum.
+@pytest.mark.parametrize("flag, value, says", [
+    ("--zk-session-timeout", "1e300", "must be a finite number of seconds, at least 1 and at most 3600 (an hour"),
+    ("--zk-session-timeout", "3601", "at most 3600"),
+    ("--zk-session-timeout", "inf", "at most 3600"),
+    ("--checkpoint-interval", "1e300", "must be a finite number of seconds above 0, at most 604800 (a week)"),
+    ("--disk-check-interval", "604801", "at most 604800 (a week)"),
+    ("--gc-interval", "inf", "at most 604800 (a week)"),
+    ("--gc-grace", "inf", "must be 0 or more seconds, at most 604800 (a week)"),
+    ("--gc-overreplicated-interval", "1e300", "at most 2592000 (30 days), or 0 (never)"),
+])
+def test_intervals_and_the_session_timeout_have_a_maximum(tmp_path, flag, value, says):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(base(tmp_path) + [flag, value])
+    message = str(refused.value)
+    assert message.startswith(f"{flag} {float(value)} must be ") and says in message, message
+
+
+@pytest.mark.parametrize("flag, value", [("--zk-session-timeout", "3600"), ("--checkpoint-interval", "604800"),
+                                         ("--gc-overreplicated-interval", "2592000"), ("--gc-grace", "0")])
+def test_the_maxima_themselves_are_taken(tmp_path, flag, value):
+    config = parse_config(base(tmp_path) + [flag, value])
+    assert getattr(config, flag.strip("-").replace("-", "_")) == float(value)
+
+
 def test_page_cache_bytes_accepts_keep_all_and_zero(tmp_path):
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "-1"]).journal_page_cache_bytes == -1
     assert parse_config(base(tmp_path) + ["--journal-page-cache-bytes", "0"]).journal_page_cache_bytes == 0

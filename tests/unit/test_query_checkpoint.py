@@ -31,6 +31,9 @@ def test_both_formats_give_each_source_its_offset(tmp_path):
     (b"v1\n\xff\xfe\n", "byte 3: not UTF-8 text"),
     (b"", "it is empty"),
     (b"PK\x03\x04 zip\n", "line 1: 'PK\\x03\\x04 zip'"),
+    # an audit's: a lag from a negative offset was computed and printed as if it were one
+    (f'v1\n{META}\n{{"offset": -5, "stream": "events"}}\n'.encode(), "line 3: offset -5 is not a stream offset"),
+    (f'v2\n{META}\nsrc:{{"offset": true, "stream": "events"}}\n'.encode(), "line 3: offset True is not a stream"),
 ])
 def test_an_offsets_file_it_cannot_read_names_the_file_the_line_and_what_to_check(tmp_path, capsys, offsets, why):
     location = checkpoint(tmp_path, offsets)

@@ -58,6 +58,10 @@ def test_ledgers_option():
         ({"colour": "red"}, "unknown option(s) colour"),
         ({"path": "bad name"}, "option path (the stream name)"),
         ({"metadata": "http://x"}, "option metadata"),
+        # kazoo's "ValueError: relative paths not allowed" reached the user (an audit's)
+        ({"metadata": "zk://127.0.0.1:2181/ledgers/../ledgers"},
+         "option metadata: metadata URI 'zk://127.0.0.1:2181/ledgers/../ledgers': its root /ledgers/../ledgers has a "
+         "'.' or '..' segment"),
     ],
 )
 def test_bad_values_name_the_option(options, expected):
