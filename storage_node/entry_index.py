@@ -54,6 +54,15 @@ def _holes_allowed(slots: int, entries: int) -> bool:
     return slots - entries <= _FREE_HOLES + HOLES_PER_ENTRY * entries
 
 
+def _append(locations: array, lengths: array, holes: int, location: int, length: int) -> None:
+    """Append an entry's record to a window or run, after `holes` absent slots."""
+    if holes:
+        locations.extend(array("q", [ABSENT]) * holes)
+        lengths.extend(array("i", [0]) * holes)
+    locations.append(location)
+    lengths.append(length)
+
+
 class _Run:
     """Entries first..first + len - 1 of the overflow, densely (ABSENT where none is stored)."""
 
@@ -148,12 +157,7 @@ class OverflowRuns:
                 return old_record
             following = self._firsts[i + 1] if i + 1 < len(self._runs) else None
             if (following is None or entry_id < following) and _holes_allowed(slot + 1, run.count + 1):
-                holes = slot - size
-                if holes:
-                    run.locations.extend(array("q", [ABSENT]) * holes)
-                    run.lengths.extend(array("i", [0]) * holes)
-                run.locations.append(location)
-                run.lengths.append(length)
+                _append(run.locations, run.lengths, slot - size, location, length)
                 run.count += 1
                 self.count += 1
                 return None
@@ -258,12 +262,7 @@ class LedgerIndex:
             if not self._window_takes(slot + 1, 1):
                 self._move_window(entry_id)     # too far above it: a new window starts at entry_id
                 slot = size = 0
-            holes = slot - size
-            if holes:
-                self.locations.extend(array("q", [ABSENT]) * holes)
-                self.lengths.extend(array("i", [0]) * holes)
-            self.locations.append(location)
-            self.lengths.append(length)
+            _append(self.locations, self.lengths, slot - size, location, length)
             self.count += 1
             if self.overflow:
                 self.count -= self._grown(size, slot, slot + 1)
