@@ -116,7 +116,8 @@ def test_spark_tls_options_reach_every_client_and_half_settings_are_refused(pki,
     options = LedgerOptions.parse({"tlsca": str(pki.ca.cert), "tlscert": str(pki.client.cert),
                                    "tlskey": str(pki.client.key), "authtokenfile": str(token),
                                    "metadata": "zk://spark:hunter2@127.0.0.1:2181/ledgers"})
-    assert options.client_options() == {"tls": pki.client_tls(), "auth_token": "t0ken", "max_entry_bytes": 8 << 20}
+    assert options.client_options() == {"tls": pki.client_tls(), "auth_token": "t0ken", "max_entry_bytes": 8 << 20,
+                                        "speculative_read_timeout": 0.5}
     assert options.metadata == "zk://spark:hunter2@127.0.0.1:2181/ledgers"  # credentials kept for the clients
     assert "hunter2" not in repr(options)
     with pytest.raises(InvalidOptionError, match="go together"):

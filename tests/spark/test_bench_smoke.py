@@ -21,7 +21,9 @@ def test_spark_bench_prints_write_read_and_ceiling_figures():
     split = (rf"{NUMBER}s: JVM {NUMBER} \+ Python workers {NUMBER} \+ nodes {NUMBER} \+ ZooKeeper {NUMBER} = {NUMBER} "
              rf"CPU s, {NUMBER} of \d+ cores")
     for case in ("write", "count", "group-by"):
-        assert re.search(rf"cpu {case} +ledger {split}; ceiling {split}; parquet {split}", out), out
+        replicated = rf"; replicated ceiling {split}" if case == "write" else ""
+        assert re.search(rf"cpu {case} +ledger {split}; ceiling {split}{replicated}; parquet {split}", out), out
+    assert re.search(rf"replicated ceiling: .* write {NUMBER}s; ledger time / it {NUMBER}", out), out
     assert re.search(rf"small ledgers: a count of 10 ledgers of 5 rows .*: packed into 2 partitions {NUMBER}s, one "
                      rf"partition per ledger {NUMBER}s; {NUMBER}x faster", out), out
 
