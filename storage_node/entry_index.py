@@ -54,11 +54,16 @@ def _holes_allowed(slots: int, entries: int) -> bool:
     return slots - entries <= _FREE_HOLES + HOLES_PER_ENTRY * entries
 
 
-def _append(locations: array, lengths: array, holes: int, location: int, length: int) -> None:
-    """Append an entry's record to a window or run, after `holes` absent slots."""
+def _pad(locations: array, lengths: array, holes: int) -> None:
+    """Append `holes` absent slots to a window or run."""
     if holes:
         locations.extend(array("q", [ABSENT]) * holes)
         lengths.extend(array("i", [0]) * holes)
+
+
+def _append(locations: array, lengths: array, holes: int, location: int, length: int) -> None:
+    """Append an entry's record to a window or run, after `holes` absent slots."""
+    _pad(locations, lengths, holes)
     locations.append(location)
     lengths.append(length)
 
@@ -189,6 +194,14 @@ class OverflowRuns:
         self._runs.insert(i, run)
         self._firsts.insert(i, run.first)
 
+    def last_id(self) -> int:
+        """The highest id stored (-1: none)."""
+        for run in reversed(self._runs):
+            for slot in range(len(run.locations) - 1, -1, -1):
+                if run.locations[slot] != ABSENT:
+                    return run.first + slot
+        return -1
+
     def ids_between(self, first: int, last: int) -> list[int]:
         """Ids stored in [first, last], ascending."""
         found: list[int] = []
@@ -219,7 +232,8 @@ class OverflowRuns:
 
 class LedgerIndex:
     __slots__ = ("base", "locations", "lengths", "overflow", "count", "bytes_by_file", "slots_by_file",
-                 "checkpointed", "checkpointed_base", "changed_slots", "overflow_changed", "live", "owner")
+                 "checkpointed", "checkpointed_base", "reshaped_from", "changed_slots", "overflow_changed", "live",
+                 "owner")
 
     def __init__(self, base: int = -1):
         self.base = base                         # entry id of locations[0]; -1 until the first put
@@ -237,6 +251,7 @@ class LedgerIndex:
         # holds the index.
         self.checkpointed = 0
         self.checkpointed_base: int | None = None
+        self.reshaped_from: int | None = None     # the base recount found, when it moved the window (_below_window)
         self.changed_slots: set[int] = set()
         self.overflow_changed = False
         self.live: LiveBytes | None = None      # the node's sum of the tallies, while it counts this index
@@ -305,10 +320,7 @@ class LedgerIndex:
         if (locations and file_of(locations[0]) == file_of(locations[-1])
                 and locations[-1] - locations[0] == total - lengths[-1]
                 and size <= slot and self._window_takes(slot + 1, 1)):   # as put() takes the first
-            holes = slot - size
-            if holes:
-                self.locations.extend(array("q", [ABSENT]) * holes)
-                self.lengths.extend(array("i", [0]) * holes)
+            _pad(self.locations, self.lengths, slot - size)
             self.locations.extend(locations)
             self.lengths.extend(lengths)
             self.count += len(lengths)
@@ -373,8 +385,9 @@ class LedgerIndex:
         return self.checkpointed_base is not None and self.base != self.checkpointed_base
 
     def mark_checkpointed(self) -> None:
-        """A checkpoint holds the index as it is now."""
-        self.checkpointed_base = self.base
+        """A checkpoint holds the index as it is now (as it was loaded, if recount reshaped it)."""
+        self.checkpointed_base = self.base if self.reshaped_from is None else self.reshaped_from
+        self.reshaped_from = None
         self.checkpointed = len(self.locations)
         self.changed_slots.clear()
         self.overflow_changed = False
@@ -388,6 +401,7 @@ class LedgerIndex:
             location, length = self.overflow.pop(entry_id)
             if self.locations[entry_id - self.base] == ABSENT:
                 self.locations[entry_id - self.base], self.lengths[entry_id - self.base] = location, length
+        self._below_window()
         self.count = len(self.overflow)
         self.bytes_by_file, self.slots_by_file = {}, {}
         if self.locations:
@@ -406,6 +420,24 @@ class LedgerIndex:
             self.count += len(slots)
         for location, length in self.overflow.values():
             self._tally(location, length)
+
+    def _below_window(self) -> None:
+        """Every overflow id lies below the window, so that no overflow run ever spans the window's ids (a window that
+        moves is adopted as a run: runs may not overlap). An index a node of the version before left may hold ids
+        above its window (far ahead of it, then): its window goes to the overflow with them (the runs rebuilt in
+        id order), and an empty one starts above them; a checkpoint then writes the index whole (reshaped_from)."""
+        end = self.base + len(self.locations)
+        if not self.overflow.count or self.overflow.last_id() < end:
+            return
+        records = list(self.overflow.items())
+        window_entries = len(self.locations) - self.locations.count(ABSENT)
+        self.overflow = OverflowRuns()
+        self.overflow.adopt(self.base, self.locations, self.lengths, window_entries)
+        for entry_id, (location, length) in records:
+            self.overflow.put(entry_id, location, length)
+        self.reshaped_from = self.base
+        self.base = records[-1][0] + 1
+        self.locations, self.lengths = array("q"), array("i")
 
     def records_in(self, numbers: Iterable[int]) -> list[tuple[int, int, int]]:
         """(entry id, location, length) of every record indexed here that lies in one of the files `numbers`,
@@ -437,14 +469,16 @@ class LedgerIndex:
         return self.overflow.get(entry_id) if self.overflow.count else None
 
     def entries_between(self, first: int, last: int) -> Iterator[int]:
-        """Ids of stored entries in [first, last], ascending."""
+        """Ids of stored entries in [first, last], ascending, as stored when the iteration starts. A ReadRange sends
+        messages while it iterates, and puts land meanwhile: the window it started on is iterated to its end even if
+        it moved (its arrays, adopted by the overflow as they are, keep every entry at its slot)."""
         extra = self.overflow.ids_between(first, last) if self.overflow.count else []
-        dense_lo = max(first, self.base)
-        dense_hi = min(last, self.base + len(self.locations) - 1)
+        base, locations = self.base, self.locations
+        dense_lo = max(first, base)
+        dense_hi = min(last, base + len(locations) - 1)
         dense = (
-            (self.base + slot for slot in range(dense_lo - self.base, dense_hi - self.base + 1)
-             if self.locations[slot] != ABSENT)
-            if self.base >= 0 and dense_lo <= dense_hi else iter(())
+            (base + slot for slot in range(dense_lo - base, dense_hi - base + 1) if locations[slot] != ABSENT)
+            if base >= 0 and dense_lo <= dense_hi else iter(())
         )
         if not extra:
             yield from dense

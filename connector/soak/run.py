@@ -361,12 +361,13 @@ class Soak:
             return
         held_down = {node for fault in self.nemesis.active if fault.kind == "node-kill" for node in fault.nodes}
         for node in self.node_ids:
-            if node in held_down or pid_alive(self.node_pid(node)):
+            if node in held_down or pid_alive(self.node_pid(node)) or self._crashes_per_slot[node] > MAX_RESTARTS:
                 continue
             log = self.cluster.log_file(node)
             self._crash(node, f"storage node {node} exited with no fault stopping it ({_last_line(log)}); see {log}")
             self.echo(f"soak: {self.crashes[-1]}")
-            if restart:
+            self._crashes_per_slot[node] += 1
+            if restart and self._crashes_per_slot[node] <= MAX_RESTARTS:
                 self.cluster.start_node(node)
 
     def _finish(self) -> int:

@@ -1,7 +1,7 @@
 """A read of a ledger whose metadata does not give its length (closed by recovery: -1; OPEN: 0) holds about as
 much as one of a ledger its writer closed: its chunks are sized from the entries received.
 
-Audit 2026-12, finding 1: such a read assumed 4 KiB entries, so a chunk was 1024 entries and up to 2E chunks
+Audit 2026-11-29, finding 1: such a read assumed 4 KiB entries, so a chunk was 1024 entries and up to 2E chunks
 were in flight; with 256 KiB entries a recovered ledger's read peaked at 921 MiB RSS, 137 MiB for the same data
 closed by its writer. Measured here without RSS: what the read asked the nodes for, ahead of what it handed
 out (the bytes a reader holds at most), from the chunks it submitted (runner.read_chunk, observed).

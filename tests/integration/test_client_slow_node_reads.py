@@ -3,7 +3,7 @@ ask another replica when the chosen node has not answered within the speculative
 failed the client recently last, for a while (BookKeeper's speculative reads and slow-bookie avoidance). The
 client's speculative timeout is its default.
 
-Audit 2026-12, finding 2: every single-entry read started at the first node of the ensemble and waited the full
+Audit 2026-11-29, finding 2: every single-entry read started at the first node of the ensemble and waited the full
 per-answer timeout for it when it was paused (a binary search's 10 reads: 0.1 s, 50 s with that node paused);
 a 30,000-entry read took 0.41 s with all nodes up, 22 s with one paused. The reader here has a 60 s per-answer
 timeout: a read that waited for the paused node would not finish within the deadlines below.

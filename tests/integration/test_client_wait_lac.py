@@ -1,6 +1,6 @@
 """The long poll of a tailing reader (ReadHandle.wait_lac) against real nodes: a paused node does not hold it past
 its timeout, and a wait longer than a node's longest (protos.limits.MAX_WAIT_LAC_MS) waits instead of returning at
-once (audit 2026-12, findings 4 and 5)."""
+once (audit 2026-11-29, findings 4 and 5)."""
 from __future__ import annotations
 
 import concurrent.futures

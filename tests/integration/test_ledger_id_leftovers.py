@@ -1,6 +1,6 @@
 """Ledger id allocation leaves no /idgen znodes behind (metadata/ledger_ids.py), against a real ZooKeeper.
 
-Growth audit 2026-12: an allocation created a persistent sequential znode and deleted it in a second request; a
+Growth audit 2026-11-29: an allocation created a persistent sequential znode and deleted it in a second request; a
 lost reply or a process dying in between left it for good, and every new client lists /idgen on its first
 allocation (a Spark write task opens one per task)."""
 import pytest

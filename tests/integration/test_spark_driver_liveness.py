@@ -222,7 +222,7 @@ def test_a_keeper_ending_idle_has_deleted_its_registration_before_job_starts_may
         registration.close()
 
 
-# Growth audit 2026-12: keeper files piled up in /tmp/ledger-spark-drivers-UID (134 locks, 92 logs, 15 states on
+# Growth audit 2026-11-29: keeper files piled up in /tmp/ledger-spark-drivers-UID (134 locks, 92 logs, 15 states on
 # one machine): a keeper stopped by SIGTERM, one started ahead and stopped, one killed or crashed at its start,
 # each left its files, and nothing removed those of drivers long gone.
 

@@ -142,7 +142,7 @@ def test_retention_loop_runs_every_seconds_and_stops_after_its_runs(cluster, met
 
 def test_the_retention_loop_prints_only_what_changed_and_exits_with_its_last_runs_status(metadata_uri, store, capsys,
                                                                                         monkeypatch):
-    """Growth audit 2026-12: a loop printed a line per stream per run (about 7 MB a day for 100 streams every 60 s),
+    """Growth audit 2026-11-29: a loop printed a line per stream per run (about 7 MB a day for 100 streams every 60 s),
     and kept every failure of every run in a list that only grew and made its exit status 1 for good. A stream
     deleted between the loop's listing and its run fails that run only: here the first run's."""
     monkeypatch.setenv("LEDGER_METADATA", metadata_uri)

@@ -382,7 +382,7 @@ def proxied(metadata_uri, zookeeper):
 
 def test_a_planned_record_left_by_zookeeper_going_away_before_the_cut_goes_with_the_clients_next_run(
         proxied, store, monkeypatch):
-    """Growth audit 2026-12: ZooKeeper went away between a run's plan and its cut, so the cleanup's delete of the
+    """Growth audit 2026-11-29: ZooKeeper went away between a run's plan and its cut, so the cleanup's delete of the
     planned record failed too; the record names the run's own writer, which lives on (a retention loop), and
     every later run's clean_cuts kept it for as long as the process lived. The client's next run now drops it."""
     proxy, uri = proxied

@@ -230,7 +230,7 @@ def test_a_ledger_whose_stream_update_landed_is_kept_when_another_writer_took_ov
 
 def test_a_failed_takeover_whose_ledger_the_stream_holds_leaves_no_pipeline_running(client, metadata_uri,
                                                                                    monkeypatch):
-    """Growth audit 2026-12: a takeover that failed with the stream holding its new ledger (its CAS landed, its reply
+    """Growth audit 2026-11-29: a takeover that failed with the stream holding its new ledger (its CAS landed, its reply
     was lost, and another writer took over before the read-back) kept that ledger's write handle, and never closed
     nor stopped it: its pipeline stayed in the client and the transport, waking 10 times a second until the client
     closed. It is stopped now, the ledger left to the stream's owner (who recovered it)."""

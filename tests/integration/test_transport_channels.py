@@ -100,7 +100,7 @@ def test_a_node_that_restarted_at_another_address_is_dialled_where_it_registers_
 
 def test_a_range_read_that_finds_its_node_unavailable_dials_where_the_node_registers_next(cluster, metadata_uri, store):
     """A failed ReadRange never made the transport forget the node (unary calls did), so a long-lived reader whose
-    chunks went to a node restarted elsewhere kept dialling its old address (audit 2026-12, finding 3)."""
+    chunks went to a node restarted elsewhere kept dialling its old address (audit 2026-11-29, finding 3)."""
     nodes = {n.node_id: n for n in cluster(3)}
     with LedgerClient(metadata_uri) as lc:
         writer = lc.create_ledger(3, 3, 2)

@@ -257,7 +257,7 @@ def test_a_closed_ledger_read_back_short_is_reported_lost():
     assert whole.violations == []
 
 
-# -- soak audit 2026-12: the verdict's gaps ---------------------------------------------------------------------
+# -- soak audit 2026-11-29: the verdict's gaps ---------------------------------------------------------------------
 
 
 def copies(**by_node: dict[int, bytes | str]) -> dict[str, NodeCopies]:

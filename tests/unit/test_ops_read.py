@@ -119,7 +119,7 @@ def test_a_status_this_client_does_not_know_fails_the_entry_on_that_node_not_the
 
 def test_single_entry_reads_start_at_the_node_of_their_entry():
     """A binary search's single-entry reads spread over the ensemble; they all asked the first node before, so
-    one paused node held every one of them for the whole timeout (audit 2026-12, finding 2a)."""
+    one paused node held every one of them for the whole timeout (audit 2026-11-29, finding 2a)."""
     meta = closed(3, 3, 999)
     assert [plan_chunks(meta, e, e, 1)[0].calls[0].node for e in (500, 250, 125, 62, 31, 15)] == \
         ["c", "b", "c", "c", "b", "a"]
@@ -215,7 +215,7 @@ def test_a_ledger_of_known_length_is_read_in_chunks_of_its_average_entry_size():
 def test_a_ledger_of_unknown_length_is_read_in_chunks_sized_from_the_entries_received():
     """A ledger closed by recovery (length -1) or OPEN (0): one small chunk first, then chunks of about CHUNK_BYTES
     from the sizes received. Before, 4 KiB entries were assumed: 1024-entry chunks of 256 KiB entries, 256 MiB
-    each, six at once (audit 2026-12, finding 1: 921 MiB RSS for what a writer-closed ledger read in 137 MiB)."""
+    each, six at once (audit 2026-11-29, finding 1: 921 MiB RSS for what a writer-closed ledger read in 137 MiB)."""
     for meta in (closed(3, 3, 2999, length=-1), closed(3, 3, -1, state=LedgerState.OPEN)):
         window = ReadWindow(meta)
         assert (window.chunk_entries, window.chunks_in_flight) == (FIRST_CHUNK_ENTRIES, 1)

@@ -36,7 +36,7 @@ def test_an_op_given_up_before_coverage_says_no_news():
 
 def test_an_error_status_is_a_failure_of_its_node_not_an_answer_without_news():
     """Every node answered BAD_REQUEST to a wait longer than theirs, and the client took it as "no news" at once
-    (audit 2026-12, finding 5)."""
+    (audit 2026-11-29, finding 5)."""
     op = poll()
     for node in ENSEMBLE:
         op.on_response(node, pb.BAD_REQUEST, message="timeout_ms must be 0..120000")
