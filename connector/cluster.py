@@ -191,6 +191,7 @@ class LocalCluster:
             self.state.nodes.append(NodeSpec(f"node-{len(self.state.nodes) + 1}", self._unrecorded_port()))
         self._save()
         running_before = dict(self._started)
+        zookeeper_before = self._started_zookeeper
         try:
             self.start_zookeeper(timeout, may_move=new)
             initialise_root(self.metadata_uri)  # `ledger init`: idempotent, and the nodes refuse a root without it
@@ -198,11 +199,11 @@ class LocalCluster:
                 self.start_node(spec.node_id)
             self.wait_serving(timeout)
         except BaseException:
-            self._stop_started(running_before)
+            self._stop_started(running_before, zookeeper_before)
             raise
         return self.metadata_uri
 
-    def _stop_started(self, running_before: dict[str, NodeHandle]) -> None:
+    def _stop_started(self, running_before: dict[str, NodeHandle], zookeeper_before) -> None:
         """A start that failed stops what it started (its nodes, then its ZooKeeper) rather than leave a half-started
         cluster running; processes that ran before it are left as they were."""
         for spec in self.state.nodes:
@@ -211,7 +212,7 @@ class LocalCluster:
                 handle.stop()
                 del self._started[spec.node_id]
                 spec.pid = 0
-        if self._started_zookeeper is not None:
+        if self._started_zookeeper is not None and self._started_zookeeper is not zookeeper_before:
             self._started_zookeeper.stop()
             self._started_zookeeper = None
             self.state.zk_pid = 0

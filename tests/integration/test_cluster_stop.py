@@ -56,3 +56,22 @@ class _FailingSecondNode(LocalCluster):
             self.node_args = ("--no-such-option",)
         self.node_pids[spec.node_id] = super()._start_node(spec)
         return self.node_pids[spec.node_id]
+
+
+def test_a_second_start_that_fails_leaves_the_zookeeper_the_first_started(tmp_path):
+    """Review: a failed start stopped the ZooKeeper the same object's earlier start had started (only the nodes that
+    ran before were spared), leaving those nodes without it."""
+    cluster = LocalCluster(tmp_path / "cluster", nodes=1)
+    try:
+        cluster.start(timeout=60)
+        zk_pid = cluster.state.zk_pid
+
+        def fails(timeout):
+            raise ClusterError("a node did not come up (simulated)")
+
+        cluster.wait_serving = fails
+        with pytest.raises(ClusterError, match="simulated"):
+            cluster.start(timeout=60)
+        assert pid_alive(zk_pid) and cluster.state.zk_pid == zk_pid
+    finally:
+        LocalCluster(tmp_path / "cluster").stop()
