@@ -39,6 +39,7 @@ class _Replicas:
         self._channels = [grpc.insecure_channel(a, options=[("grpc.max_send_message_length", _MAX_MESSAGE)])
                           for a in addresses]
         self._failure: BaseException | None = None
+        self._closing = False
         self._readers = []
         for index, channel in enumerate(self._channels):
             answers = channel.stream_stream(METHOD)(self._requests(index))
@@ -57,14 +58,18 @@ class _Replicas:
             yield message
 
     def _read(self, index: int, answers) -> None:
+        """The server's answers; the end of its stream before close() is a failure (nothing more will come)."""
         try:
             for answer in answers:
                 with self.changed:
                     self.durable[index] += int.from_bytes(answer, "little")
                     self.changed.notify_all()
+            failure = None if self._closing else RuntimeError(f"server {index} ended its stream")
         except grpc.RpcError as exc:
+            failure = exc
+        if failure is not None:
             with self.changed:
-                self._failure = exc
+                self._failure = failure
                 self.changed.notify_all()
 
     def acked(self) -> int:
@@ -84,6 +89,7 @@ class _Replicas:
                 raise RuntimeError(f"a node ceiling server failed: {self._failure}")
 
     def close(self) -> None:
+        self._closing = True
         for queue, wakeup in zip(self._queues, self._wakeups):
             with wakeup:
                 queue.append(None)

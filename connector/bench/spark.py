@@ -172,9 +172,10 @@ def _run(directory: pathlib.Path, args) -> int:
 
     with LocalCluster(directory / "cluster", nodes=3) as cluster, contextlib.ExitStack() as stack:
         uri = cluster.metadata_uri
-        servers = [CeilingServer(directory / "replicated-ceiling" / str(n)) for n in range(3)]
-        for server in servers:
-            stack.callback(server.stop)
+        servers = []
+        for n in range(3):   # each stopped however the run ends, also if a later one fails to start
+            servers.append(CeilingServer(directory / "replicated-ceiling" / str(n)))
+            stack.callback(servers[-1].stop)
         spark = bench_session(args.master, "ledger-bench-spark")
         spark.dataSource.register(LedgerDataSource)
         try:
