@@ -26,6 +26,7 @@ from storage_node.config import NodeConfig
 from storage_node.disk_usage import DataDirUsage
 from storage_node.entry_index import LiveBytes, pack, unpack
 from storage_node.errors import JournalWriteError, UncopyableRecordError
+from storage_node.file_modes import private_directory
 from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
 from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
@@ -233,7 +234,7 @@ class Storage:
 
     async def open(self) -> None:
         """Replay the journal (in a worker thread: requests meanwhile answer ERROR), then take writes."""
-        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(self.journal_dir)
         loop = asyncio.get_running_loop()
         recovered = await loop.run_in_executor(None, recover, self.data_dir, self.journal_dir)
         for note in recovered.notes:
