@@ -44,6 +44,7 @@ from typing import Iterable
 import crc32c
 
 from storage_node.entry_index import LedgerIndex, OverflowRuns
+from storage_node.file_modes import new_file
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import Position, fsync_directory
 
@@ -304,7 +305,7 @@ def delta_name(generation: int, number: int) -> str:
 def _save(data_dir: pathlib.Path, name: str, encoded: Encoded) -> None:
     tmp = data_dir / (name + ".tmp")
     try:
-        with open(tmp, "wb", opener=_new_file) as f:
+        with open(tmp, "wb", opener=new_file) as f:
             f.write(encoded.header())
             f.writelines(encoded.chunks)
             f.flush()
@@ -315,10 +316,6 @@ def _save(data_dir: pathlib.Path, name: str, encoded: Encoded) -> None:
         raise
     os.replace(tmp, data_dir / name)
     fsync_directory(data_dir)
-
-
-def _new_file(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o644)
 
 
 def newest_generation(data_dir: pathlib.Path) -> int:

@@ -49,6 +49,7 @@ from typing import Iterable, NamedTuple
 
 from storage_node.entry_index import pack, unpack
 from storage_node.errors import UncopyableRecordError
+from storage_node.file_modes import FILE_MODE
 from storage_node.ledger_state import LedgerState
 from storage_node.segments import compacted_path, data_file_path, fsync_directory, read_record
 
@@ -129,7 +130,7 @@ def copy_records(journal_dir: pathlib.Path, number: int, records: list[tuple[int
     new packed locations. Blocking: run it in a worker thread. On any failure the partial file is removed
     (and UncopyableRecordError raised for a damaged record), so nothing ever points into it."""
     path = compacted_path(journal_dir, number)
-    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     sources: dict[int, int] = {}
     try:
         locations, chunk, offset, written = [], [], 0, 0

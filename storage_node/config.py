@@ -12,6 +12,8 @@ from protos.pem import CERTIFICATE, PRIVATE_KEY, missing_pem
 from storage_node.errors import ConfigError
 
 MiB = 1 << 20
+MAX_CONCURRENT_RPCS = 10_000    # calls and streams served at once (grpc's maximum_concurrent_rpcs)
+MAX_LAC_WAITERS = 4_096         # WaitLac long polls waiting at once
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # The longest the node's periodic work waits between rounds (checkpoints, disk checks, garbage collection) and its gc
 # grace: far past any useful setting, and a bound that keeps 1e300 out of the sleeps and the arithmetic.
@@ -43,6 +45,8 @@ class NodeConfig:
     gc_grace: float = 300.0
     gc_overreplicated_interval: float = 86400.0
     compaction_threshold: float = 0.5
+    max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS
+    max_lac_waiters: int = MAX_LAC_WAITERS
     metrics_port: int = 0
     tls_cert: pathlib.Path | None = None
     tls_key: pathlib.Path | None = None
@@ -98,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "holds; 0: never")
     p.add_argument("--compaction-threshold", type=float, default=0.5,
                    help="rewrite a sealed journal file when less than this fraction of it is still live")
+    p.add_argument("--max-concurrent-rpcs", type=int, default=MAX_CONCURRENT_RPCS,
+                   help="calls and streams (add and read streams, LAC long polls, health watches) the node serves "
+                        "at once; one more is refused with RESOURCE_EXHAUSTED. Each costs memory (some 10 KiB "
+                        "idle), so this bounds what clients, or anyone holding the token, can make the node hold")
+    p.add_argument("--max-lac-waiters", type=int, default=MAX_LAC_WAITERS,
+                   help="WaitLac long polls waiting at once (tailing readers), at most the calls served at once, so "
+                        "that they leave room for writers; one more is answered ERROR at once (the client then reads "
+                        "the LAC)")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="Prometheus metrics HTTP port on --host; 0 picks a free one (registered in ZooKeeper)")
     p.add_argument("--tls-cert", type=pathlib.Path,
@@ -137,6 +149,8 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         gc_grace=args.gc_grace,
         gc_overreplicated_interval=args.gc_overreplicated_interval,
         compaction_threshold=args.compaction_threshold,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        max_lac_waiters=args.max_lac_waiters,
         metrics_port=args.metrics_port,
         tls_cert=_resolved(args.tls_cert),
         tls_key=_resolved(args.tls_key),
@@ -184,6 +198,11 @@ def validate(config: NodeConfig) -> None:
          f"at most {MAX_OVERREPLICATED_INTERVAL:.0f} (30 days), or 0 (never)"),
         (0.0 <= config.compaction_threshold <= 1.0,
          f"--compaction-threshold {config.compaction_threshold} must be a fraction in [0, 1]"),
+        (config.max_concurrent_rpcs >= 1,
+         f"--max-concurrent-rpcs {config.max_concurrent_rpcs} must be at least 1 (default {MAX_CONCURRENT_RPCS})"),
+        (1 <= config.max_lac_waiters <= config.max_concurrent_rpcs,
+         f"--max-lac-waiters {config.max_lac_waiters} must be 1..{config.max_concurrent_rpcs} (at most "
+         f"--max-concurrent-rpcs, so that long polls leave room for other calls; default {MAX_LAC_WAITERS})"),
         (0 <= config.metrics_port <= 65535, f"--metrics-port {config.metrics_port} is not a TCP port (0..65535)"),
         ((config.tls_cert is None) == (config.tls_key is None), "--tls-cert and --tls-key go together"),
         (config.tls_ca is None or config.tls_cert is not None,

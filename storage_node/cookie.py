@@ -46,6 +46,7 @@ from metadata.store import MetadataStore
 from storage_node.checkpoint import SNAPSHOT_NAME
 from storage_node.data_dir_lock import DataDirInUseError, DataDirLock
 from storage_node.errors import CookieMismatchError, StorageNodeError
+from storage_node.file_modes import new_file, private_directory
 from storage_node.segments import JOURNAL_DIR, fsync_directory, list_compacted, list_segments
 
 COOKIE_NAME = "COOKIE"
@@ -83,7 +84,7 @@ def write_disk_cookie(directory: pathlib.Path, cookie: Cookie) -> None:
 
 def _write_fields(directory: pathlib.Path, fields: dict) -> None:
     tmp = directory / (COOKIE_NAME + ".tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w", opener=new_file) as f:
         json.dump(fields, f)
         f.flush()
         os.fsync(f.fileno())
@@ -118,7 +119,7 @@ def check_cookie(store: MetadataStore, data_dir: pathlib.Path, node_id: str,
                  note: Callable[[str], None] = lambda text: None) -> Cookie:
     """The node's cookie once disk, ZooKeeper and every directory the node writes agree; creates all of
     them for a brand-new node. note(text) is told what was repaired on the way."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(data_dir)
     disk = read_disk_cookie(data_dir)
     found = registry.read_cookie(store, node_id)
     zk = found.value if found is not None else None
@@ -225,7 +226,7 @@ def release_unserved_cookie(store: MetadataStore, found: Versioned[Cookie], data
 def write_journal_cookie(data_dir: pathlib.Path, cookie: Cookie) -> None:
     """A first start (nothing acknowledged yet, so any leftover is replaced), or a migrated journal."""
     journal = data_dir / JOURNAL_DIR
-    journal.mkdir(exist_ok=True)
+    private_directory(journal)
     write_disk_cookie(journal, cookie)
 
 

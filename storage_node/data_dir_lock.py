@@ -20,6 +20,7 @@ import pathlib
 import time
 
 from storage_node.errors import StorageNodeError
+from storage_node.file_modes import FILE_MODE, private_directory
 
 LOCK_NAME = "LOCK"
 
@@ -64,8 +65,8 @@ class DataDirLock:
         """Lock data_dir (created if missing) or raise DataDirInUseError naming the process that holds it."""
         path = data_dir / LOCK_NAME
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            private_directory(data_dir)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         except OSError as exc:
             raise StorageNodeError(f"cannot open the lock file {path} ({exc}): check that the data directory "
                                    f"exists and this user may write it") from exc

@@ -55,6 +55,7 @@ import time
 from typing import Awaitable, Callable, NoReturn
 
 from storage_node.errors import JournalWriteError
+from storage_node.file_modes import FILE_MODE
 from storage_node.records import MARK_SIZE, LinkRecord, encode_durable_mark, encode_link
 from storage_node.segments import FileNumbers, Position, fsync_directory, segment_path
 
@@ -147,7 +148,8 @@ class SegmentWriter:
             self._numbers.finished(self.segment)    # never written again (FileNumbers: the disk watch)
         self.segment = number
         self.size = self._dropped = 0
-        self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd = os.open(segment_path(self._directory, number), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                           FILE_MODE)
         link = encode_link(self._previous)
         self._write_all(encode_durable_mark(0), [link], len(link))
         _datasync(self._fd)

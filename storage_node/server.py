@@ -61,6 +61,7 @@ def create_server(config: NodeConfig, service: StorageNodeService) -> tuple[grpc
     token = read_token(config)
     server = grpc.aio.server(
         interceptors=[TokenCheck(token)] if token is not None else None,
+        maximum_concurrent_rpcs=config.max_concurrent_rpcs,     # then RESOURCE_EXHAUSTED: memory stays bounded
         options=[
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.max_send_message_length", -1),

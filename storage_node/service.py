@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 
+import grpc
 from grpc_health.v1 import health, health_pb2
 
 from protos import ledger_pb2 as pb
@@ -27,6 +28,7 @@ READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under g
 _RANGE_HEAD = pb.ReadRangeResponse(status=pb.OK).SerializeToString()
 _RANGE_DONE = pb.ReadRangeResponse(done=True).SerializeToString()
 MAX_PENDING_ADD_MESSAGES = 256   # per stream: stop reading when this many batches wait for their fsync
+MAX_HEALTH_WATCHES = 256         # health Watch streams open at once (probes Check; gRPC's client-side checks Watch)
 _log = logging.getLogger(__name__)
 
 
@@ -65,12 +67,32 @@ def _answers_error(response_type):
     return wrap
 
 
+class HealthService(health.aio.HealthServicer):
+    """The standard health service, with at most MAX_HEALTH_WATCHES Watch streams open: it needs no token (load
+    balancers probe without one), so without a bound of its own anyone who can connect could hold every call
+    --max-concurrent-rpcs allows open in Watch streams and shut the clients out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watching = 0
+
+    async def Watch(self, request, context) -> None:
+        if self._watching >= MAX_HEALTH_WATCHES:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{MAX_HEALTH_WATCHES} health Watch streams are open on this node: use Check")
+        self._watching += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self._watching -= 1
+
+
 class StorageNodeService:
     def __init__(self, storage: Storage, config: NodeConfig):
         self.storage = storage
         self.config = config
         self.address = ""
-        self.health = health.aio.HealthServicer()
+        self.health = HealthService()
         self._version = _version()
 
     async def set_serving(self, serving: bool) -> None:

@@ -26,6 +26,7 @@ from storage_node.config import NodeConfig
 from storage_node.disk_usage import DataDirUsage
 from storage_node.entry_index import LiveBytes, pack, unpack
 from storage_node.errors import JournalWriteError, UncopyableRecordError
+from storage_node.file_modes import private_directory
 from storage_node.journal import DISK_FULL_ERRNOS, Group, Journal
 from storage_node.ledger_state import LedgerState, Refusal, Verdict
 from storage_node.metrics import NodeMetrics
@@ -53,7 +54,7 @@ from storage_node.segments import (
 )
 
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
-MAX_KEY_BYTES = 1024
+MAX_KEY_BYTES = 64     # clients send 32 (protos/digest.py master_key); each ledger's is kept in memory
 MAX_DELTAS = 4096                # checkpoint deltas after a base at most (checkpoint.py): 68 hours at 60 s
 _KNOWN_FLAGS = pb.RECOVERY_ADD
 
@@ -194,6 +195,7 @@ class Storage:
         self.files: DataDirUsage | None = None      # what the data directory takes, for the disk watch and metrics
         self._readers = SegmentReaders(self.journal_dir)
         self._lac_waiters: dict[int, set[asyncio.Future]] = {}
+        self._lac_waiting = 0           # WaitLac calls waiting, over every ledger (--max-lac-waiters)
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
         # What the last snapshot written covers: the count of durable journal records that change what a snapshot
@@ -233,7 +235,7 @@ class Storage:
 
     async def open(self) -> None:
         """Replay the journal (in a worker thread: requests meanwhile answer ERROR), then take writes."""
-        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(self.journal_dir)
         loop = asyncio.get_running_loop()
         recovered = await loop.run_in_executor(None, recover, self.data_dir, self.journal_dir)
         for note in recovered.notes:
@@ -627,7 +629,8 @@ class Storage:
     async def fence(self, ledger_id: int, key: bytes) -> Verdict:
         """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced."""
         if not key or len(key) > MAX_KEY_BYTES:
-            return Refusal(pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes)")
+            return Refusal(pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes, "
+                                           f"got {len(key)})")
         if id_problem(ledger_id):
             return Refusal(pb.BAD_REQUEST, id_problem(ledger_id))
         what = f"fence of ledger {ledger_id}"
@@ -682,14 +685,19 @@ class Storage:
             remaining = deadline - loop.time()
             if (state is not None and state.last_add_confirmed > previous_lac) or remaining <= 0:
                 return self.last_confirmed(ledger_id)
+            if self._lac_waiting >= self.config.max_lac_waiters:
+                return LacAnswer(pb.ERROR, f"node {self.config.node_id} has {self._lac_waiting} LAC long polls "
+                                           f"waiting, its --max-lac-waiters: read the LAC (ReadLac) or wait later")
             waiter = loop.create_future()
             waiters = self._lac_waiters.setdefault(ledger_id, set())
             waiters.add(waiter)
+            self._lac_waiting += 1
             try:
                 await asyncio.wait_for(waiter, remaining)
             except asyncio.TimeoutError:
                 pass
             finally:
+                self._lac_waiting -= 1
                 waiters.discard(waiter)
                 if not waiters and self._lac_waiters.get(ledger_id) is waiters:
                     del self._lac_waiters[ledger_id]

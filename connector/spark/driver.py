@@ -28,6 +28,12 @@ A keeper's files (KeeperFiles: state, lock, log, in one directory per user) go w
 ends (driver gone, idle, stopped by a signal), and whoever stops a keeper it started removes them under the lock.
 Those a killed or crashed keeper left (a failed start keeps its log, which the error names) are removed by a
 later keeper's start once their driver process is gone (sweep_gone_drivers: a bounded number per start).
+That directory has a predictable name in the shared temporary directory, so another local user could make it
+first, or plant links in it, to read or overwrite what a driver writes there: it is used only if it is a real
+directory of this user's that no one else may enter (private_keeper_directory), and its files are never opened
+through a link. The metadata root's part of their names is a hash of the URI with its secret redacted, since
+the names are on the keeper's command line for everyone to see. (Not $XDG_RUNTIME_DIR: it goes away when its
+user's last session ends, under a driver that outlives the session.)
 
 The registration is a liveness signal, not the safety: a driver whose registration ended by mistake (its
 keeper killed, its session expired) may still commit; the janitor fences it on the stream before it deletes
@@ -47,6 +53,7 @@ import random
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -60,7 +67,7 @@ import psutil
 from connector.spark.jobs import driver_in_use
 from metadata import registry
 from metadata.errors import LedgerError
-from metadata.store import METADATA_ENV, MetadataStore
+from metadata.store import METADATA_ENV, MetadataStore, redact_uri
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +246,8 @@ class KeeperFiles:
 
     @classmethod
     def of(cls, driver: DriverProcess, uri: str) -> "KeeperFiles":
-        directory = keeper_directory()
-        directory.mkdir(mode=0o700, exist_ok=True)
-        root = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        directory = private_keeper_directory()
+        root = hashlib.sha256(redact_uri(uri).encode()).hexdigest()[:16]
         return cls(directory / f"{driver.pid}-{int(driver.create_time * 1000)}-{root}")
 
     @property
@@ -258,7 +264,7 @@ class KeeperFiles:
         file takes the one at the path instead, so all holders hold the same file."""
         path = self.base.with_suffix(".lock")
         while True:
-            with open(path, "a") as lock:
+            with open(path, "a", opener=_private_file) as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
                 except BlockingIOError:
@@ -288,18 +294,48 @@ class KeeperFiles:
 
     def read_state(self) -> dict | None:
         try:
-            return json.loads(self.state.read_text())
+            with open(self.state, opener=_private_file) as state:
+                return json.loads(state.read())
         except (OSError, ValueError):
             return None
 
     def write_state(self, driver_id: str, keeper_pid: int) -> None:
         temporary = self.state.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"driver": driver_id, "keeper": keeper_pid}))
+        temporary.unlink(missing_ok=True)   # one a killed process left
+        with open(temporary, "x", opener=_private_file) as state:
+            state.write(json.dumps({"driver": driver_id, "keeper": keeper_pid}))
         os.replace(temporary, self.state)
 
 
 def keeper_directory() -> pathlib.Path:
     return pathlib.Path(tempfile.gettempdir()) / f"ledger-spark-drivers-{os.getuid()}"
+
+
+def private_keeper_directory() -> pathlib.Path:
+    """keeper_directory(), made for this user alone, or refused unless it is that already: a directory (not a
+    link to one) that this user owns and no one else may enter (module docstring)."""
+    directory = keeper_directory()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    found = os.lstat(directory)
+    if not stat.S_ISDIR(found.st_mode):
+        problem = "is not a directory (a symbolic link or a file)"
+    elif found.st_uid != os.getuid():
+        problem = f"belongs to user {found.st_uid}, not to this user ({os.getuid()})"
+    elif found.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        problem = f"is open to other users (mode {stat.filemode(found.st_mode)})"
+    else:
+        return directory
+    raise DriverRegistrationError(
+        f"the Spark drivers' keeper directory {directory} {problem}: another user may have made it to read or "
+        f"replace this driver's files, so it is not used; remove it (its owner or root can), or set TMPDIR to a "
+        f"directory of your own for the driver, and start the write again"
+    )
+
+
+def _private_file(path: str, flags: int) -> int:
+    """open()'s opener for the keeper files: never through a symbolic link, and this user's alone."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o600)
 
 
 def _inode(file: int | pathlib.Path) -> int | None:
@@ -418,7 +454,7 @@ def _spawn_keeper(driver: DriverProcess, uri: str, files: KeeperFiles) -> _Keepe
                "--create-time", repr(driver.create_time), "--files", str(files.base),
                "--idle-seconds", repr(IDLE_SECONDS)]
     files.log.unlink(missing_ok=True)
-    with open(files.log, "w") as log_file:
+    with open(files.log, "x", opener=_private_file) as log_file:
         keeper = subprocess.Popen(command, env={**os.environ, METADATA_ENV: uri}, stdin=subprocess.DEVNULL,
                                   stdout=log_file, stderr=log_file, start_new_session=True)
         log_inode = _inode(log_file.fileno())

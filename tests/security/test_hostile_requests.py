@@ -30,7 +30,7 @@ ADD_STATUSES = {pb.OK, pb.BAD_REQUEST, pb.TOO_LARGE, pb.UNAUTHORIZED, pb.FENCED}
 CALL_STATUSES = ADD_STATUSES | {pb.NO_LEDGER, pb.NO_ENTRY}
 RAW = object()  # "take the next 8 bytes as a signed 64-bit value"
 HOSTILE_IDS = (-1, -(1 << 63), MAX_ID - 1, MAX_ID, (1 << 63) - 1, RAW)
-HOSTILE_KEYS = (b"", b"k" * 1025, b"\0", PROTECTED_KEY[:-1], master_key(b"guess"))
+HOSTILE_KEYS = (b"", b"k" * 65, b"k" * 1025, b"\0", PROTECTED_KEY[:-1], master_key(b"guess"))
 HOSTILE_PAYLOADS = (b"p" * MAX_ENTRY_BYTES, b"p" * (MAX_ENTRY_BYTES + 1), b"p" * 70_000)
 METHODS = {"Read": pb.ReadResponse, "ReadLac": pb.ReadLacResponse, "WriteLac": pb.WriteLacResponse,
            "WaitLac": pb.ReadLacResponse, "NodeInfo": pb.NodeInfoResponse, "ReadRange": pb.ReadRangeResponse}

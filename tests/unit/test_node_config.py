@@ -20,6 +20,8 @@ def base(tmp_path) -> list[str]:
     ("--gc-overreplicated-interval", "-1"),
     ("--gc-overreplicated-interval", "inf"),
     ("--gc-overreplicated-interval", "nan"),
+    ("--max-concurrent-rpcs", "0"),
+    ("--max-lac-waiters", "0"),
 ])
 def test_out_of_range_values_name_the_flag(tmp_path, flag, value):
     with pytest.raises(ConfigError, match=flag):
@@ -117,3 +119,12 @@ def test_seconds_must_be_finite(tmp_path, flag, value):
 def test_the_over_replicated_check_runs_daily_by_default_and_0_turns_it_off(tmp_path):
     assert parse_config(base(tmp_path)).gc_overreplicated_interval == 86400
     assert parse_config(base(tmp_path) + ["--gc-overreplicated-interval", "0"]).gc_overreplicated_interval == 0
+
+
+def test_call_limits_have_generous_defaults_and_long_polls_leave_room_for_other_calls(tmp_path):
+    config = parse_config(base(tmp_path))
+    assert (config.max_concurrent_rpcs, config.max_lac_waiters) == (10_000, 4_096)
+    with pytest.raises(ConfigError, match=r"--max-lac-waiters 4096 must be 1\.\.2000 \(at most --max-concurrent-rpcs"):
+        parse_config(base(tmp_path) + ["--max-concurrent-rpcs", "2000"])
+    config = parse_config(base(tmp_path) + ["--max-concurrent-rpcs", "2000", "--max-lac-waiters", "500"])
+    assert config.max_lac_waiters == 500
