@@ -686,8 +686,9 @@ class Storage:
             if (state is not None and state.last_add_confirmed > previous_lac) or remaining <= 0:
                 return self.last_confirmed(ledger_id)
             if self._lac_waiting >= self.config.max_lac_waiters:
-                return LacAnswer(pb.ERROR, f"node {self.config.node_id} has {self._lac_waiting} LAC long polls "
-                                           f"waiting, its --max-lac-waiters: read the LAC (ReadLac) or wait later")
+                # --max-lac-waiters wait already: answered at once with what the node knows (a long poll may end
+                # early), which the client takes as no news and asks again later; an ERROR was that node's failure.
+                return self.last_confirmed(ledger_id)
             waiter = loop.create_future()
             waiters = self._lac_waiters.setdefault(ledger_id, set())
             waiters.add(waiter)
