@@ -14,7 +14,7 @@ import sys
 
 from connector.client import LedgerClient
 from connector.commands import arguments, node_security
-from connector.commands.arguments import add_metadata, password
+from connector.commands.arguments import add_metadata, default_password, password
 from connector.commands.command_client import open_client
 from metadata import registry, streams
 from metadata.errors import LedgerError
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     read.add_argument("--from", dest="first", type=int, default=0, help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None,
                       help="last entry (default and at most: the last readable one)")
-    read.add_argument("--password", type=password, default="", help="the ledger's password")
+    read.add_argument("--password", type=password, default=default_password(), help="the ledger's password")
     read.add_argument("--format", choices=("text", "hex", "rows", "json"), default="text",
                       help="text (UTF-8, else hex), hex, rows (Arrow entries of Spark streams as JSON rows), or "
                            "json (one object per entry: entry_id and payload, or payload_base64)")
@@ -56,7 +56,7 @@ def register(subparsers) -> None:
     read.add_argument("--no-recover", dest="recover", action="store_false", help=argparse.SUPPRESS)
     recover = command("recover", "fence and close an OPEN ledger (its writer is fenced)", run_recover)
     recover.add_argument("ledger_id", type=arguments.ledger_id)
-    recover.add_argument("--password", type=password, default="", help="the ledger's password")
+    recover.add_argument("--password", type=password, default=default_password(), help="the ledger's password")
     delete = command("delete", "delete a ledger (refused for a ledger a stream holds)", run_delete)
     delete.add_argument("ledger_id", type=arguments.ledger_id)
     delete.add_argument("--force", action="store_true",

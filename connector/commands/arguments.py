@@ -108,6 +108,20 @@ def directory(text: str) -> pathlib.Path:
     return value
 
 
+PASSWORD_ENV = "LEDGER_PASSWORD"   # a ledger password's default: given so, `ps` does not show it as it shows argv
+
+
+def default_password() -> str:
+    """--password's default: $LEDGER_PASSWORD, else empty (argparse passes it through `password` as it would a
+    given value)."""
+    return os.environ.get(PASSWORD_ENV, "")
+
+
+def default_passwords(given: list[bytes] | None) -> list[bytes]:
+    """A repeatable --password's values: those given, else the default one."""
+    return given or [password(default_password())]
+
+
 def password(text: str) -> bytes:
     """A ledger password as the bytes the shell passed: any bytes, valid UTF-8 or not (os.fsencode undoes how
     Python decoded the argument), so that `--password $'\\xff'` opens a ledger created with that password."""

@@ -14,7 +14,7 @@ import json
 import sys
 
 from connector.commands import node_security
-from connector.commands.arguments import add_metadata, password
+from connector.commands.arguments import add_metadata, default_passwords, password
 from connector.commands.command_client import open_client
 from connector.spark.janitor import (
     ABANDONED, UNKNOWN, Cleaned, LedgerFacts, Registry, clean, find_registries, ledger_facts,
@@ -39,7 +39,7 @@ def register(subparsers) -> None:
                            "only when no driver of that version is still running")
     jobs.add_argument("--password", dest="passwords", type=password, action="append",
                       help="password of the task ledgers, needed to fence an OPEN one; repeat for several "
-                           "(default: empty)")
+                           "(default: $LEDGER_PASSWORD, else empty)")
     jobs.add_argument("--json", action="store_true", help="print one JSON object per job or query")
     jobs.set_defaults(func=run_jobs)
 
@@ -47,7 +47,7 @@ def register(subparsers) -> None:
 def run_jobs(args) -> int:
     if args.stream is not None:
         check_stream_name(args.stream)   # no job writes a stream of no valid name: say so, not "no jobs on it"
-    passwords = args.passwords or [b""]
+    passwords = default_passwords(args.passwords)
     with open_client(args) as lc:
         found = find_registries(lc.store, args.stream)
         facts = {(r.kind, r.owner): ledger_facts(lc.store, r.entries(lc.store)) for r in found}

@@ -15,7 +15,8 @@ from connector.client import LedgerError
 from connector.client.replication import AuditSchedule
 from connector.client.rereplicate import LedgerAudit, LedgerRepair, Rereplicator
 from connector.commands import node_security
-from connector.commands.arguments import add_metadata, interval, password, seconds, seconds_or_zero
+from connector.commands.arguments import (add_metadata, default_passwords, interval, password, seconds,
+                                          seconds_or_zero)
 from connector.commands.command_client import open_client
 from metadata import registry
 
@@ -29,7 +30,8 @@ def register(subparsers) -> None:
         add_metadata(sub)
         node_security.add_arguments(sub)
         sub.add_argument("--password", dest="passwords", type=password, action="append",
-                         help="password of the ledgers to re-replicate; repeat for several (default: empty)")
+                         help="password of the ledgers to re-replicate; repeat for several (default: "
+                              "$LEDGER_PASSWORD, else empty)")
         sub.set_defaults(func=func)
         return sub
 
@@ -56,7 +58,7 @@ def register(subparsers) -> None:
 
 
 def _passwords(args) -> list[bytes]:
-    return args.passwords or [b""]
+    return default_passwords(args.passwords)
 
 
 def run_audit(args) -> int:

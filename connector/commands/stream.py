@@ -22,7 +22,8 @@ from kazoo.exceptions import NotEmptyError
 
 from connector.client import LedgerClient
 from connector.commands import node_security
-from connector.commands.arguments import SIZE_UNITS, add_metadata, interval, password, positive, size
+from connector.commands.arguments import (SIZE_UNITS, add_metadata, default_password, interval, password, positive,
+                                          size)
 from connector.commands.command_client import open_client
 from connector.retention import (
     apply_all, held_bytes, pending_cuts, set_retention, streams_with_retention, truncate_stream,
@@ -67,7 +68,7 @@ def register(subparsers) -> None:
     truncate.add_argument("--before", type=_offset, required=True, metavar="OFFSET",
                           help="remove every ledger that lies entirely below this offset; the stream then starts "
                                "at the first offset of the ledger holding it (offsets below are gone for good)")
-    truncate.add_argument("--password", type=password, default="", help="the stream's ledger password")
+    truncate.add_argument("--password", type=password, default=default_password(), help="the stream's ledger password")
     retention = command("retention", "show or set a stream's retention, or apply retention (--apply)", run_retention)
     retention.add_argument("name", nargs="?", help="the stream (with --apply: default every stream with a retention)")
     retention.add_argument("--max-age", type=_duration, metavar="AGE",
@@ -81,11 +82,11 @@ def register(subparsers) -> None:
     retention.add_argument("--every", type=interval, metavar="SECONDS",
                            help="with --apply: keep applying it, every SECONDS, until stopped")
     retention.add_argument("--runs", type=positive, metavar="N", help="with --every: stop after N runs")
-    retention.add_argument("--password", type=password, default="", help="the streams' ledger password")
+    retention.add_argument("--password", type=password, default=default_password(), help="the streams' ledger password")
     delete = command("delete", "delete a stream and its ledgers (asks for confirmation)", run_delete)
     delete.add_argument("name", help="the stream")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.add_argument("--password", type=password, default="",
+    delete.add_argument("--password", type=password, default=default_password(),
                         help="the stream's ledger password (to fence and close an OPEN ledger before deleting it)")
     _register_compact(commands)
     from connector.commands.stream_lag import register_lag  # they import this module's argument types

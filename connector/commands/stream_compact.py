@@ -15,7 +15,8 @@ import json
 
 from connector.client.limits import DEFAULT_MAX_ENTRY_BYTES, MAX_SENDABLE_ENTRY_BYTES
 from connector.commands import node_security
-from connector.commands.arguments import add_metadata, entry_bytes, password, positive, seconds_or_zero
+from connector.commands.arguments import (add_metadata, default_password, entry_bytes, password, positive,
+                                          seconds_or_zero)
 from connector.commands.command_client import open_client
 from connector.compaction import (
     DEFAULT_ENTRY_BYTES, DEFAULT_GRACE, DEFAULT_TARGET_BYTES, Compaction, CompactionPolicy, CompactionResult,
@@ -36,7 +37,7 @@ def register_compact(subparsers) -> argparse.ArgumentParser:
     compact.add_argument("name", help="the stream")
     add_metadata(compact)
     node_security.add_arguments(compact)
-    compact.add_argument("--password", type=password, default="",
+    compact.add_argument("--password", type=password, default=default_password(),
                          help="the stream's ledger password (its new ledgers get it too)")
     compact.add_argument("--target-bytes", type=positive, default=DEFAULT_TARGET_BYTES,
                          help=f"size of a new ledger, at most (default {DEFAULT_TARGET_BYTES >> 20} MiB)")

@@ -12,7 +12,7 @@ import json
 import sys
 
 from connector.checkpoint import Checkpoint, SourceOffset, read_checkpoint
-from connector.commands.arguments import password
+from connector.commands.arguments import default_password, password
 from connector.commands.command_client import open_client
 from connector.lag import Lag, bytes_text, stream_lag
 from metadata import streams
@@ -38,7 +38,7 @@ def register_lag(command) -> None:
     lag.add_argument("--stream", metavar="NAME",
                      help="the stream of a source whose checkpointed offset does not name it (checkpoints written "
                           "before the source's offsets named their stream)")
-    lag.add_argument("--password", type=password, default="",
+    lag.add_argument("--password", type=password, default=default_password(),
                      help="the streams' ledger password (to read an OPEN tail's LAC)")
 
 

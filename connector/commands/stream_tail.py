@@ -21,7 +21,7 @@ from typing import Iterator
 from connector.client import LedgerClient, NoSuchLedgerError, Streams
 from connector.commands.command_client import open_client
 from connector.commands.admin import payload_fields
-from connector.commands.arguments import interval, password, positive
+from connector.commands.arguments import default_password, interval, password, positive
 from connector.lag import ARROW, latest_offset
 from metadata import streams
 from metadata.errors import OffsetsGoneError
@@ -45,7 +45,7 @@ def register_tail(command) -> None:
     tail.add_argument("--max-rows", type=positive, metavar="N", help="stop after N rows")
     tail.add_argument("--poll", type=interval, default=0.5, metavar="SECONDS",
                       help="with --follow: how often to look for new rows (default 0.5)")
-    tail.add_argument("--password", type=password, default="", help="the stream's ledger password")
+    tail.add_argument("--password", type=password, default=default_password(), help="the stream's ledger password")
 
 
 def run_tail(args) -> int:

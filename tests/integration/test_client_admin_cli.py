@@ -83,6 +83,23 @@ def test_a_password_that_is_not_utf8_reads_and_recovers_its_ledger(cluster, meta
         assert client.ledger_metadata(recovered.ledger_id).state is LedgerState.CLOSED
 
 
+def test_a_password_in_ledger_password_keeps_it_off_the_command_line(cluster, metadata_uri, capsys, monkeypatch):
+    """Security audit: a ledger password could only be given as --password, which `ps` shows every local user.
+    $LEDGER_PASSWORD is its default; --password still wins, and a repeatable --password falls back to it too."""
+    from connector.commands.arguments import default_passwords
+
+    cluster(3)
+    with LedgerClient(metadata_uri) as client:
+        ledger = client.create_ledger(3, 2, 2, password=b"s3cret")
+        ledger.append(b"kept")
+        read = ["read", str(ledger.ledger_id), "--recover", "--metadata", metadata_uri]
+        assert main(read) == 1 and "password" in capsys.readouterr().err   # no password: refused
+        monkeypatch.setenv("LEDGER_PASSWORD", "s3cret")
+        assert main(read) == 0 and capsys.readouterr().out == "0\tkept\n"
+        assert main([*read, "--password", "other"]) == 1   # the one given wins
+        assert default_passwords(None) == [b"s3cret"] and default_passwords([b"x"]) == [b"x"]
+
+
 def test_rows_of_an_entry_that_only_starts_as_arrow_are_printed_as_hex_with_a_warning(cluster, metadata_uri, capsys):
     """An audit's: `read --format rows` of an entry starting with the arrow magic but not arrow died with pyarrow's
     ArrowInvalid traceback."""
