@@ -273,14 +273,12 @@ class LedgerIndex:
             self.locations[slot] = location
             self.lengths[slot] = length
             self._span(location, slot, slot)
-        elif size <= slot and (self._window_takes(slot + 1, 1) or entry_id not in self.overflow):
+        elif size <= slot:   # above the window, where no overflow id is (_below_window)
             if not self._window_takes(slot + 1, 1):
                 self._move_window(entry_id)     # too far above it: a new window starts at entry_id
                 slot = size = 0
             _append(self.locations, self.lengths, slot - size, location, length)
             self.count += 1
-            if self.overflow:
-                self.count -= self._grown(size, slot, slot + 1)
             self._span(location, slot, slot)
         else:
             old_record = self.overflow.put(entry_id, location, length)
@@ -324,32 +322,11 @@ class LedgerIndex:
             self.locations.extend(locations)
             self.lengths.extend(lengths)
             self.count += len(lengths)
-            if self.overflow:
-                self.count -= self._grown(size, slot, slot + len(lengths))
             self._tally(locations[0], total)
             self._span(locations[0], slot, slot + len(lengths) - 1)
             return
         for offset, (location, length) in enumerate(zip(locations, lengths)):
             self.put(first_entry_id + offset, location, length)
-
-    def _grown(self, old_size: int, first_new: int, end: int) -> int:
-        """The dense window grew from old_size to end slots, the new entries at first_new..end-1 and holes below:
-        an entry is never both in the window and in the overflow dict, so the overflow records of ids now in the
-        holes move into their slots, and those of the new entries' ids are replaced (their bytes leave the
-        tally). How many were replaced (counted twice)."""
-        low, high = self.base + old_size, self.base + end
-        replaced = 0
-        for entry_id in self.overflow.ids_between(low, high - 1):
-            location, length = self.overflow.pop(entry_id)
-            self.overflow_changed = True
-            slot = entry_id - self.base
-            if slot < first_new:
-                self.locations[slot], self.lengths[slot] = location, length
-                self._span(location, slot, slot)
-            else:
-                self._tally(location, -length)
-                replaced += 1
-        return replaced
 
     def _tally(self, location: int, length: int) -> None:
         """Count length bytes (less when negative) in the file of location."""
@@ -395,7 +372,7 @@ class LedgerIndex:
     def recount(self) -> None:
         """count and bytes_by_file from the arrays and overflow (an index as a snapshot holds it, before a LiveBytes
         counts it). An overflow
-        record of an id inside the dense window (kept by a node before _grown) moves into its slot if that is
+        record of an id inside the dense window (kept by a node of an older version) moves into its slot if that is
         a hole, and is dropped if not: get() answered the slot's record."""
         for entry_id in self.overflow.ids_between(self.base, self.base + len(self.locations) - 1):
             location, length = self.overflow.pop(entry_id)
