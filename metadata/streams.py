@@ -377,9 +377,16 @@ def mark_deleting(store: MetadataStore, name: str) -> Versioned[StreamRecord] | 
     return found if found is not None and found.value.deleting else None
 
 
-def delete_stream(store: MetadataStore, name: str) -> None:
-    """Delete the stream's head and pages (not its ledgers); mark_deleting first, unless no update can race it."""
-    store.delete(layout.stream_path(check_stream_name(name)), recursive=True)
+def delete_stream(store: MetadataStore, name: str) -> bool:
+    """Delete the stream's head marked deleting (mark_deleting first) with its pages, not its ledgers; False if
+    there is no marked head. Only that znode goes: the name is free once it is gone, and a writer or a query may
+    make the stream again at once, while this delete reconnects after a lost reply; until 2026-11-29 the delete
+    was sent again whole and took the new stream with it (its acknowledged appends, its committed batches)."""
+    path = layout.stream_path(check_stream_name(name))
+    found = store.read_with_stat(path, serde.decode_stream)
+    if found is None or not found[0].deleting:
+        return False
+    return store.delete_created(path, found[1].czxid)
 
 
 def _no_such_stream(name: str) -> NoSuchStreamError:

@@ -42,3 +42,10 @@ def without_created(offset: dict) -> dict:
     """A source offset without the stream's creation time (a stream created in a test has one of its own) and the
     id of the OPEN ledger it stands in."""
     return {key: value for key, value in offset.items() if key not in ("created", "ledger")}
+
+
+def delete_head(store: MetadataStore, name: str) -> None:
+    """The stream's head and pages deleted as `ledger stream delete` deletes them (marked first; its ledgers
+    stay)."""
+    streams.mark_deleting(store, name)
+    assert streams.delete_stream(store, name)

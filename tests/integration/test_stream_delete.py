@@ -143,3 +143,29 @@ def test_a_znode_a_late_cut_creates_under_the_marked_head_does_not_stop_the_dele
     monkeypatch.setattr(KazooClient, "delete", delete)
     assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
     assert late and not store.exists(layout.stream_path("events")) and existing(store, ids) == []
+
+
+def test_a_delete_whose_reply_is_lost_leaves_the_stream_made_again_meanwhile(store, metadata_uri, monkeypatch):
+    """The head's delete lands, its reply is lost, and while the delete reconnects a writer makes the stream again
+    and appends (a streaming query's next batch does, as its prepare makes the stream): the delete was sent again
+    whole and deleted the new stream with its acknowledged appends (lost-reply audit, 2026-11-29)."""
+    from tests.harness.lost_reply import LostReplies
+
+    ids = closed_ledgers(store, 12)
+    appended(store, "events", ids)
+    made_again = []
+
+    def meanwhile():
+        with MetadataStore(metadata_uri) as other:
+            assert streams.find_stream(other, "events", deleting=True) is None
+            [new] = closed_ledgers(other, 1)
+            appended(other, "events", [new])
+            made_again.append(new)
+
+    lost = LostReplies(monkeypatch, lambda operation, path, _: operation == "delete"
+                       and path == layout.stream_path("events"), meanwhile)
+    assert main(["stream", "delete", "events", "--yes", "--metadata", metadata_uri]) == 0
+    assert lost.lost == [("delete", layout.stream_path("events"))] and made_again
+    assert existing(store, ids) == []
+    record = streams.read_stream(store, "events").value     # the new stream, whole
+    assert not record.deleting and [ledger.ledger_id for ledger in record.tail] == made_again

@@ -183,7 +183,8 @@ def test_lag_refuses_a_checkpoint_of_a_stream_deleted_and_created_again(cluster,
                                                                        tmp_path):
     """The source's offsets carry the stream's creation time: a lag against a stream created again since the
     checkpoint would compare offsets of two different streams. Said in one line instead."""
-    from metadata.streams import delete_stream, read_stream
+    from metadata.streams import read_stream
+    from tests.harness.stream_fixtures import delete_head
 
     cluster(3)
     monkeypatch.setenv("LEDGER_METADATA", metadata_uri)
@@ -199,7 +200,7 @@ def test_lag_refuses_a_checkpoint_of_a_stream_deleted_and_created_again(cluster,
         (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
         assert main(["stream", "lag", "--checkpoint", str(tmp_path)]) == 0
         capsys.readouterr()
-        delete_stream(client.store, "events")
+        delete_head(client.store, "events")
         with Streams(client).open_writer("events") as writer:
             writer.append_many([payload(i) for i in range(5)])
     assert main(["stream", "lag", "--checkpoint", str(tmp_path)]) == 1

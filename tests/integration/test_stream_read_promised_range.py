@@ -163,7 +163,7 @@ def test_a_query_whose_stream_was_deleted_and_created_again_does_not_skip_its_ro
     without a word once the new stream had passed k. The offsets now carry the stream's creation time: a mismatch
     is data loss (failOnDataLoss), as Kafka's source reports a partition whose offsets went back."""
     from connector.client import Streams
-    from metadata.streams import delete_stream
+    from tests.harness.stream_fixtures import delete_head
 
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
@@ -182,7 +182,7 @@ def test_a_query_whose_stream_was_deleted_and_created_again_does_not_skip_its_ro
             assert (start["offset"], end["offset"]) == (0, 10) and end["created"] > 0
         finally:
             first.stop()
-        delete_stream(store, "events")
+        delete_head(store, "events")
         with Streams(lc).open_writer("events") as writer:
             writer.append_many([b"new %d" % i for i in range(25)])
         restarted = reader()   # the query again, from its checkpoint: end is where it stands
@@ -216,7 +216,7 @@ def test_a_query_reads_a_stream_created_again_shorter_than_its_offset_from_its_s
     recreated topic's start too). A stream gone (between the delete and the create) is data loss, not a failure of
     the query, with failOnDataLoss=false."""
     from connector.client import Streams
-    from metadata.streams import delete_stream
+    from tests.harness.stream_fixtures import delete_head
 
     cluster(3)
     with LedgerClient(metadata_uri) as lc:
@@ -227,7 +227,7 @@ def test_a_query_reads_a_stream_created_again_shorter_than_its_offset_from_its_s
         reader = LedgerStreamReader(options, stream_options, raw_read_schema(include_metadata=True), raw=True)
         try:
             end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
-            delete_stream(store, "events")
+            delete_head(store, "events")
             assert reader.latestOffset(end, ReadAllAvailable()) == end   # gone: nothing to read, no failure
             with Streams(lc).open_writer("events") as writer:
                 writer.append_many([b"new %d" % i for i in range(5)])

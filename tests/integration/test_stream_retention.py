@@ -24,7 +24,7 @@ from metadata.errors import MetadataError
 from metadata.model import ByteCount, Retention, StreamLedger, StreamRecord
 from metadata.store import MetadataStore
 from tests.harness.poll import poll_until
-from tests.harness.stream_fixtures import OFFSETS, appended, closed_ledgers
+from tests.harness.stream_fixtures import OFFSETS, appended, closed_ledgers, delete_head
 
 def ledger_ids(store: MetadataStore, name: str) -> list[int]:
     return [s.ledger_id for s in streams.iter_ledgers(store, streams.read_stream(store, name).value)]
@@ -346,7 +346,7 @@ def test_a_cut_that_comes_late_leaves_the_pages_of_a_stream_created_again_under_
 
     def recreated(step, cut):
         if step == TAIL_DELETED:   # the cut's process stalls here; the stream is deleted and created again
-            streams.delete_stream(store, "events")
+            delete_head(store, "events")
             new.extend(closed_ledgers(store, 300))
             appended(store, "events", new)
 
@@ -364,7 +364,7 @@ def test_an_overwrites_late_deletes_leave_the_pages_of_a_stream_created_again_un
     replaced = appended(store, "events", closed_ledgers(store, 600))
     cut = overwrite_cut(replaced, "job-1")
     store.create(cut.path, cut.encode())   # as the overwrite's multi writes it
-    streams.delete_stream(store, "events")
+    delete_head(store, "events")
     new = closed_ledgers(store, 300)
     appended(store, "events", new)
     finish_cut(lc, cut)
