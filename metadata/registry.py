@@ -136,14 +136,17 @@ def register_node(store: MetadataStore, reg: NodeRegistration) -> EphemeralRegis
 def list_nodes(store: MetadataStore, within: float | None = None) -> dict[str, NodeRegistration]:
     """The registered nodes. within: one attempt, the listing and then every registration read at once
     (pipelined), each waiting at most that long (MetadataError past it), for a caller that must not wait for
-    ZooKeeper (the client's event loop)."""
+    ZooKeeper (the client's event loop). Either way the registrations are read at once (pipelined)."""
     if within is None:
-        found = {node_id: read_node(store, node_id) for node_id in store.children(layout.NODES)}
-    else:
-        node_ids = store.children_within(layout.NODES, within)
-        read = store.read_many_within([layout.node_path(n) for n in node_ids], serde.decode_node, within)
-        found = {node_id: None if one is None else one.value for node_id, one in zip(node_ids, read)}
-    return {node_id: reg for node_id, reg in found.items() if reg is not None}
+        node_ids = store.children(layout.NODES)
+        return _registered(node_ids, store.read_many([layout.node_path(n) for n in node_ids], serde.decode_node))
+    node_ids = store.children_within(layout.NODES, within)
+    return _registered(node_ids, store.read_many_within([layout.node_path(n) for n in node_ids],
+                                                        serde.decode_node, within))
+
+
+def _registered(node_ids: list[str], read: list[Versioned | None]) -> dict[str, NodeRegistration]:
+    return {node_id: one.value for node_id, one in zip(node_ids, read) if one is not None}
 
 
 def read_node(store: MetadataStore, node_id: str, within: float | None = None) -> NodeRegistration | None:
@@ -212,8 +215,12 @@ class Placement:
 
 
 def placement(store: MetadataStore) -> Placement:
-    retired, epoch = store.children_and_version(layout.DECOMMISSIONED)
-    return Placement({node_id: reg for node_id, reg in list_nodes(store).items() if node_id not in retired}, epoch)
+    """Both listings in one round trip, then every registration in another (pipelined)."""
+    decommissioned, registered = store.listings([layout.DECOMMISSIONED, layout.NODES])
+    retired, stat = decommissioned   # both made with the layout, never deleted
+    node_ids = [node_id for node_id in registered[0] if node_id not in retired]
+    return Placement(_registered(node_ids, store.read_many([layout.node_path(n) for n in node_ids],
+                                                           serde.decode_node)), stat.version)
 
 
 def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:

@@ -188,6 +188,11 @@ def initialise_root(uri: str, *, connect_timeout: float = 15.0) -> RootInitialis
         return RootInitialisation(store.init_outcome, store.layout)
 
 
+def _names_stay(paths: list[str], exc: BaseException) -> None:
+    log.warning("sequential znodes %s..%s stay until this ZooKeeper session ends: delete failed: %s",
+                paths[0], paths[-1], exc)
+
+
 def no_reply(exc: BaseException) -> bool:
     """exc is a request's MetadataError that got no answer: it may have taken effect or not (rule 16), so a
     caller that must know reads the record back once ZooKeeper is reachable again."""
@@ -523,11 +528,6 @@ class MetadataStore:
     def children(self, path: str) -> list[str]:
         return self._retried(self.zk.get_children, path)
 
-    def children_and_version(self, path: str) -> tuple[list[str], int]:
-        """The znode's children and its data version, read together."""
-        children, stat = self._retried(self.zk.get_children, path, include_data=True)
-        return children, stat.version
-
     def exist(self, paths: list[str]) -> list[bool]:
         """Whether each znode is there: an exists request each, pipelined (sent _PIPELINED at a time before their
         replies are awaited), so a few znodes cost a few small requests and about one round trip, not a listing
@@ -544,6 +544,41 @@ class MetadataStore:
     def _stats(self, paths: list[str]) -> list[ZnodeStat | None]:
         sent = [self.zk.exists_async(path) for path in paths]
         return [reply.get() for reply in sent]
+
+    def read_many(self, paths: list[str], decode: Callable[[bytes], object]) -> list[Versioned | None]:
+        """read() of each path, pipelined as exist() is: a few znodes cost about one round trip."""
+        found: list[Versioned | None] = []
+        for start in range(0, len(paths), _PIPELINED):
+            found += self._retried(self._read_many, paths[start:start + _PIPELINED], decode)
+        return found
+
+    def _read_many(self, paths: list[str], decode: Callable[[bytes], object]) -> list[Versioned | None]:
+        sent = [self.zk.get_async(path) for path in paths]
+        found: list[Versioned | None] = []
+        for reply in sent:
+            try:
+                data, stat = reply.get()
+            except NoNodeError:
+                found.append(None)
+                continue
+            found.append(Versioned(decode(data), stat.version))
+        return found
+
+    def listings(self, paths: list[str]) -> list[tuple[list[str], ZnodeStat] | None]:
+        """Each znode's children and stat (None: not there), pipelined: one round trip for a few."""
+        return self._retried(self._listings, paths)
+
+    def _listings(self, paths: list[str]) -> list[tuple[list[str], ZnodeStat] | None]:
+        sent = [self.zk.get_children_async(path, include_data=True) for path in paths]
+        found: list[tuple[list[str], ZnodeStat] | None] = []
+        for reply in sent:
+            try:
+                children, stat = reply.get()
+            except NoNodeError:
+                found.append(None)
+                continue
+            found.append((children, stat))
+        return found
 
     def ensure_path(self, path: str) -> None:
         self._retried(self.zk.ensure_path, path)
@@ -629,26 +664,34 @@ class MetadataStore:
         paths (one create and one delete for one name; else a multi of each). They are ephemeral (as BookKeeper's
         ZkLedgerIdGenerator's): one whose create reply was lost, or whose delete failed, or whose process died in
         between, goes with this session instead of staying forever. The names are taken once the create
-        returned, so a failed delete is logged, not raised."""
+        returned, so a failed delete is logged, not raised; one name's delete is not waited for (the session's
+        next request is answered after it: a new ledger's id costs one round trip, not two)."""
         if count == 1:
-            paths = [self._call(self.zk.create, prefix, b"", ephemeral=True, sequence=True)]
-        else:
-            create = self.transaction()
-            for _ in range(count):
-                create.create(prefix, ephemeral=True, sequence=True)
-            paths = create.commit()
+            path = self._call(self.zk.create, prefix, b"", ephemeral=True, sequence=True)
+            self._delete_behind(path)
+            return [path]
+        create = self.transaction()
+        for _ in range(count):
+            create.create(prefix, ephemeral=True, sequence=True)
+        paths = create.commit()
         try:
-            if count == 1:
-                self.delete(paths[0])
-            else:
-                delete = self.transaction()
-                for path in paths:
-                    delete.delete(path)
-                delete.commit()
+            delete = self.transaction()
+            for path in paths:
+                delete.delete(path)
+            delete.commit()
         except (MetadataError, NoNodeError) as exc:
-            log.warning("sequential znodes %s..%s stay until this ZooKeeper session ends: delete failed: %s",
-                        paths[0], paths[-1], exc)
+            _names_stay(paths, exc)
         return paths
+
+    def _delete_behind(self, path: str) -> None:
+        """Send the znode's delete and go on; a failure is logged from kazoo's thread."""
+        def done(reply) -> None:
+            if reply.exception is not None and not isinstance(reply.exception, NoNodeError):
+                _names_stay([path], reply.exception)
+        try:
+            self.zk.delete_async(path).rawlink(done)
+        except KazooException as exc:   # the session closed meanwhile: the ephemeral znode went with it
+            _names_stay([path], exc)
 
     def create_ledger(self, meta: LedgerMetadata, placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
         """Allocate an id and store meta under it; meta.ledger_id is ignored. placement_epoch: that of the node

@@ -38,7 +38,7 @@ from connector.client.security import TlsConfig, token_from_env
 from connector.client.schedule import Schedule
 from metadata import layout, registry
 from metadata.errors import PlacementChangedError
-from metadata.model import Fragment, LedgerMetadata, Versioned, make_custom_metadata
+from metadata.model import Fragment, LedgerMetadata, NodeRegistration, Versioned, make_custom_metadata
 from metadata.store import DEFAULT_URI, METADATA_ENV, MetadataStore
 from metadata.update_loop import update_ledger
 from protos.digest import master_key, password_hash
@@ -108,12 +108,14 @@ class LedgerClient:
         self._recoveries: dict[int, asyncio.Future] = {}
         self._pipelines: set[AddPipeline] = set()  # of open write handles, stopped when the client closes
         self._closed = False
+        self._listed: tuple[Mapping[str, NodeRegistration], float] | None = None   # the last placement read
 
     def transport(self) -> GrpcTransport:
-        """A new transport to the storage nodes with this client's TLS settings and token."""
+        """A new transport to the storage nodes with this client's TLS settings and token, which takes the nodes
+        this client's last ledger creation read for a listing (a write task's first channels need no read)."""
         from connector.client.transport import GrpcTransport
 
-        return GrpcTransport(self.store, self.tls, self.auth_token, self.node_addresses)
+        return GrpcTransport(self.store, self.tls, self.auth_token, self.node_addresses, listed=self._listed)
 
     @property
     def _runtime(self) -> Runtime:
@@ -187,7 +189,9 @@ class LedgerClient:
             raise ValueError("create_ledger takes ledger_id and guard together, or neither")
         Schedule(ensemble_size, write_quorum, ack_quorum)  # refuses impossible quorums before anything is stored
         for attempt in itertools.count(1):
+            read_at = time.monotonic()
             placement = registry.placement(self.store)
+            self._listed = (placement.nodes, read_at)
             meta = LedgerMetadata(
                 ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
                 fragments=(Fragment(0, choose_ensemble(placement.nodes, ensemble_size)),),

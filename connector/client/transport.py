@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from typing import AsyncIterator, Callable, Mapping, Protocol
 
 import grpc
@@ -25,6 +27,7 @@ from connector.client.limits import MAX_MESSAGE_BYTES
 from connector.client.security import TlsConfig, call_metadata
 from metadata import registry
 from metadata.errors import MetadataError
+from metadata.model import NodeRegistration
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
 from protos import wire
@@ -37,6 +40,9 @@ ADDRESS_READ_SECONDS = 0.25    # the most a new channel's address read may hold 
 # has no address to fall back on, and failing counts as the node failing (a writer replaces it), so it waits for a
 # slow ZooKeeper (a loaded machine) longer than a re-read does, but not for one that is cut off.
 ADDRESS_LIST_SECONDS = 5.0
+# A node's address listed this recently is dialled as listed, not read again: a new client's channels to the nodes
+# it just listed (or that its ledger's creation just read: GrpcTransport's `listed`) cost no round trip each.
+ADDRESS_FRESH_SECONDS = 1.0
 
 # ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
 _READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(
@@ -165,15 +171,20 @@ class _AddStream:
 
 class GrpcTransport:
     """tls: verify nodes (and present a client certificate) over TLS; auth_token: sent with every call;
-    node_addresses: node id -> the address to dial instead of the registered one (a proxy in front of it)."""
+    node_addresses: node id -> the address to dial instead of the registered one (a proxy in front of it);
+    listed: the nodes' registrations as the client read them, and when (time.monotonic()), taken as a listing."""
 
     def __init__(self, store: MetadataStore, tls: TlsConfig | None = None, auth_token: str | None = None,
-                 node_addresses: Mapping[str, str] | None = None):
+                 node_addresses: Mapping[str, str] | None = None,
+                 listed: tuple[Mapping[str, NodeRegistration], float] | None = None):
         self._store = store
         self._address_map = dict(node_addresses or {})
         self._credentials = tls.channel_credentials() if tls is not None else None
         self._metadata = call_metadata(auth_token)
         self._addresses: dict[str, str] = {}
+        self._listed_at = -math.inf
+        if listed is not None:
+            self._take_listing(*listed)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._streams: dict[tuple[str, bool], _AddStream] = {}
         self._stream_channels: dict[tuple[str, bool], grpc.aio.Channel] = {}  # the channel each stream runs on
@@ -320,6 +331,8 @@ class GrpcTransport:
                                 "the client moves to another node")
             return address
         if node in self._addresses:
+            if time.monotonic() - self._listed_at < ADDRESS_FRESH_SECONDS:
+                return self._addresses[node]
             try:
                 registration = registry.read_node(self._store, node, within=ADDRESS_READ_SECONDS)
             except MetadataError:
@@ -330,14 +343,19 @@ class GrpcTransport:
                 self._addresses[node] = self._address_map.get(node, registration.address)
         else:
             try:
+                listed_at = time.monotonic()
                 listed = registry.list_nodes(self._store, within=ADDRESS_LIST_SECONDS)
             except MetadataError as exc:
                 raise NodeError(f"storage node {node}: its address could not be read from ZooKeeper in time ({exc}); "
                                 "the client moves to another node") from exc
-            self._addresses = {n: self._address_map.get(n, reg.address) for n, reg in listed.items()}
+            self._take_listing(listed, listed_at)
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]
+
+    def _take_listing(self, listed: Mapping[str, NodeRegistration], listed_at: float) -> None:
+        self._addresses = {n: self._address_map.get(n, reg.address) for n, reg in listed.items()}
+        self._listed_at = listed_at
 
     def _forget(self, node: str) -> None:
         """Drop the channel to a node that failed; the next one is opened at the address it registers then (its
