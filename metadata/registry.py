@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
@@ -183,6 +183,12 @@ def writer_alive(store: MetadataStore, writer_id: str, watch: Callable | None = 
     """Whether writer_id is registered. watch(event), if given, is called once (on kazoo's event thread) when the
     registration appears or goes (a ZooKeeper watch; pass the same function each time, so that it is set once)."""
     return bool(writer_id) and store.exists(layout.writer_path(writer_id), watch=watch)
+
+
+def writers_alive(store: MetadataStore, writer_ids: Iterable[str]) -> set[str]:
+    """Those of writer_ids that are registered (writer_alive of each), read at once (pipelined)."""
+    ids = sorted({writer_id for writer_id in writer_ids if writer_id})
+    return {writer_id for writer_id, there in zip(ids, store.exist([layout.writer_path(w) for w in ids])) if there}
 
 
 def mark_decommissioned(store: MetadataStore, node_id: str) -> None:

@@ -764,6 +764,17 @@ class MetadataStore:
         except BadVersionError as exc:
             raise MetadataConflictError(f"ledger {ledger_id} changed before it could be deleted") from exc
 
+    def synced_children(self, paths: list[str]) -> list[list[str]]:
+        """children() of each path after a sync() of it, every request sent at once: one round trip (ZooKeeper
+        answers a session's requests in order, so each listing comes after its sync)."""
+        return self._retried(self._synced_children, paths)
+
+    def _synced_children(self, paths: list[str]) -> list[list[str]]:
+        sent = [(self.zk.sync_async(path), self.zk.get_children_async(path)) for path in paths]
+        for synced, _ in sent:
+            synced.get()
+        return [listed.get() for _, listed in sent]
+
     def sync(self, path: str) -> None:
         """ZooKeeper `sync`: this session's server catches up with the leader, so the reads that follow see
         every write committed before the call (a follower may otherwise lag behind; DESIGN rule 8)."""

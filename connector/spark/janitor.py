@@ -36,9 +36,8 @@ from connector.compaction import clean_compactions
 from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
-    Registration, TaskEntry, commit_guard, end_job, fence_run, forget_run, job_ids, job_registry,
-    query_ids, query_registry, query_runs, read_job, remove_fenced_runs, remove_job, remove_query, sweep_entries,
-    task_entries,
+    Registration, TaskEntry, commit_guard, end_job, fence_run, forget_run, job_registry, query_registry, query_runs,
+    read_job, read_jobs, registry_ids, remove_fenced_runs, remove_job, remove_query, sweep_entries, task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, check_password, recover
 from metadata import layout, registry
@@ -129,23 +128,20 @@ class Cleaned:
 def find_registries(store: MetadataStore, stream: str | None = None) -> list[Registry]:
     """Every job and query registry (those of one stream, given one), with the liveness of its drivers.
     Reads the registries and one liveness znode per driver, nothing else."""
+    jobs, queries = registry_ids(store)   # the listings, the job registries, and the drivers' liveness: pipelined
     found = []
-    for job_id in job_ids(store):
-        job = read_job(store, job_id)
+    for job_id, job in zip(jobs, read_jobs(store, jobs)):
         if job is None or (stream is not None and job.stream != stream):
             continue
-        runs = {job.driver: job}
-        found.append(Registry(JOB, job_id, runs, _alive(store, runs), stream_of_job=job.stream))
-    for query_id in query_ids(store):
+        found.append((JOB, job_id, {job.driver: job}, job.stream))
+    for query_id in queries:
         runs = query_runs(store, query_id)
         if stream is not None and not any(run.stream == stream for run in runs.values()):
             continue
-        found.append(Registry(QUERY, query_id, runs, _alive(store, runs)))
-    return found
-
-
-def _alive(store: MetadataStore, runs: dict[str, Registration]) -> frozenset[str]:
-    return frozenset(driver for driver in runs if driver and registry.writer_alive(store, driver))
+        found.append((QUERY, query_id, runs, ""))
+    alive = registry.writers_alive(store, (driver for _, _, runs, _ in found for driver in runs))
+    return [Registry(kind, registry_id, runs, frozenset(alive.intersection(runs)), stream_of_job=stream_of_job)
+            for kind, registry_id, runs, stream_of_job in found]
 
 
 def ledger_facts(store: MetadataStore, entries: Iterable[TaskEntry]) -> list[LedgerFacts]:

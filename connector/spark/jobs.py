@@ -302,19 +302,26 @@ def query_ids(store: MetadataStore) -> list[str]:
     return sorted(store.children(layout.SPARK_QUERIES))
 
 
+def registry_ids(store: MetadataStore) -> tuple[list[str], list[str]]:
+    """job_ids() and query_ids() in one round trip."""
+    jobs, queries = store.synced_children([layout.SPARK_JOBS, layout.SPARK_QUERIES])
+    return sorted(jobs), sorted(queries)
+
+
+def read_jobs(store: MetadataStore, job_ids: list[str]) -> list[Registration | None]:
+    """read_job() of each, pipelined."""
+    found = store.read_many([job_registry(job_id).path for job_id in job_ids], Registration.decode)
+    return [None if one is None else one.value for one in found]
+
+
 def query_runs(store: MetadataStore, query_id: str) -> dict[str, Registration]:
     """The query's runs by driver (none for a registry written before runs were recorded)."""
     try:
-        names = store.children(query_registry(query_id).path)
+        names = [name for name in store.children(query_registry(query_id).path) if name.startswith(RUN_PREFIX)]
     except NoNodeError:
         return {}
-    runs = {}
-    for name in names:
-        if name.startswith(RUN_PREFIX):
-            found = store.read(f"{query_registry(query_id).path}/{name}", Registration.decode)
-            if found is not None:
-                runs[name[len(RUN_PREFIX):]] = found.value
-    return runs
+    found = store.read_many([f"{query_registry(query_id).path}/{name}" for name in names], Registration.decode)
+    return {name[len(RUN_PREFIX):]: one.value for name, one in zip(names, found) if one is not None}
 
 
 def forget_run(store: MetadataStore, query_id: str, driver: str, version: int = -1) -> None:
