@@ -11,11 +11,16 @@ from __future__ import annotations
 import asyncio
 
 from connector.client import LedgerClient
+from connector.client.ops.read import ChunkPlan, EntryRead
+from connector.client.runner.read import read_chunk, read_entry, read_last_add_confirmed
 from protos import ledger_pb2 as pb
 from protos import wire
+from tests.harness.observed_transport import ObservedClient, observed
 
 ENTRIES = 40
 CANCEL_AT = 2   # the message whose arrival the reader is cancelled at
+READER_TIMEOUT = 60.0   # a losing call left to run would hold on for this long
+DEADLINE = 20.0
 
 
 def _closed_ledger(uri: str, ensemble: int) -> tuple[int, tuple[str, ...]]:
@@ -61,3 +66,37 @@ def test_a_range_read_cancelled_as_a_message_arrives_takes_no_more(cluster, meta
         cancelled, taken = client._runtime.run(read())
     assert cancelled, f"the cancelled reader took entries {taken} of the {ENTRIES}"
     assert len(arrived) == CANCEL_AT, f"{len(arrived) - CANCEL_AT} messages arrived after the reader was cancelled"
+
+
+def test_reads_return_once_the_calls_they_cancelled_have_ended(cluster, metadata_uri):
+    """Fails before the runner waited for the calls it cancelled: the paused node's ReadRange (a speculative chunk
+    read's loser), Read (a speculative entry read's) and ReadLac (beyond quorum coverage) were still in flight
+    when the reads returned."""
+    nodes = {n.node_id: n for n in cluster(3)}
+    ledger_id, ensemble = _closed_ledger(metadata_uri, 3)
+    with ObservedClient(metadata_uri, timeout=READER_TIMEOUT) as reader:
+        meta = reader.open_ledger(ledger_id).metadata
+        chunk = ChunkPlan(meta, 0, ENTRIES - 1).next(ENTRIES)
+        entry = EntryRead(ledger_id, 0, chunk.write_set(0))
+        paused = ensemble[0]   # the chunk's one node (E = WQ), and the first of entry 0's write set
+        assert [call.node for call in chunk.calls] == [paused] and chunk.write_set(0)[0] == paused
+        in_flight = observed(reader).in_flight
+
+        async def read() -> dict[str, object]:
+            # each count is taken as the read returns, before anything else runs on the loop
+            entries = await read_chunk(reader._ctx, chunk)
+            left = {"ReadRange": in_flight[paused, "ReadRange"]}
+            await read_entry(reader._ctx, entry)
+            left["Read"] = in_flight[paused, "Read"]
+            last = (await read_last_add_confirmed(reader._ctx, meta, b"", fence=False)).last_entry_id
+            left["ReadLac"] = in_flight[paused, "ReadLac"]
+            return {"entries": len(entries), "entry 0": entry.entry and bytes(entry.entry.payload), "last entry": last,
+                    "calls left": left}
+
+        nodes[paused].pause()
+        try:
+            outcome = reader._runtime.submit(read()).result(DEADLINE)
+        finally:
+            nodes[paused].resume()
+    assert outcome == {"entries": ENTRIES, "entry 0": b"entry-0", "last entry": ENTRIES - 1,
+                       "calls left": {"ReadRange": 0, "Read": 0, "ReadLac": 0}}

@@ -11,7 +11,7 @@ from connector.client import metrics
 from connector.client.errors import NodeError, status_name
 from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall, failed_by_node
 from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
-from connector.client.runner.context import Context, schedule_of, until_done
+from connector.client.runner.context import Context, cancel_and_wait, schedule_of, until_done
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
 from protos.limits import MAX_WAIT_LAC_MS
@@ -104,8 +104,7 @@ async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
             for task in done:
                 task.result()   # a bug's exception, raised here (a node's failure ended the call as a RangeEnd)
     finally:
-        for task in tasks:
-            task.cancel()
+        await cancel_and_wait(tasks)
     if not chunk.complete:
         reads = chunk.failovers(_try_last(ctx))
         await asyncio.gather(*(read_entry(ctx, read) for read in reads))
@@ -149,8 +148,7 @@ async def read_entry(ctx: Context, read: EntryRead) -> None:
                 if failed_by_node(response.status):
                     _note_failure(ctx, node)
     finally:
-        for task in calls:
-            task.cancel()
+        await cancel_and_wait(calls)
 
 
 def _try_last(ctx: Context) -> frozenset[str]:
