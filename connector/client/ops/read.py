@@ -31,7 +31,6 @@ CHUNK_BYTES = 4 * 1024 * 1024   # what one chunk of a read asks for, about; 2E c
 MAX_CHUNK_ENTRIES = 1024
 FIRST_CHUNK_ENTRIES = 4   # of a ledger whose length the metadata does not give, before any entry size is known
 DEFAULT_SPECULATIVE_READ_TIMEOUT = 0.5   # seconds a read waits for a node before asking another replica as well
-_NEGATIVES = (pb.NO_ENTRY, pb.NO_LEDGER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +65,6 @@ def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | me
     if response.status != pb.OK:
         return status_name(response.status)
     return "" if verified(ledger_id, response, payload) else DIGEST_MISMATCH
-
-
-def failed_by_node(status: int) -> bool:
-    """Whether a node's status for a read is its failure (an error, or an unknown status), to remember when
-    choosing nodes for later reads; NO_ENTRY and NO_LEDGER are answers (rule 11 weighs them), not failures."""
-    return status != pb.OK and status not in _NEGATIVES
 
 
 def preferred_order(nodes: Sequence[str], try_last: Collection[str]) -> list[str]:

@@ -9,9 +9,9 @@ import math
 from typing import Awaitable, Callable, TypeVar
 
 from connector.client import metrics
-from connector.client.errors import NodeError, status_name
+from connector.client.errors import NodeError, answered, status_name
 from connector.client.ops.read import (
-    ChunkRead, Entry, EntryCall, EntryRead, RangeCall, Speculation, failed_by_node,
+    ChunkRead, Entry, EntryCall, EntryRead, RangeCall, Speculation,
 )
 from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
 from connector.client.runner.context import Context, cancel_and_wait, schedule_of, until_done
@@ -68,7 +68,7 @@ async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
 
     async def range_call(call: RangeCall, on_progress: Callable[[], None]) -> list[RangeCall]:
         end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry, on_message=on_progress)
-        if failed_by_node(end.status):
+        if not answered(end.status):
             _note_failure(ctx, call.node)
         chunk.on_call_done(call, end.reason)
         return []   # what the call did not deliver is read entry by entry once every call has ended
@@ -100,7 +100,7 @@ async def read_entry(ctx: Context, read: EntryRead) -> None:
             _note_failure(ctx, call.node)
         else:
             read.on_response(call.node, response)
-            if failed_by_node(response.status):
+            if not answered(response.status):
                 _note_failure(ctx, call.node)
         return read.calls()   # the next replica after a failure; none once the entry is in
 
