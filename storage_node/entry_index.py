@@ -10,7 +10,8 @@ without it for a while), the window itself goes there and a new one starts at th
 are appended densely again. The overflow keeps its entries in dense runs of its own, sorted by first id: as compact
 as the window for ids that come in order, found by a binary search over the runs. (It was a dict: about 205 bytes an
 entry, and a range read scanned every key, 12-15 ms per read at 400,000 entries; a node chosen again for a long
-ledger put every later entry there.)
+ledger put every later entry there.) Like the window's slots, the overflow keeps the range of ids whose records lie
+in each file (ids_by_file), so that compaction searches only those ids of a moved window, not all of it.
 
 Each index also keeps, per file, the bytes of the records it points to there (bytes_by_file) and the range of
 dense slots they lie in (slots_by_file), changed with every put: compaction asks which files are mostly dead at
@@ -89,12 +90,15 @@ class OverflowRuns:
     dense runs sorted by first id (no two runs share an id). As compact as the window for ids that come in order;
     lookups are a binary search over the runs. Iterating yields the ids in ascending order."""
 
-    __slots__ = ("_runs", "_firsts", "count")
+    __slots__ = ("_runs", "_firsts", "count", "ids_by_file")
 
     def __init__(self, records: dict[int, tuple[int, int]] | None = None):
         self._runs: list[_Run] = []
         self._firsts: list[int] = []    # each run's first id, for bisect
         self.count = 0
+        # file number -> [lowest, highest] id whose record has lain in it: holds all of the file's records here (as
+        # LedgerIndex.slots_by_file: it does not shrink as they leave; forget_file drops it with the file's last byte)
+        self.ids_by_file: dict[int, list[int]] = {}
         for entry_id, (location, length) in sorted((records or {}).items()):
             self.put(entry_id, location, length)
 
@@ -147,6 +151,13 @@ class OverflowRuns:
 
     def put(self, entry_id: int, location: int, length: int) -> tuple[int, int] | None:
         """Store the entry's record; the record it replaces, or None."""
+        span = self.ids_by_file.get(location >> _OFFSET_BITS)   # _span, inline: a checkpoint's load puts every entry
+        if span is None:
+            self.ids_by_file[location >> _OFFSET_BITS] = [entry_id, entry_id]
+        elif entry_id > span[1]:
+            span[1] = entry_id
+        elif entry_id < span[0]:
+            span[0] = entry_id
         i = self._run_at(entry_id)
         if i >= 0:
             run = self._runs[i]
@@ -184,11 +195,33 @@ class OverflowRuns:
             del self._runs[i], self._firsts[i]
         return record
 
-    def adopt(self, first: int, locations: array, lengths: array, count: int) -> None:
-        """Take a dense window whole (no copy) as a run: none of its ids may be in the overflow."""
-        if count:
-            self._insert(bisect.bisect_right(self._firsts, first), _Run(first, locations, lengths, count))
-            self.count += count
+    def adopt(self, first: int, locations: array, lengths: array, count: int,
+              slots_by_file: dict[int, tuple[int, int]] | None = None) -> None:
+        """Take a dense window whole (no copy) as a run: none of its ids may be in the overflow. slots_by_file: the
+        window's (LedgerIndex.slots_by_file), holding every record of it; found in the arrays if not given."""
+        if not count:
+            return
+        self._insert(bisect.bisect_right(self._firsts, first), _Run(first, locations, lengths, count))
+        self.count += count
+        if slots_by_file is None:
+            slots_by_file = _file_tallies(locations, lengths)[1]
+        for number, (low, high) in slots_by_file.items():
+            self._span(number, first + low, first + high)
+
+    def _span(self, number: int, low: int, high: int) -> None:
+        """Ids low..high have records in file `number`."""
+        span = self.ids_by_file.get(number)
+        if span is None:
+            self.ids_by_file[number] = [low, high]
+        else:
+            if low < span[0]:
+                span[0] = low
+            if high > span[1]:
+                span[1] = high
+
+    def forget_file(self, number: int) -> None:
+        """No record here lies in file `number` any more."""
+        self.ids_by_file.pop(number, None)
 
     def _insert(self, i: int, run: _Run) -> None:
         self._runs.insert(i, run)
@@ -202,32 +235,71 @@ class OverflowRuns:
                     return run.first + slot
         return -1
 
-    def ids_between(self, first: int, last: int) -> list[int]:
-        """Ids stored in [first, last], ascending."""
-        found: list[int] = []
+    def _slices(self, first: int, last: int) -> Iterator[tuple[_Run, int, int]]:
+        """(run, low, high): the slots low..high of each run that hold ids in [first, last], ascending."""
         i = max(0, self._run_at(first))
         for run in self._runs[i:]:
             if run.first > last:
                 break
-            low, high = max(first, run.first), min(last, run.end - 1)
-            if low > high:
-                continue
-            locations = np.frombuffer(run.locations, dtype=np.int64)[low - run.first:high - run.first + 1]
-            found.extend((np.flatnonzero(locations != ABSENT) + low).tolist())
+            low, high = max(first, run.first) - run.first, min(last, run.end - 1) - run.first
+            if low <= high:
+                yield run, low, high
+
+    def ids_between(self, first: int, last: int) -> list[int]:
+        """Ids stored in [first, last], ascending."""
+        found: list[int] = []
+        for run, low, high in self._slices(first, last):
+            locations = np.frombuffer(run.locations, dtype=np.int64)[low:high + 1]
+            found.extend((np.flatnonzero(locations != ABSENT) + (run.first + low)).tolist())
             del locations
         return found
 
     def records_in(self, wanted: list[int]) -> list[tuple[int, int, int]]:
-        """(entry id, location, length) of every entry whose record lies in one of the files `wanted`."""
+        """(entry id, location, length) of every entry whose record lies in one of the files `wanted`, ascending by
+        id. Only the ids those files' records lie among (ids_by_file) are searched: a moved window of millions of
+        entries is not scanned whole for a file that holds a few of them."""
         found: list[tuple[int, int, int]] = []
-        for run in self._runs:
-            locations = np.frombuffer(run.locations, dtype=np.int64)
-            slots = np.flatnonzero((locations != ABSENT) & np.isin(locations >> _OFFSET_BITS, wanted))
-            if len(slots):
-                lengths = np.frombuffer(run.lengths, dtype=np.int32)[slots].tolist()
-                found.extend(zip((slots + run.first).tolist(), locations[slots].tolist(), lengths))
-            del locations
+        for first, last in _merged(sorted(tuple(self.ids_by_file[n]) for n in wanted if n in self.ids_by_file)):
+            for run, low, high in self._slices(first, last):
+                # Views of the arrays: none may outlive this step (an array cannot grow while one exists).
+                locations = np.frombuffer(run.locations, dtype=np.int64)[low:high + 1]
+                slots = np.flatnonzero((locations != ABSENT) & np.isin(locations >> _OFFSET_BITS, wanted))
+                if len(slots):
+                    lengths = np.frombuffer(run.lengths, dtype=np.int32)[low:high + 1][slots].tolist()
+                    found.extend(zip((slots + (run.first + low)).tolist(), locations[slots].tolist(), lengths))
+                del locations
         return found
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted (low, high) spans, those that overlap or touch joined."""
+    merged: list[tuple[int, int]] = []
+    for low, high in spans:
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def _file_tallies(locations: array, lengths: array) -> tuple[dict[int, int], dict[int, tuple[int, int]], int]:
+    """Of a window's arrays: the bytes of the records in each file, the (lowest, highest) slot of each file's
+    records, and how many records there are (LedgerIndex.bytes_by_file, slots_by_file, count)."""
+    if not locations:
+        return {}, {}, 0
+    view = np.frombuffer(locations, dtype=np.int64)
+    slots = np.flatnonzero(view != ABSENT)
+    files = view[slots] >> _OFFSET_BITS
+    sizes = np.frombuffer(lengths, dtype=np.int32)[slots].astype(np.int64)
+    del view
+    order = np.argsort(files, kind="stable")     # by file, and by slot within a file
+    files, sizes, slots = files[order], sizes[order], slots[order]
+    numbers, starts = np.unique(files, return_index=True)
+    if not len(numbers):
+        return {}, {}, 0
+    ends = np.append(starts[1:], len(slots)) - 1
+    return (dict(zip(numbers.tolist(), np.add.reduceat(sizes, starts).tolist())),
+            dict(zip(numbers.tolist(), zip(slots[starts].tolist(), slots[ends].tolist()))), len(slots))
 
 
 class LedgerIndex:
@@ -282,11 +354,14 @@ class LedgerIndex:
             self._span(location, slot, slot)
         else:
             old_record = self.overflow.put(entry_id, location, length)
-            if old_record is None:
-                self.count += 1
-            else:
-                self._tally(old_record[0], -old_record[1])
             self.overflow_changed = True
+            if old_record is not None:
+                # The new record is counted before the replaced one leaves: a file that loses its last byte here
+                # forgets the overflow's ids in it (forget_file), so it must not be the new record's file.
+                self._tally(location, length)
+                self._tally(old_record[0], -old_record[1])
+                return
+            self.count += 1
         self._tally(location, length)
 
     def _window_takes(self, slots: int, new: int) -> bool:
@@ -296,7 +371,8 @@ class LedgerIndex:
     def _move_window(self, entry_id: int) -> None:
         """The window goes to the overflow as it is (none of its ids is there), and a new, empty one starts at
         entry_id: a checkpoint then writes this index whole (changes)."""
-        self.overflow.adopt(self.base, self.locations, self.lengths, self.count - len(self.overflow))
+        window_entries = self.count - len(self.overflow)
+        self.overflow.adopt(self.base, self.locations, self.lengths, window_entries, self.slots_by_file)
         self.base = entry_id
         self.locations, self.lengths = array("q"), array("i")
         self.slots_by_file = {}
@@ -338,6 +414,7 @@ class LedgerIndex:
         else:
             del self.bytes_by_file[number]
             self.slots_by_file.pop(number, None)
+            self.overflow.forget_file(number)
         if self.live is not None:
             self.live.count(number, length, self.owner, total != 0, (before == 0) != (total == 0))
 
@@ -379,22 +456,8 @@ class LedgerIndex:
             if self.locations[entry_id - self.base] == ABSENT:
                 self.locations[entry_id - self.base], self.lengths[entry_id - self.base] = location, length
         self._below_window()
-        self.count = len(self.overflow)
-        self.bytes_by_file, self.slots_by_file = {}, {}
-        if self.locations:
-            locations = np.frombuffer(self.locations, dtype=np.int64)
-            slots = np.flatnonzero(locations != ABSENT)
-            files = locations[slots] >> _OFFSET_BITS
-            sizes = np.frombuffer(self.lengths, dtype=np.int32)[slots].astype(np.int64)
-            del locations
-            order = np.argsort(files, kind="stable")     # by file, and by slot within a file
-            files, sizes, slots = files[order], sizes[order], slots[order]
-            numbers, starts = np.unique(files, return_index=True)
-            if len(numbers):
-                ends = np.append(starts[1:], len(slots)) - 1
-                self.bytes_by_file = dict(zip(numbers.tolist(), np.add.reduceat(sizes, starts).tolist()))
-                self.slots_by_file = dict(zip(numbers.tolist(), zip(slots[starts].tolist(), slots[ends].tolist())))
-            self.count += len(slots)
+        self.bytes_by_file, self.slots_by_file, dense = _file_tallies(self.locations, self.lengths)
+        self.count = len(self.overflow) + dense
         for location, length in self.overflow.values():
             self._tally(location, length)
 

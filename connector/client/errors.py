@@ -11,8 +11,9 @@ from protos.refusals import REFUSALS
 
 __all__ = [
     "LedgerError", "MetadataConflictError", "NoSuchLedgerError", "LedgerFencedError", "LedgerClosedError",
-    "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError", "DigestMismatchError",
-    "EntryTooLargeError", "EntryRefusedError", "NodeError", "error_for_status", "refuses_ledger", "check_entry_sizes",
+    "UnauthorizedError", "NotEnoughNodesError", "RecoveryIncompleteError", "RecoveryRestartError",
+    "DigestMismatchError", "EntryTooLargeError", "EntryRefusedError", "NodeError", "NEGATIVES", "answered",
+    "error_for_status", "refuses_ledger", "check_entry_sizes",
 ]
 
 
@@ -76,9 +77,22 @@ def unauthorized_message(ledger_id: int) -> str:
     return REFUSALS[pb.UNAUTHORIZED].format(ledger=ledger_id)
 
 
-# The one status -> exception table. NO_LEDGER and NO_ENTRY are negatives the ops interpret themselves
-# (rule 11); everything else that is not OK is an error, and all but these named ones are "unknown". The
-# refusals' wording is the one the nodes send (protos/refusals.py).
+# A node's definite answer that it holds none of what was asked: the negatives rule 11 weighs. OK or a negative is
+# the node's answer (answered); any other status, one this client does not know too, is the node's failure, and
+# what it was asked stays unknown.
+NEGATIVES = frozenset({pb.NO_LEDGER, pb.NO_ENTRY})
+
+
+def answered(status: int) -> bool:
+    """Whether a node's status is its answer (OK, or a negative: it has no such ledger or entry), for every op that
+    asks nodes: a read, a LAC read, a recovery's range read. Otherwise it is the node's failure: the op counts
+    the node as unknown, and a reader asks it last for a while."""
+    return status == pb.OK or status in NEGATIVES
+
+
+# The one status -> exception table. The NEGATIVES are answers the ops interpret themselves (rule 11);
+# everything else that is not OK is an error, and all but these named ones are "unknown". The refusals'
+# wording is the one the nodes send (protos/refusals.py).
 _STATUS_ERRORS: dict[int, tuple[type[LedgerError], str]] = {
     pb.NO_LEDGER: (NoSuchLedgerError, "node {node} has no data of ledger {ledger}"),
     pb.NO_ENTRY: (NodeError, "node {node} has no entry {entry} of ledger {ledger}"),

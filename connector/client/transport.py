@@ -255,13 +255,18 @@ class GrpcTransport:
 
     async def read_range(self, node: str, request: pb.ReadRangeRequest,
                          timeout: float) -> AsyncIterator[pb.ReadRangeResponse | wire.ReadRangeResponseView]:
-        """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream."""
+        """Responses of one ReadRange; timeout bounds the wait for each message, not the whole stream.
+
+        The wait is asyncio.timeout, not wait_for: Python 3.11's wait_for returns a message that arrived as its task
+        was cancelled and drops the cancellation, so a ReadRange a read had cancelled (a speculative read's loser)
+        streamed on to its end, or to its node's deadline."""
         call = self._channel(node).unary_stream(
             _READ_RANGE, request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=wire.read_range_message, _registered_method=True)(request, metadata=self._metadata)
         try:
             while True:
-                response = await asyncio.wait_for(call.read(), timeout)
+                async with asyncio.timeout(timeout):
+                    response = await call.read()
                 if response is grpc.aio.EOF:
                     return
                 if response is None:   # gRPC logs a deserializer's exception and hands on None

@@ -26,14 +26,12 @@ import asyncio
 import dataclasses
 import hashlib
 
-from connector.client.errors import LedgerError
+from connector.client.errors import LedgerError, answered
 from connector.client.ops.read import RangeCall, entry_problem
 from connector.client.runner import Context, read_range, schedule_of
 from connector.client.runner.read import RangeEnd
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
-
-NOTHING_HELD = (pb.NO_LEDGER, pb.NO_ENTRY)  # a complete answer: the node holds none of the range
 
 
 @dataclasses.dataclass
@@ -95,7 +93,7 @@ async def read_copies(ctx: Context, meta: LedgerMetadata) -> dict[str, NodeCopie
             end = await read_range(ctx, meta.ledger_id, call, on_entry)
         except LedgerError as exc:   # the node's address could not be found, say
             end = RangeEnd(pb.STATUS_UNKNOWN, str(exc))
-        if not end.complete and end.status not in NOTHING_HELD:
+        if not answered(end.status):   # a negative is a complete answer: the node holds none of the range
             found[call.node].unread.append((call.first_entry_id, call.last_entry_id, end.reason))
 
     calls = [RangeCall(node, first, min(last, meta.last_entry_id))

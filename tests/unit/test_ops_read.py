@@ -7,8 +7,10 @@ from connector.client.ops.read import (
     CHUNK_BYTES,
     FIRST_CHUNK_ENTRIES,
     ChunkPlan,
+    EntryCall,
     EntryRead,
     ReadWindow,
+    Speculation,
     _cover,
     _positions,
     _residues,
@@ -188,6 +190,35 @@ def test_a_striped_speculative_call_covers_only_what_the_slow_node_held_and_was_
     for e in wanted:   # another node asked, before or now, holds each entry the slow one was to deliver
         assert (others | {c.node for c in spares}) & (set(chunk.write_set(e)) - {slow})
     assert min(c.first_entry_id for c in spares) == wanted[0] and max(c.last_entry_id for c in spares) == wanted[-1]
+
+
+def test_a_call_is_overdue_once_after_the_speculative_timeout_without_progress():
+    speculation = Speculation(0.5)
+    speculation.on_start("slow", 10.0)
+    speculation.on_start("streaming", 10.0)
+    speculation.on_start("done", 10.125)
+    speculation.on_progress("streaming", 10.25)   # an answer came: its wait starts again
+    speculation.on_end("done")
+    assert speculation.due == 10.5 and speculation.overdue(10.4) == []
+    assert speculation.overdue(10.5) == ["slow"] and speculation.due == 10.75
+    speculation.on_progress("slow", 10.875)   # late answers of an overdue call do not make it overdue again
+    assert speculation.overdue(11.5) == ["streaming"] and speculation.due is None and speculation.overdue(99) == []
+
+
+def test_a_speculative_timeout_of_zero_never_speculates():
+    speculation = Speculation(0)
+    speculation.on_start("slow", 10.0)
+    assert speculation.due is None and speculation.overdue(1e9) == []
+
+
+def test_an_entry_read_asks_the_next_replica_after_a_failure_and_beside_a_slow_one():
+    read = EntryRead(7, 5, ("a", "b", "c"))
+    assert read.calls() == [EntryCall("a", 5)]
+    assert read.speculate("a") == [EntryCall("b", 5)]   # a keeps the read waiting: b is asked as well
+    read.on_failure("b", "unavailable")
+    assert read.calls() == [EntryCall("c", 5)] and not read.complete
+    read.on_response("a", response(5, b"from a"))
+    assert read.complete and read.calls() == [] and read.speculate("c") == []
 
 
 def test_an_entry_read_asks_recently_failed_replicas_last_and_takes_the_first_valid_answer():

@@ -3,10 +3,12 @@ sends and a client raises, written once (protos/refusals.py)."""
 import pytest
 
 from connector.client.errors import (
+    NEGATIVES,
     LedgerError,
     LedgerFencedError,
     NodeError,
     UnauthorizedError,
+    answered,
     error_for_status,
     fenced_message,
     refuses_ledger,
@@ -14,6 +16,7 @@ from connector.client.errors import (
 )
 from connector.client.ops.add import AddSequence
 from connector.client.ops.read_lac import ReadLacOp
+from connector.client.ops.recovery import RecoveryReadOp
 from connector.client.schedule import Schedule
 from protos import ledger_pb2 as pb
 from storage_node.ledger_state import LedgerState
@@ -32,6 +35,23 @@ def test_only_fenced_and_unauthorized_refuse_the_ledger_itself():
     assert isinstance(error_for_status(pb.FENCED, node="a", ledger=7), LedgerFencedError)
     assert isinstance(error_for_status(pb.UNAUTHORIZED, node="a", ledger=7), UnauthorizedError)
     assert isinstance(error_for_status(pb.READ_ONLY, node="a", ledger=7), NodeError)
+
+
+def test_a_nodes_answers_are_ok_and_the_negatives_and_any_other_status_is_its_failure():
+    assert NEGATIVES == {pb.NO_LEDGER, pb.NO_ENTRY}
+    assert {s for s in pb.Status.values() if answered(s)} == {pb.OK, *NEGATIVES}
+    assert not answered(99)   # a status this client does not know (a newer node's)
+
+
+@pytest.mark.parametrize("status", [*pb.Status.values(), 99])
+def test_a_lac_read_and_a_recovery_read_take_the_same_statuses_for_answers(status):
+    """One table (errors.answered) for every op that weighs a node's status; they each kept a list before."""
+    lac = ReadLacOp(7, Schedule(3, 3, 2), ENSEMBLE, fence=False)
+    lac.on_response("a", status)
+    recovery = RecoveryReadOp(7, Schedule(3, 3, 2), ENSEMBLE, -1, first_window=1, windows_in_flight=1)
+    (call, *_) = recovery.requests()
+    recovery.on_range_done(call, status, "reason")
+    assert (lac.answered == {0}) == ("a" in recovery.votes[0].negative) == answered(status)
 
 
 def test_a_writer_raises_the_nodes_refusal_in_the_same_words_once():

@@ -5,10 +5,11 @@ A read of [first, last] is cut into chunks inside fragments; each chunk asks a f
 together hold every entry of the chunk (one node when E = WQ), rotating the starting node from chunk to chunk
 (from the read's first entry on, so that single-entry reads of different entries start at different nodes)
 so that all nodes of a striped ledger serve in parallel. Nodes that failed the client recently (the runner's
-record, placement.Quarantine) are asked last, like BookKeeper's slow-bookie avoidance. A node that has not
-answered within the speculative timeout has its part asked of other replicas as well (speculate), the first
-valid answer counts. Entries a chunk's nodes did not deliver are read one by one from the other replicas of
-their write set. Every entry returned is digest-verified; a plain read never concludes that an entry is absent.
+record, placement.Quarantine) are asked last, like BookKeeper's slow-bookie avoidance. A call that has not
+answered within the speculative timeout (Speculation, for chunk and entry reads alike) has its part asked of
+other replicas as well (ChunkRead.speculate, EntryRead.speculate), the first valid answer counts. Entries a
+chunk's nodes did not deliver are read one by one from the other replicas of their write set. Every entry
+returned is digest-verified; a plain read never concludes that an entry is absent.
 
 How many entries a chunk asks for, and how many chunks are in flight, is ReadWindow's: about CHUNK_BYTES a chunk,
 from the ledger's length, or for a ledger whose metadata does not know it, from the entries received.
@@ -16,7 +17,7 @@ from the ledger's length, or for a ledger whose metadata does not know it, from 
 from __future__ import annotations
 
 import dataclasses
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Hashable, Iterable, Sequence
 
 from connector.client.errors import DigestMismatchError, LedgerError, NodeError, status_name
 from connector.client.schedule import Schedule
@@ -30,7 +31,6 @@ CHUNK_BYTES = 4 * 1024 * 1024   # what one chunk of a read asks for, about; 2E c
 MAX_CHUNK_ENTRIES = 1024
 FIRST_CHUNK_ENTRIES = 4   # of a ledger whose length the metadata does not give, before any entry size is known
 DEFAULT_SPECULATIVE_READ_TIMEOUT = 0.5   # seconds a read waits for a node before asking another replica as well
-_NEGATIVES = (pb.NO_ENTRY, pb.NO_LEDGER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,14 @@ class RangeCall:
     node: str
     first_entry_id: int
     last_entry_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryCall:
+    """One replica asked for one entry (a Read)."""
+
+    node: str
+    entry_id: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,15 +67,44 @@ def entry_problem(ledger_id: int, response: pb.ReadResponse, payload: bytes | me
     return "" if verified(ledger_id, response, payload) else DIGEST_MISMATCH
 
 
-def failed_by_node(status: int) -> bool:
-    """Whether a node's status for a read is its failure (an error, or an unknown status), to remember when
-    choosing nodes for later reads; NO_ENTRY and NO_LEDGER are answers (rule 11 weighs them), not failures."""
-    return status != pb.OK and status not in _NEGATIVES
-
-
 def preferred_order(nodes: Sequence[str], try_last: Collection[str]) -> list[str]:
     """nodes in their order, those that failed recently (try_last) moved to the end."""
     return sorted(nodes, key=lambda node: node in try_last)
+
+
+class Speculation:
+    """When a read asks other replicas as well (BookKeeper's speculative reads), the same for chunk and entry reads:
+    a call that has made no progress (it started, or an answer of it came) for timeout seconds is overdue, once.
+    Its node is then slow (asked last by later reads) and the read asks its part of replicas it has not asked yet,
+    in the read's order (ChunkRead.speculate, EntryRead.speculate); the first valid copy of an entry counts, and
+    the calls still running once the read is complete are cancelled. timeout 0: never."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self._waiting: dict[Hashable, float] = {}   # call -> when it last made progress, until overdue or ended
+
+    def on_start(self, call: Hashable, now: float) -> None:
+        if self.timeout:
+            self._waiting[call] = now
+
+    def on_progress(self, call: Hashable, now: float) -> None:
+        if call in self._waiting:
+            self._waiting[call] = now
+
+    def on_end(self, call: Hashable) -> None:
+        self._waiting.pop(call, None)
+
+    @property
+    def due(self) -> float | None:
+        """When the next call is overdue; None if none can be."""
+        return min(self._waiting.values()) + self.timeout if self._waiting else None
+
+    def overdue(self, now: float) -> list:
+        """The calls overdue at now, each reported once."""
+        late = [call for call, since in self._waiting.items() if since + self.timeout <= now]
+        for call in late:
+            del self._waiting[call]
+        return late
 
 
 class EntryRead:
@@ -86,10 +123,25 @@ class EntryRead:
     def next_node(self) -> str | None:
         return self._untried.pop(0) if self._untried and self.entry is None else None
 
+    def calls(self) -> list[EntryCall]:
+        """The call to make now, if a replica is left and the entry is not in: the first, or the next after a
+        failure."""
+        node = self.next_node()
+        return [] if node is None else [EntryCall(node, self.entry_id)]
+
+    def speculate(self, slow: str) -> list[EntryCall]:
+        """slow has not answered within the speculative timeout (Speculation): the next replica is asked as well."""
+        return self.calls()
+
     @property
     def untried(self) -> bool:
         """Whether a replica is left to ask."""
         return bool(self._untried) and self.entry is None
+
+    @property
+    def complete(self) -> bool:
+        """The entry was delivered (calls still running may be cancelled)."""
+        return self.entry is not None
 
     def on_response(self, node: str, response: pb.ReadResponse) -> None:
         if self.entry is not None:

@@ -7,11 +7,10 @@ is left unfenced and the old writer cannot complete another add.
 """
 from __future__ import annotations
 
-from connector.client.errors import NodeError, RecoveryIncompleteError, error_for_status, refuses_ledger, status_name
+from connector.client.errors import (
+    NodeError, RecoveryIncompleteError, answered, error_for_status, refuses_ledger, status_name,
+)
 from connector.client.schedule import Schedule
-from protos import ledger_pb2 as pb
-
-_ANSWERED = (pb.OK, pb.NO_LEDGER, pb.NO_ENTRY)
 
 
 class ReadLacOp:
@@ -39,7 +38,7 @@ class ReadLacOp:
 
     def on_response(self, node: str, status: int, last_entry_id: int = -1, last_add_confirmed: int = -1,
                     message: str = "") -> None:
-        if status in _ANSWERED:
+        if answered(status):
             self.answered.update(i for i, n in enumerate(self.ensemble) if n == node)
             self.last_add_confirmed = max(self.last_add_confirmed, last_add_confirmed)
             self.last_entry_id = max(self.last_entry_id, last_entry_id)

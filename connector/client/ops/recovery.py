@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from connector.client.errors import RecoveryIncompleteError, status_name
+from connector.client.errors import RecoveryIncompleteError, answered, status_name
 from connector.client.ops.read import RangeCall, entry_problem
 from connector.client.schedule import Schedule
 from metadata.model import LedgerMetadata, LedgerState
@@ -96,7 +96,7 @@ class RecoveryReadOp:
             votes = self.votes.get(entry_id)
             if votes is None or votes.payload is not None or call.node in votes.unknown:
                 continue
-            if status in (pb.OK, pb.NO_LEDGER, pb.NO_ENTRY):
+            if answered(status):
                 votes.negative.add(call.node)
             else:
                 votes.unknown[call.node] = reason or status_name(status)

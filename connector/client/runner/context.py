@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable
+import logging
+from typing import Any, Awaitable, Callable, Iterable
 
+from connector.client.errors import LedgerError
 from connector.client.ops.read import DEFAULT_SPECULATIVE_READ_TIMEOUT
 from connector.client.placement import Quarantine
 from connector.client.schedule import Schedule
@@ -13,6 +15,8 @@ from connector.client.transport import Transport
 from metadata import registry
 from metadata.model import LedgerMetadata
 from metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -54,5 +58,17 @@ async def until_done(op, coroutines: list[Awaitable[None]], within: float | None
                 break
             _, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
+        await cancel_and_wait(tasks)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future]) -> None:
+    """Cancel the calls a runner no longer needs and wait until they have ended: a cancelled call still holds its
+    gRPC stream and what it received until it has run its cleanup, which would outlive the read that made it. The
+    calls' outcomes are taken here (asyncio would log an error no one took as never retrieved); an error that is
+    not a node's failure, a bug, is logged."""
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception) and not isinstance(outcome, LedgerError):
+            log.error("a cancelled call had failed", exc_info=outcome)

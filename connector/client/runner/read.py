@@ -1,23 +1,27 @@
-"""Reads: one ReadRange call (the one loop that serves recovery, chunk reads and re-replication), chunk
-reads with failover, and the LAC reads (rule 10's fencing read, and the long poll of tailing readers)."""
+"""Reads: one ReadRange call (the one loop that serves recovery, chunk reads and re-replication), chunk and
+entry reads with failover, raced by one speculative loop (_race), and the LAC reads (rule 10's fencing read, and
+the long poll of tailing readers)."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import math
-from typing import Callable
+from typing import Awaitable, Callable, TypeVar
 
 from connector.client import metrics
-from connector.client.errors import NodeError, status_name
-from connector.client.ops.read import ChunkRead, Entry, EntryRead, RangeCall, failed_by_node
+from connector.client.errors import NodeError, answered, status_name
+from connector.client.ops.read import (
+    ChunkRead, Entry, EntryCall, EntryRead, RangeCall, Speculation,
+)
 from connector.client.ops.read_lac import ReadLacOp, WaitLacOp
-from connector.client.runner.context import Context, schedule_of, until_done
+from connector.client.runner.context import Context, cancel_and_wait, schedule_of, until_done
 from metadata.model import LedgerMetadata
 from protos import ledger_pb2 as pb
 from protos.limits import MAX_WAIT_LAC_MS
 
 ENDED_EARLY = "the node ended the range without its done marker"
 WAIT_LAC_GRACE_SECONDS = 0.5   # a long poll's round waits this much longer than the nodes, for their answers
+Call = TypeVar("Call", RangeCall, EntryCall)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,54 +62,19 @@ async def read_range(ctx: Context, ledger_id: int, call: RangeCall, on_entry: Ca
 
 
 async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
-    """The chunk's entries: its range calls, a speculative call to other replicas for a call that has not answered
-    within ctx.speculative_timeout (the first valid copy of an entry counts, the calls still running are cancelled
-    once every entry is in), then single-entry reads for what no call delivered. Nodes that failed the client
-    recently (ctx.read_failures) are asked last; nodes that fail or keep a call waiting are added to them."""
-    loop = asyncio.get_running_loop()
-    progress: dict[RangeCall, float] = {}   # call -> when it last made progress (started, or a message came)
-    tasks: dict[asyncio.Future, RangeCall] = {}
+    """The chunk's entries: its range calls, raced (_race: other replicas are asked as well for a call that keeps
+    the chunk waiting), then single-entry reads for what no call delivered. Nodes that failed the client recently
+    (ctx.read_failures) are asked last; nodes that fail or keep a call waiting are added to them."""
 
-    async def range_call(call: RangeCall) -> None:
-        def on_message() -> None:
-            progress[call] = loop.time()
-
-        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry, on_message=on_message)
-        if failed_by_node(end.status):
+    async def range_call(call: RangeCall, on_progress: Callable[[], None]) -> list[RangeCall]:
+        end = await read_range(ctx, chunk.ledger_id, call, chunk.on_entry, on_message=on_progress)
+        if not answered(end.status):
             _note_failure(ctx, call.node)
         chunk.on_call_done(call, end.reason)
+        return []   # what the call did not deliver is read entry by entry once every call has ended
 
-    def start(calls: list[RangeCall]) -> None:
-        for call in calls:
-            progress[call] = loop.time()
-            tasks[asyncio.ensure_future(range_call(call))] = call
-
-    try:
-        start(chunk.start(_try_last(ctx)))
-        pending = set(tasks)
-        speculated: set[RangeCall] = set()
-        while pending and not chunk.complete:
-            waiting = [tasks[task] for task in pending if tasks[task] not in speculated]
-            due = min((progress[call] + ctx.speculative_timeout for call in waiting), default=None)
-            if not ctx.speculative_timeout or due is None:
-                due = None
-            elif due <= loop.time():
-                for call in waiting:
-                    if progress[call] + ctx.speculative_timeout <= loop.time():
-                        speculated.add(call)
-                        _note_failure(ctx, call.node)
-                        spares = chunk.speculate(call.node, _try_last(ctx))
-                        metrics.SPECULATIVE_READS.inc(len(spares))
-                        start(spares)
-                pending = {task for task in tasks if not task.done()}
-                continue
-            done, pending = await asyncio.wait(pending, timeout=None if due is None else due - loop.time(),
-                                               return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()   # a bug's exception, raised here (a node's failure ended the call as a RangeEnd)
-    finally:
-        for task in tasks:
-            task.cancel()
+    await _race(ctx, chunk.start(_try_last(ctx)), range_call, lambda slow: chunk.speculate(slow, _try_last(ctx)),
+                lambda: chunk.complete)
     if not chunk.complete:
         reads = chunk.failovers(_try_last(ctx))
         await asyncio.gather(*(read_entry(ctx, read) for read in reads))
@@ -119,38 +88,62 @@ async def read_chunk(ctx: Context, chunk: ChunkRead) -> list[Entry]:
 
 
 async def read_entry(ctx: Context, read: EntryRead) -> None:
-    """One entry from the replicas of its write set, one after another; one that has not answered within
-    ctx.speculative_timeout has the next asked as well, the first valid answer is taken and the other calls
-    cancelled. read.entry stays None if no replica delivered it (read.error() says why)."""
+    """One entry from the replicas of its write set, one after another, raced (_race: the next is asked as well
+    when one keeps the read waiting). read.entry stays None if no replica delivered it (read.error() says why)."""
     request = pb.ReadRequest(ledger_id=read.ledger_id, entry_id=read.entry_id)
-    calls: dict[asyncio.Future, str] = {}
+
+    async def entry_call(call: EntryCall, on_progress: Callable[[], None]) -> list[EntryCall]:
+        try:
+            response = await ctx.transport.read(call.node, request, ctx.timeout)
+        except NodeError as exc:
+            read.on_failure(call.node, str(exc))
+            _note_failure(ctx, call.node)
+        else:
+            read.on_response(call.node, response)
+            if not answered(response.status):
+                _note_failure(ctx, call.node)
+        return read.calls()   # the next replica after a failure; none once the entry is in
+
+    await _race(ctx, read.calls(), entry_call, read.speculate, lambda: read.complete)
+
+
+async def _race(ctx: Context, calls: list[Call], run: Callable[[Call, Callable[[], None]], Awaitable[list[Call]]],
+                speculate: Callable[[str], list[Call]], complete: Callable[[], bool]) -> None:
+    """A read's calls, raced until complete(), the one speculative read for chunks and entries alike (when:
+    ops.read.Speculation; whom and what counts: the read's speculate and complete). run(call, on_progress) makes
+    a call, calling on_progress at each answer that comes, and returns the calls to make next (a failover's). A
+    call overdue has its node noted as slow and speculate(node) made as well. Once complete() (or once every call
+    has ended) the calls still running are cancelled and waited for."""
+    loop = asyncio.get_running_loop()
+    speculation = Speculation(ctx.speculative_timeout)
+    tasks: dict[asyncio.Future, Call] = {}
+
+    def progress_of(call: Call) -> Callable[[], None]:
+        return lambda: speculation.on_progress(call, loop.time())
+
+    def start(new_calls: list[Call]) -> None:
+        for call in new_calls:
+            speculation.on_start(call, loop.time())
+            tasks[asyncio.ensure_future(run(call, progress_of(call)))] = call
+
     try:
-        while read.entry is None:
-            node = read.next_node()   # the first, the next after a failure, or a speculative one
-            if node is not None:
-                calls[asyncio.ensure_future(ctx.transport.read(node, request, ctx.timeout))] = node
-            if not calls:
-                return
-            timeout = ctx.speculative_timeout if ctx.speculative_timeout and read.untried else None
-            done, _ = await asyncio.wait(calls, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if not done:   # no answer in time: the next replica is asked as well
-                metrics.SPECULATIVE_READS.inc()
-                for waiting in calls.values():
-                    _note_failure(ctx, waiting)
+        start(calls)
+        while tasks and not complete():
+            due = speculation.due
+            done, _ = await asyncio.wait(tasks, timeout=None if due is None else max(0.0, due - loop.time()),
+                                         return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                node = calls.pop(task)
-                try:
-                    response = task.result()
-                except NodeError as exc:
-                    read.on_failure(node, str(exc))
-                    _note_failure(ctx, node)
-                    continue
-                read.on_response(node, response)
-                if failed_by_node(response.status):
-                    _note_failure(ctx, node)
+                speculation.on_end(tasks.pop(task))
+                start(task.result())   # a bug's exception, raised here (a node's failure is the call's outcome)
+            if complete():
+                break
+            for call in speculation.overdue(loop.time()):
+                _note_failure(ctx, call.node)
+                spares = speculate(call.node)
+                metrics.SPECULATIVE_READS.inc(len(spares))
+                start(spares)
     finally:
-        for task in calls:
-            task.cancel()
+        await cancel_and_wait(tasks)
 
 
 def _try_last(ctx: Context) -> frozenset[str]:

@@ -13,7 +13,7 @@ from connector.client.ops.close import close_recovered
 from connector.client.ops.read import RangeCall
 from connector.client.ops.recovery import RecoveryReadOp, begin_recovery, recovery_start
 from connector.client.runner.add import AddPipeline
-from connector.client.runner.context import Context, schedule_of
+from connector.client.runner.context import Context, cancel_and_wait, schedule_of
 from connector.client.runner.read import read_last_add_confirmed, read_range
 from metadata.errors import PlacementChangedError
 from metadata.model import LedgerMetadata, Versioned
@@ -104,6 +104,5 @@ async def _recovery_reads(ctx: Context, op: RecoveryReadOp, master_key: bytes,
     try:
         await finished.wait()
     finally:
-        for task in tasks:
-            task.cancel()
+        await cancel_and_wait(tasks)
     return futures
