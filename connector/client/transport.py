@@ -40,9 +40,10 @@ ADDRESS_READ_SECONDS = 0.25    # the most a new channel's address read may hold 
 # has no address to fall back on, and failing counts as the node failing (a writer replaces it), so it waits for a
 # slow ZooKeeper (a loaded machine) longer than a re-read does, but not for one that is cut off.
 ADDRESS_LIST_SECONDS = 5.0
-# A node's address listed this recently is dialled as listed, not read again: a new client's channels to the nodes
-# it just listed (or that its ledger's creation just read: GrpcTransport's `listed`) cost no round trip each.
-ADDRESS_FRESH_SECONDS = 1.0
+# A node's address listed this recently is dialled as listed, not read again, for the node's first channel after the
+# listing: a new client's channels to the nodes it just listed (or that its ledger's creation just read:
+# GrpcTransport's `listed`) cost no round trip each. A channel made again (the node failed) reads it again.
+ADDRESS_FRESH_SECONDS = 0.5
 
 # ReadRange's method path, its answers decoded by protos.wire (big payloads are views into the message, not copies)
 _READ_RANGE = "/{0.containing_service.full_name}/{0.name}".format(
@@ -182,7 +183,7 @@ class GrpcTransport:
         self._credentials = tls.channel_credentials() if tls is not None else None
         self._metadata = call_metadata(auth_token)
         self._addresses: dict[str, str] = {}
-        self._listed_at = -math.inf
+        self._fresh: dict[str, float] = {}   # node -> when its listed address was read, until its first channel
         if listed is not None:
             self._take_listing(*listed)
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -336,7 +337,7 @@ class GrpcTransport:
                                 "the client moves to another node")
             return address
         if node in self._addresses:
-            if time.monotonic() - self._listed_at < ADDRESS_FRESH_SECONDS:
+            if time.monotonic() - self._fresh.pop(node, -math.inf) < ADDRESS_FRESH_SECONDS:
                 return self._addresses[node]
             try:
                 registration = registry.read_node(self._store, node, within=ADDRESS_READ_SECONDS)
@@ -354,13 +355,14 @@ class GrpcTransport:
                 raise NodeError(f"storage node {node}: its address could not be read from ZooKeeper in time ({exc}); "
                                 "the client moves to another node") from exc
             self._take_listing(listed, listed_at)
+            self._fresh.pop(node, None)   # this channel's address is the listing's: a later one reads it again
         if node not in self._addresses:
             raise NodeError(f"storage node {node} is not registered (down?); the client moves to another node")
         return self._addresses[node]
 
     def _take_listing(self, listed: Mapping[str, NodeRegistration], listed_at: float) -> None:
         self._addresses = {n: self._address_map.get(n, reg.address) for n, reg in listed.items()}
-        self._listed_at = listed_at
+        self._fresh = dict.fromkeys(self._addresses, listed_at)
 
     def _forget(self, node: str) -> None:
         """Drop the channel to a node that failed; the next one is opened at the address it registers then (its
