@@ -380,11 +380,7 @@ class MetadataStore:
     def enable_feature(self, path: str) -> bool:
         """Create a feature's znode (layout.KNOWN_FEATURES); whether it was not there before."""
         self.ensure_path(layout.FEATURES)
-        try:
-            self._retried(self.zk.create, path)
-        except NodeExistsError:
-            return False
-        return True
+        return self.create_unless_there(path)
 
     def close(self) -> None:
         self._closed = True
@@ -468,6 +464,16 @@ class MetadataStore:
 
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> str:
         return self._call(self.zk.create, path, data, ephemeral=ephemeral, makepath=makepath)
+
+    def create_unless_there(self, path: str, data: bytes = b"") -> bool:
+        """Create the znode unless it is there (never its parents: NoNodeError when one is gone); whether this call
+        created it. A create whose reply was lost is sent again (found there, it changes nothing), so False may
+        also mean that its first attempt created it: a caller that must know reads the znode's data."""
+        try:
+            self._retried(self.zk.create, path, data)
+        except NodeExistsError:
+            return False
+        return True
 
     def set_data(self, path: str, data: bytes) -> None:
         """Overwrite a znode whatever its version (for records only their owner writes)."""
@@ -729,8 +735,10 @@ class MetadataStore:
         return Versioned(meta, version)
 
     def delete_ledger(self, ledger_id: int, expected_version: int = -1) -> None:
+        """Delete the ledger's record (at expected_version, -1: any); done as well when it is not there. A delete
+        whose reply was lost is sent again: found gone then, it is done."""
         try:
-            self._call(self.zk.delete, layout.ledger_path(ledger_id), version=expected_version)
+            self._retried(self.zk.delete, layout.ledger_path(ledger_id), version=expected_version)
         except NoNodeError:
             return
         except BadVersionError as exc:

@@ -198,11 +198,9 @@ def write_stream(
 
 def create_directory(store: MetadataStore, name: str, path: str) -> None:
     """Create a directory znode of the stream, unless there; never the stream's head (a stream deleted
-    meanwhile is not brought back as an empty znode)."""
+    meanwhile is not brought back as an empty znode). A lost reply is read back (the create is sent again)."""
     try:
-        store.create(path)
-    except NodeExistsError:
-        pass
+        store.create_unless_there(path)
     except NoNodeError as exc:
         raise NoSuchStreamError(f"stream {name!r} was deleted while being updated") from exc
 

@@ -23,6 +23,7 @@ from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWrite
 from connector.spark.write import LedgerWriter, write_task_ledger
 from metadata import streams
 from metadata.streams import find_stream
+from tests.harness.lost_reply import LostReplies
 from tests.harness.poll import poll_until
 
 SCHEMA = StructType([StructField("id", LongType())])
@@ -491,3 +492,41 @@ def test_a_commit_whose_reply_is_lost_while_janitors_clean_its_job_is_reported_c
     assert cleaned[1].skipped   # it found the registry removed: the job's outcome was decided
     assert stream_ids(metadata_uri) == list(range(200))
     assert (writer.job_id, "aborted") not in streams.read_stream(store, STREAM).value.jobs
+
+
+@pytest.mark.parametrize("step", ["end_job", "withdraw", "delete_ledger"])
+def test_a_commit_whose_preliminary_write_lost_its_reply_commits(cluster, store, metadata_uri, monkeypatch, step):
+    """Lost-reply audit 2026-11-29 (finding 3): the writes a commit makes before its stream CAS (end_job's stamp of
+    the job's registry; the withdraw of an unreported attempt's entry, and the delete of its ledger) raised on a lost
+    reply, though each is idempotent: the commit failed, Spark aborted the job, and the abort threw away every row
+    the job had written. Each now reads back (or sends again) what it wrote."""
+    from connector.spark.jobs import TaskEntry
+    from metadata import layout
+
+    cluster(3)
+    commit_base(metadata_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(metadata_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 150), range(150, 300))
+    unreported = messages[1].ledger_id   # an attempt whose report Spark did not pass on (speculative, say)
+    path = {"end_job": job_registry(writer.job_id).path,
+            "withdraw": TaskEntry(job_registry(writer.job_id).path, unreported).path,
+            "delete_ledger": layout.ledger_path(unreported)}[step]
+    lost = LostReplies(monkeypatch, lambda operation, at, kwargs: operation in ("set", "delete") and at == path)
+    writer.commit(messages[:1])
+    assert lost.lost
+    assert stream_ids(metadata_uri) == list(range(150))
+    assert unreported not in store.list_ledgers()
+    assert streams.read_stream(store, STREAM).value.jobs[-1] == (writer.job_id, "committed")
+
+
+def test_a_job_start_whose_reply_is_lost_starts_the_job(cluster, store, metadata_uri, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 3): the create of the job's registry (prepare's start_job) raised."""
+    from metadata import layout
+
+    cluster(3)
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path.startswith(
+        f"{layout.SPARK_JOBS}/"))
+    writer = LedgerWriter.prepare(options(metadata_uri), SCHEMA, overwrite=False)
+    assert lost.lost == [("create", job_registry(writer.job_id).path)]
+    writer.commit(run_tasks(writer, metadata_uri, range(100)))
+    assert stream_ids(metadata_uri) == list(range(100))
