@@ -194,8 +194,9 @@ class LedgerWriter(DataSourceArrowWriter):
 
 
 def ensure_stream(store: MetadataStore, name: str) -> StreamRecord:
-    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record. The stream."""
-    return update_stream(store, name, lambda record: None, create=new_stream(name)).value
+    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record. The stream. A
+    create whose reply was lost is read back (found, it is there)."""
+    return update_stream(store, name, lambda record: None, create=new_stream(name), read_back=True).value
 
 
 BATCH_REMEDY = ', or replace the stream\'s rows with mode("overwrite")'
