@@ -16,6 +16,7 @@ from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.soak.proxy import C2S, S2C, TcpProxy
 from connector.spark.encoding import decode_entry
+from connector.spark.errors import WriteJobCommittedError
 from connector.spark.jobs import WriteJobEndedError, job_registry, query_registry, start_query
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
@@ -138,8 +139,10 @@ def test_commit_whose_reply_is_lost_reads_back_that_it_landed(
     if overwrite:
         with LedgerClient(metadata_uri) as lc:
             assert not set(base_ledgers) & set(lc.list_ledgers())
-    # Spark may still call abort (another failure after the commit): it keeps what the commit registered.
-    writer.abort(messages)
+    # Spark may still call abort (another failure after the commit): it keeps what the commit registered, and
+    # says so (Spark reports the write failed).
+    with pytest.raises(WriteJobCommittedError, match="its rows WERE committed"):
+        writer.abort(messages)
     assert stream_ids(metadata_uri) == expected
     # A retry of the same job's commit finds it committed and adds nothing.
     writer.commit(messages)
@@ -414,7 +417,8 @@ def test_an_abort_after_a_landed_commit_whose_outcome_left_the_head_keeps_its_ro
     with pytest.raises(ZooKeeperUnreachableError):
         writer.commit(messages)
     monkeypatch.undo()
-    writer.abort(messages)   # Spark aborts the job whose commit failed
+    with pytest.raises(WriteJobCommittedError, match="its rows WERE committed"):
+        writer.abort(messages)   # Spark aborts the job whose commit failed
     assert stream_ids(metadata_uri) == list(range(200))
 
 
@@ -530,3 +534,37 @@ def test_a_job_start_whose_reply_is_lost_starts_the_job(cluster, store, metadata
     assert lost.lost == [("create", job_registry(writer.job_id).path)]
     writer.commit(run_tasks(writer, metadata_uri, range(100)))
     assert stream_ids(metadata_uri) == list(range(100))
+
+
+def test_an_abort_after_a_landed_commit_whose_outcome_stayed_unknown_says_its_rows_were_committed(
+        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 6): ZooKeeper away longer than $LEDGER_ZK_WAIT_SECONDS after the commit's
+    CAS landed: the commit raises UpdateOutcomeUnknownError, and Spark aborts the job. The abort learnt that the job
+    had committed but only logged it, while Spark reported the write failed: a user who ran it again had every row
+    twice. The abort now raises, naming the job and the stream, that the rows were committed."""
+    from metadata.store import ZK_WAIT_ENV
+    from metadata.streams import UpdateOutcomeUnknownError
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    monkeypatch.setenv(ZK_WAIT_ENV, "2")
+
+    def zookeeper_away():   # after the CAS landed: the driver's connection is cut, and nothing answers a new one
+        zk_proxy.set_mode("drop")
+        zk_proxy.reset()
+
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "multi" and any(
+        part.startswith("SetData:") and part.endswith(f"/streams/{STREAM}") for part in path.split()),
+        meanwhile=zookeeper_away)
+    with pytest.raises(UpdateOutcomeUnknownError):
+        writer.commit(messages)
+    assert lost.lost
+    zk_proxy.set_mode("pass")
+    zk_proxy.reset()
+    with pytest.raises(WriteJobCommittedError, match=f"write job {writer.job_id}: its rows WERE committed to stream "
+                                                     f"'{STREAM}'.*Do NOT run this write again"):
+        writer.abort(messages)   # what Spark does next
+    assert stream_ids(metadata_uri) == list(range(200))
+    assert streams.read_stream(store, STREAM).value.jobs[-1] == (writer.job_id, "committed")
