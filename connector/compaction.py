@@ -374,9 +374,11 @@ def _compact_run(
     run = tuple(candidate.ledger for group in groups for candidate in group)
     compaction = Compaction(f"{stream.name}@{uuid.uuid4().hex[:12]}", stream.name, lc.writer_id, policy.grace, run,
                             time.time())
-    lc.store.create(compaction.path, compaction.encode())
-    on_step("recorded", compaction)
     try:
+        # In the try: a create whose reply was lost may have landed, and the undo below removes it then. Left
+        # RUNNING, only a cleanup that finds this process gone would (until 2026-11-29: for the process's life).
+        lc.store.create(compaction.path, compaction.encode())
+        on_step("recorded", compaction)
         written = [_rewrite(lc, stream, compaction, group, policy, password, on_step) for group in groups]
         on_step("written", compaction)
         replacement = tuple(ledger for ledger, _ in written)

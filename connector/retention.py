@@ -211,9 +211,11 @@ def streams_with_retention(store: MetadataStore) -> list[str]:
 def set_retention(store: MetadataStore, name: str, max_age: float | None = None,
                   max_bytes: int | None = None) -> StreamRecord:
     """Change the stream's retention: a limit given replaces the one set, a negative one removes it, None keeps
-    it (Retention.updated). Returns the head as stored."""
+    it (Retention.updated). Returns the head as stored. A lost reply is read back: applied again, the change
+    changes nothing."""
     return update_stream(
-        store, name, lambda record: record.replace(retention=record.retention.updated(max_age, max_bytes))).value
+        store, name, lambda record: record.replace(retention=record.retention.updated(max_age, max_bytes)),
+        read_back=True).value
 
 
 # -- the cut --------------------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ class MetadataStore:
     reply is lost to a dropped connection or an expired session is sent again on the next session within the
     same bound. Any other write whose reply is lost raises MetadataError with the kazoo error as its cause
     (no_reply() says so): it may have landed, and only its caller can tell, by reading the record back
-    (update_loop.update_ledger, streams.update_stream).
+    (update_loop.update_ledger, streams.update_stream; create_ledger reads back its own).
 
     With credentials (in the URI or $LEDGER_ZK_AUTH) the session authenticates by digest and every znode it
     creates (ledgers, streams, registrations; with initialise_root the root and its layout) carries an ACL that
@@ -385,11 +385,7 @@ class MetadataStore:
     def enable_feature(self, path: str) -> bool:
         """Create a feature's znode (layout.KNOWN_FEATURES); whether it was not there before."""
         self.ensure_path(layout.FEATURES)
-        try:
-            self._retried(self.zk.create, path)
-        except NodeExistsError:
-            return False
-        return True
+        return self.create_unless_there(path)
 
     def close(self) -> None:
         self._closed = True
@@ -473,6 +469,16 @@ class MetadataStore:
 
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> str:
         return self._call(self.zk.create, path, data, ephemeral=ephemeral, makepath=makepath)
+
+    def create_unless_there(self, path: str, data: bytes = b"") -> bool:
+        """Create the znode unless it is there (never its parents: NoNodeError when one is gone); whether this call
+        created it. A create whose reply was lost is sent again (found there, it changes nothing), so False may
+        also mean that its first attempt created it: a caller that must know reads the znode's data."""
+        try:
+            self._retried(self.zk.create, path, data)
+        except NodeExistsError:
+            return False
+        return True
 
     def set_data(self, path: str, data: bytes) -> None:
         """Overwrite a znode whatever its version (for records only their owner writes)."""
@@ -699,14 +705,17 @@ class MetadataStore:
         decommissioned since, and nothing is created."""
         ledger_id = self.allocate_ledger_id()
         meta = meta.replace(ledger_id=ledger_id, created_at=meta.created_at or time.time())
-        if placement_epoch is None:
-            self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
-        else:
-            request = self.transaction()
-            request.check(layout.DECOMMISSIONED, placement_epoch)
-            request.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
-            _placement_checked(request, placement_epoch)
-        return Versioned(meta, 0)
+
+        def send() -> None:
+            if placement_epoch is None:
+                self._call(self.zk.create, layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+            else:
+                request = self.transaction()
+                request.check(layout.DECOMMISSIONED, placement_epoch)
+                request.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+                _placement_checked(request, placement_epoch)
+
+        return self._created_ledger(meta, send)
 
     def create_ledger_guarded(self, meta: LedgerMetadata, guard: str,
                               placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
@@ -716,18 +725,55 @@ class MetadataStore:
         A changed or missing guard raises MetadataConflictError and creates nothing; placement_epoch as for
         create_ledger."""
         meta = meta.replace(created_at=meta.created_at or time.time())
-        request = self.transaction()
-        if placement_epoch is not None:
-            request.check(layout.DECOMMISSIONED, placement_epoch)
-        request.check(guard, 0)
-        request.create(layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta))
+
+        def send() -> None:
+            request = self.transaction()
+            if placement_epoch is not None:
+                request.check(layout.DECOMMISSIONED, placement_epoch)
+            request.check(guard, 0)
+            request.create(layout.ledger_path(meta.ledger_id), serde.encode_ledger(meta))
+            try:
+                _placement_checked(request, placement_epoch)
+            except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: /ledgers exists
+                raise MetadataConflictError(
+                    f"ledger {meta.ledger_id} was not created: {guard} changed or is gone (its owner withdrew the id)"
+                ) from exc
+
+        return self._created_ledger(meta, send)
+
+    def _created_ledger(self, meta: LedgerMetadata, send: Callable[[], None]) -> Versioned[LedgerMetadata]:
+        """meta as stored by send() (the request that creates its znode). A create whose reply was lost may have
+        landed (rule 16): then nobody but this caller knows the id, and the ledger would stay OPEN, written by no
+        one, for good. So it is read back after a sync and adopted if it is the record sent (its writer and
+        creation time; a recovery may have changed it since: adopted as it is then); else MetadataError (this call
+        stored nothing), or ZooKeeperUnreachableError if ZooKeeper stays away (the outcome is unknown)."""
         try:
-            _placement_checked(request, placement_epoch)
-        except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: /ledgers exists
-            raise MetadataConflictError(
-                f"ledger {meta.ledger_id} was not created: {guard} changed or is gone (its owner withdrew the id)"
-            ) from exc
+            send()
+        except MetadataError as lost:
+            if not no_reply(lost):
+                raise
+            found = self._read_back_created(meta.ledger_id, lost)
+            if found is None or (found.value.writer_id, found.value.created_at) != (meta.writer_id, meta.created_at):
+                what = "no ledger" if found is None else "another ledger"
+                raise MetadataError(
+                    f"ledger {meta.ledger_id} was not created: ZooKeeper lost the reply of its create, and a read-back "
+                    f"found {what} under its id: this call stored nothing; create the ledger again") from lost
+            return found
         return Versioned(meta, 0)
+
+    def _read_back_created(self, ledger_id: int, lost: MetadataError) -> Versioned[LedgerMetadata] | None:
+        """The ledger as stored after a sync (so that a create of the lost connection is seen if it landed)."""
+        lost_at = time.monotonic()
+        try:
+            self.resync(layout.ledger_path(ledger_id), lost_at + self.wait_seconds, lost_at)
+            return self.read(layout.ledger_path(ledger_id), serde.decode_ledger)
+        except MetadataError as exc:
+            if not (isinstance(exc, ZooKeeperUnreachableError) or no_reply(exc)):
+                raise
+            raise ZooKeeperUnreachableError(
+                f"ledger {ledger_id}: ZooKeeper lost the reply of its create and stayed out of reach, so whether it "
+                f"landed is unknown ({exc}); if it did, the ledger is OPEN with no writer: once ZooKeeper is back, "
+                f"`ledger recover {ledger_id}` then `ledger delete {ledger_id}` remove it") from lost
 
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         found = self.read(layout.ledger_path(ledger_id), serde.decode_ledger)
@@ -757,8 +803,10 @@ class MetadataStore:
         return Versioned(meta, version)
 
     def delete_ledger(self, ledger_id: int, expected_version: int = -1) -> None:
+        """Delete the ledger's record (at expected_version, -1: any); done as well when it is not there. A delete
+        whose reply was lost is sent again: found gone then, it is done."""
         try:
-            self._call(self.zk.delete, layout.ledger_path(ledger_id), version=expected_version)
+            self._retried(self.zk.delete, layout.ledger_path(ledger_id), version=expected_version)
         except NoNodeError:
             return
         except BadVersionError as exc:

@@ -198,11 +198,9 @@ def write_stream(
 
 def create_directory(store: MetadataStore, name: str, path: str) -> None:
     """Create a directory znode of the stream, unless there; never the stream's head (a stream deleted
-    meanwhile is not brought back as an empty znode)."""
+    meanwhile is not brought back as an empty znode). A lost reply is read back (the create is sent again)."""
     try:
-        store.create(path)
-    except NodeExistsError:
-        pass
+        store.create_unless_there(path)
     except NoNodeError as exc:
         raise NoSuchStreamError(f"stream {name!r} was deleted while being updated") from exc
 
@@ -305,12 +303,20 @@ def update_stream(
     ZooKeeper stays away. A
     request of the lost connection cannot land after that read: ZooKeeper drops the old connection's requests
     once the session reconnects, and all of them once it expires. Without read_back a lost reply raises.
+
+    Only the loop's own writes (the head's, and the stream's creation) are read back: a lost reply of a request the
+    transform makes (a ledger it creates, say) raises out of the transform as any error of it does. Taken for a
+    lost head write, it would run the transform again (until 2026-11-29: a stream writer's takeover then created a
+    second ledger, and the first, whose create had landed, stayed OPEN, named by no stream).
     """
     deadline = lost = None
     for _ in range(max_attempts):
+        transforming = False
         try:
             current = _find_or_create(store, name, create)
+            transforming = True
             updated = transform(current.value)
+            transforming = False
             if updated is None or updated == current.value:
                 return current
             return write_stream(store, updated, current.version)
@@ -319,7 +325,7 @@ def update_stream(
         except MetadataError as exc:
             if lost is not None and isinstance(exc, ZooKeeperUnreachableError):
                 raise _outcome_unknown(store, name, lost) from exc  # away again before the read-back
-            if not (read_back and isinstance(exc.__cause__, _NO_REPLY)):
+            if transforming or not (read_back and isinstance(exc.__cause__, _NO_REPLY)):
                 raise
             deadline = deadline or time.monotonic() + store.wait_seconds
             lost = exc

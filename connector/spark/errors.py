@@ -24,6 +24,11 @@ class UnsupportedStreamFormatError(LedgerError):
     """The operation needs a stream of another format (for example an Arrow write to a raw stream)."""
 
 
+class WriteJobCommittedError(LedgerError):
+    """Spark aborted a batch write job whose commit had landed: its rows are in the stream, though Spark reports the
+    write failed. Running the write again would put them there twice."""
+
+
 class DataLossError(LedgerError):
     """A streaming query's next offsets belong to ledgers that were deleted (see failOnDataLoss)."""
 

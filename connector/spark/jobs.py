@@ -33,12 +33,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from metadata import layout
 from metadata.errors import LedgerError, MetadataConflictError, MetadataError
 from metadata.model import Versioned
 from metadata.store import MetadataStore
+from metadata.update_loop import update_record
 
 if TYPE_CHECKING:   # the driver keeper imports this module for driver_in_use: it needs no storage client
     from connector.client import LedgerClient, WriteHandle
@@ -97,10 +98,7 @@ def query_registry(query_id: str, batch: int | None = None) -> TaskRegistry:
 def start_job(store: MetadataStore, job_id: str, stream: str, driver: str = "") -> None:
     """Create the job's registry, naming its stream and the driver whose liveness the janitor checks."""
     data = json.dumps({"stream": stream, "started": time.time(), "driver": driver}).encode()
-    try:
-        store.create(job_registry(job_id).path, data)
-    except NodeExistsError:
-        pass
+    store.create_unless_there(job_registry(job_id).path, data)
 
 
 def end_job(store: MetadataStore, job_id: str, fence: bool = False) -> int | None:
@@ -124,24 +122,24 @@ def fence_run(store: MetadataStore, query_id: str, driver: str, run: str) -> int
 
 def _stamp(store: MetadataStore, path: str, what: str, stamps: dict[str, float],
            only: Callable[[dict], bool] = lambda fields: True) -> int | None:
-    """Add the stamps a registry znode lacks ("ended", "fenced"), keeping those it has: a compare-and-set, so that
-    a driver's end read before a janitor's fence and written after it cannot take the fence away. Returns the
-    znode's version with the stamps; None if the znode is gone (removed: ended and fenced for good), or is not the
-    one `only` accepts."""
-    for _ in range(100):
-        try:
-            found = store.read(path, _fields)
-            if found is None or not only(found.value):
-                return None
-            if all(key in found.value for key in stamps):
-                return found.version
-            data = json.dumps({**stamps, **found.value}).encode()   # a stamp there already is kept
-            return store.compare_and_set(path, data, found.version, what)
-        except MetadataConflictError:
-            continue   # a janitor's fence or the driver's end came first: look again
-        except NoNodeError:
+    """Add the stamps a registry znode lacks ("ended", "fenced"), keeping those it has: a compare-and-set (the
+    store's update loop), so that a driver's end read before a janitor's fence and written after it cannot take the
+    fence away, and a stamp whose reply was lost is read back (rule 16), not failed. Returns the znode's version with
+    the stamps; None if the znode is gone (removed: ended and fenced for good), or is not the one `only` accepts."""
+    def stamped(found: Versioned[dict]) -> dict | None:
+        if not only(found.value) or all(key in found.value for key in stamps):
             return None
-    raise MetadataConflictError(f"{what} kept changing under 100 attempts; try again")
+        return {**stamps, **found.value}   # a stamp there already is kept
+
+    stored = update_record(store, path, lambda: store.read(path, _fields), stamped, _write_fields(store, path, what),
+                           what=what)
+    return None if stored is None or not only(stored.value) else stored.version
+
+
+def _write_fields(store: MetadataStore, path: str, what: str) -> Callable[[dict, int], Versioned[dict]]:
+    """The compare-and-set of a registry znode's fields (JSON), for the update loop."""
+    return lambda fields, version: Versioned(fields, store.compare_and_set(path, json.dumps(fields).encode(), version,
+                                                                           what))
 
 
 def _fields(data: bytes) -> dict:
@@ -220,22 +218,22 @@ def remove_job(store: MetadataStore, job_id: str) -> None:
 def start_query(store: MetadataStore, query_id: str, stream: str = "", driver: str = "") -> str:
     """Create the query's registry unless it exists, and (given a driver) record this run of it. A janitor
     deletes a registry whose runs are all gone, possibly between the two steps: then create it again. Returns
-    the run's id (a new run's, or that of the run this driver has recorded already; "" without a driver)."""
+    the run's id (a new run's, or that of the run this driver has recorded already, or recorded by this call's
+    create whose reply was lost; "" without a driver)."""
     path = query_registry(query_id).path
-    run, data = _new_run(stream, driver)
+    fields = _new_run(stream, driver)
     for _ in range(100):
         store.ensure_path(path)
         if not driver:
             return ""
         try:
-            store.create(run_path(query_id, driver), data)
-            return run
-        except NodeExistsError:
-            found = run_of(store, query_id, driver)
-            if found is not None:
-                return found.value.run
+            if store.create_unless_there(run_path(query_id, driver), json.dumps(fields).encode()):
+                return fields["run"]
         except NoNodeError:
             continue  # deleted by a janitor since ensure_path
+        found = run_of(store, query_id, driver)
+        if found is not None:
+            return found.value.run
     raise LedgerError(f"the registry of streaming query {query_id} kept disappearing; start the query again")
 
 
@@ -243,20 +241,26 @@ def restart_run(store: MetadataStore, query_id: str, stream: str, driver: str, s
     """A new run of the query by this driver in place of one a janitor fenced (it found the driver's registration
     gone for a while; the driver is back under the same id, as a keeper is after its session expired). The fenced
     run's commits stay refused (their run id is gone); the new run's can land, so the query is not refused for as
-    long as its driver lives. Returns the new run's id (or, the run changed or removed meanwhile, start_query's)."""
-    run, data = _new_run(stream, driver)
-    try:
-        store.compare_and_set(run_path(query_id, driver), data, stale.version,
-                              f"run {driver} of streaming query {query_id}")
-    except (MetadataConflictError, NoNodeError):
+    long as its driver lives. Returns the new run's id (or, the run changed or removed meanwhile, start_query's).
+    A compare-and-set on the fenced run's version, by the store's update loop: a lost reply is read back."""
+    path, what = run_path(query_id, driver), f"run {driver} of streaming query {query_id}"
+    fields = _new_run(stream, driver)
+
+    def replaced(found: Versioned[dict]) -> dict | None:
+        if found.value.get("run") == fields["run"] or found.version != stale.version:
+            return None   # landed (its reply lost), or changed since the janitor's fence
+        return fields
+
+    stored = update_record(store, path, lambda: store.read(path, _fields), replaced, _write_fields(store, path, what),
+                           what=what)
+    if stored is None or stored.value.get("run") != fields["run"]:
         return start_query(store, query_id, stream, driver)
-    return run
+    return fields["run"]
 
 
-def _new_run(stream: str, driver: str) -> tuple[str, bytes]:
-    """A new run's id and its znode's data."""
-    run = uuid.uuid4().hex[:16]
-    return run, json.dumps({"stream": stream, "started": time.time(), "driver": driver, "run": run}).encode()
+def _new_run(stream: str, driver: str) -> dict:
+    """A new run's znode fields, its id (new) under "run"."""
+    return {"stream": stream, "started": time.time(), "driver": driver, "run": uuid.uuid4().hex[:16]}
 
 
 def run_of(store: MetadataStore, query_id: str, driver: str) -> Versioned[Registration] | None:
@@ -426,14 +430,19 @@ def sweep_entries(store: MetadataStore, entries: list[TaskEntry], held_of: Calla
 
 
 def withdraw(store: MetadataStore, entry: TaskEntry) -> bool:
-    """Fence the entry: its ledger cannot be created from now on. False if the entry is gone (dropped already)."""
-    try:
-        store.compare_and_set(entry.path, b"withdrawn", 0, f"task registry entry {entry.path}")
-    except MetadataConflictError:
-        pass  # withdrawn already
-    except NoNodeError:
-        return False
-    return True
+    """Fence the entry (its version leaves 0): its ledger cannot be created from now on. False if the entry is gone
+    (dropped already). The first attempt writes without reading (an entry is registered at version 0); a lost reply
+    is read back (rule 16)."""
+    what = f"task registry entry {entry.path}"
+
+    def withdrawn(found: Versioned[bytes]) -> bytes | None:
+        return None if found.version != 0 else b"withdrawn"   # not 0: withdrawn already
+
+    def write(data: bytes, version: int) -> Versioned[bytes]:
+        return Versioned(data, store.compare_and_set(entry.path, data, version, what))
+
+    return update_record(store, entry.path, lambda: store.read(entry.path, bytes), withdrawn, write, what=what,
+                         current=Versioned(b"", 0)) is not None
 
 
 def forget_entry(store: MetadataStore, entry: TaskEntry) -> None:

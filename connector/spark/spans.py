@@ -116,7 +116,9 @@ def stream_spans(
         last_offset = ledger.last_offset
         if last_offset is None and end.closed:
             last_offset = _closed_last_offset(lc, record.format, ledger, end.last_entry, password)
-            record = update_stream(lc.store, record.name, lambda r: sealed(r, ledger.ledger_id, last_offset)).value
+            # read_back: once the seal landed, sealed() finds the ledger sealed and changes nothing (rule 16)
+            record = update_stream(lc.store, record.name, lambda r: sealed(r, ledger.ledger_id, last_offset),
+                                   read_back=True).value
         spans.append(LedgerSpan(ledger.ledger_id, end.last_entry, ledger.first_offset, last_offset, end.length,
                                 end.row_index, end.time_range, end.untimed))
     return record, spans

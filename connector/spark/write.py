@@ -39,6 +39,7 @@ from connector.spark.commit import (
 )
 from connector.spark.driver import driver_registration_ahead, registered_driver
 from connector.spark.encoding import EntryBuilder, entries_of, entry_header
+from connector.spark.errors import WriteJobCommittedError
 from connector.spark.janitor import clean_stream, record_aborted
 from connector.spark.jobs import (
     EntryChecks, TaskEntry, TaskRegistry, WriteJobEndedError, commit_guard, create_task_ledger, drop_entry, end_job,
@@ -170,32 +171,36 @@ class LedgerWriter(DataSourceArrowWriter):
         return replaced[0] if replaced else None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Discard the job's ledgers, except those a landed commit registered (rule 16)."""
+        """Discard the job's ledgers, except those a landed commit registered (rule 16). Spark aborts a job whose
+        commit raised, also one whose commit landed and could not learn so (ZooKeeper out of reach past
+        $LEDGER_ZK_WAIT_SECONDS: UpdateOutcomeUnknownError), and then reports the write failed: for a job whose
+        commit landed the abort, once done, raises WriteJobCommittedError, which says the rows are committed and
+        the write is not to be run again."""
         opts = self.options
         with driver_client(opts) as lc:
             end_job(lc.store, self.job_id)
-            record = self._decide_aborted(lc.store)
+            # Recorded aborted by this CAS unless the commit landed first (janitor.record_aborted); None if the
+            # stream is gone. No commit of the job lands after the abort's mark: the record read with it is final.
+            record = record_aborted(lc.store, opts.stream, self.job_id)
             # Held ledgers are looked up whatever the head says of the job: it keeps the newest JOBS_KEPT outcomes
             # only, and a commit that landed and then failed (ZooKeeper unreachable for its read-back) may have lost
-            # its outcome since. No commit of the job lands after the abort's mark: the record read with it is final.
-            sweep_entries(lc.store, task_entries(lc.store, job_registry(self.job_id)),
-                          lambda ledger_ids: held_ledgers(lc.store, record, ledger_ids) if record else set(),
-                          lambda ledger_id: discard(lc, ledger_id, opts.password))
+            # its outcome since.
+            kept, _ = sweep_entries(lc.store, task_entries(lc.store, job_registry(self.job_id)),
+                                    lambda ledger_ids: held_ledgers(lc.store, record, ledger_ids) if record else set(),
+                                    lambda ledger_id: discard(lc, ledger_id, opts.password))
             remove_job(lc.store, self.job_id)
-
-    def _decide_aborted(self, store: MetadataStore) -> StreamRecord | None:
-        """The stream once the job's outcome is decided: aborted by this CAS, unless its commit landed first
-        (janitor.record_aborted, rule 16); None if the stream is gone."""
-        record = record_aborted(store, self.options.stream, self.job_id)
-        if record is not None and job_outcome(record, self.job_id) == COMMITTED:
-            log.warning("abort of write job %s: its commit had landed on stream %r; its rows stay committed",
-                        self.job_id, self.options.stream)
-        return record
+        if kept or (record is not None and job_outcome(record, self.job_id) == COMMITTED):
+            raise WriteJobCommittedError(
+                f"write job {self.job_id}: its rows WERE committed to stream {opts.stream!r}, although Spark reports "
+                "this write failed (its commit landed; Spark aborts a job whose commit raised, e.g. when ZooKeeper "
+                "stayed out of reach for longer than $LEDGER_ZK_WAIT_SECONDS while the commit read back its "
+                "outcome). Do NOT run this write again: its rows would be in the stream twice")
 
 
 def ensure_stream(store: MetadataStore, name: str) -> StreamRecord:
-    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record. The stream."""
-    return update_stream(store, name, lambda record: None, create=new_stream(name)).value
+    """Create the stream, empty, unless it exists: every commit is then a CAS on an existing record. The stream. A
+    create whose reply was lost is read back (found, it is there)."""
+    return update_stream(store, name, lambda record: None, create=new_stream(name), read_back=True).value
 
 
 BATCH_REMEDY = ', or replace the stream\'s rows with mode("overwrite")'

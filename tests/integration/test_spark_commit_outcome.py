@@ -16,6 +16,7 @@ from connector.bench.task_context import StandInTask
 from connector.client import LedgerClient
 from connector.soak.proxy import C2S, S2C, TcpProxy
 from connector.spark.encoding import decode_entry
+from connector.spark.errors import WriteJobCommittedError
 from connector.spark.jobs import WriteJobEndedError, job_registry, query_registry, start_query
 from connector.spark.options import LedgerOptions
 from connector.spark.recovery import ATTEMPT_TAG, PARTITION_TAG, STREAM_TAG, TASK_TAG
@@ -23,6 +24,7 @@ from connector.spark.stream_write import BATCH_TAG, QUERY_TAG, LedgerStreamWrite
 from connector.spark.write import LedgerWriter, write_task_ledger
 from metadata import streams
 from metadata.streams import find_stream
+from tests.harness.lost_reply import LostReplies
 from tests.harness.poll import poll_until
 
 SCHEMA = StructType([StructField("id", LongType())])
@@ -137,8 +139,10 @@ def test_commit_whose_reply_is_lost_reads_back_that_it_landed(
     if overwrite:
         with LedgerClient(metadata_uri) as lc:
             assert not set(base_ledgers) & set(lc.list_ledgers())
-    # Spark may still call abort (another failure after the commit): it keeps what the commit registered.
-    writer.abort(messages)
+    # Spark may still call abort (another failure after the commit): it keeps what the commit registered, and
+    # says so (Spark reports the write failed).
+    with pytest.raises(WriteJobCommittedError, match="its rows WERE committed"):
+        writer.abort(messages)
     assert stream_ids(metadata_uri) == expected
     # A retry of the same job's commit finds it committed and adds nothing.
     writer.commit(messages)
@@ -413,7 +417,8 @@ def test_an_abort_after_a_landed_commit_whose_outcome_left_the_head_keeps_its_ro
     with pytest.raises(ZooKeeperUnreachableError):
         writer.commit(messages)
     monkeypatch.undo()
-    writer.abort(messages)   # Spark aborts the job whose commit failed
+    with pytest.raises(WriteJobCommittedError, match="its rows WERE committed"):
+        writer.abort(messages)   # Spark aborts the job whose commit failed
     assert stream_ids(metadata_uri) == list(range(200))
 
 
@@ -491,3 +496,75 @@ def test_a_commit_whose_reply_is_lost_while_janitors_clean_its_job_is_reported_c
     assert cleaned[1].skipped   # it found the registry removed: the job's outcome was decided
     assert stream_ids(metadata_uri) == list(range(200))
     assert (writer.job_id, "aborted") not in streams.read_stream(store, STREAM).value.jobs
+
+
+@pytest.mark.parametrize("step", ["end_job", "withdraw", "delete_ledger"])
+def test_a_commit_whose_preliminary_write_lost_its_reply_commits(cluster, store, metadata_uri, monkeypatch, step):
+    """Lost-reply audit 2026-11-29 (finding 3): the writes a commit makes before its stream CAS (end_job's stamp of
+    the job's registry; the withdraw of an unreported attempt's entry, and the delete of its ledger) raised on a lost
+    reply, though each is idempotent: the commit failed, Spark aborted the job, and the abort threw away every row
+    the job had written. Each now reads back (or sends again) what it wrote."""
+    from connector.spark.jobs import TaskEntry
+    from metadata import layout
+
+    cluster(3)
+    commit_base(metadata_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(metadata_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 150), range(150, 300))
+    unreported = messages[1].ledger_id   # an attempt whose report Spark did not pass on (speculative, say)
+    path = {"end_job": job_registry(writer.job_id).path,
+            "withdraw": TaskEntry(job_registry(writer.job_id).path, unreported).path,
+            "delete_ledger": layout.ledger_path(unreported)}[step]
+    lost = LostReplies(monkeypatch, lambda operation, at, kwargs: operation in ("set", "delete") and at == path)
+    writer.commit(messages[:1])
+    assert lost.lost
+    assert stream_ids(metadata_uri) == list(range(150))
+    assert unreported not in store.list_ledgers()
+    assert streams.read_stream(store, STREAM).value.jobs[-1] == (writer.job_id, "committed")
+
+
+def test_a_job_start_whose_reply_is_lost_starts_the_job(cluster, store, metadata_uri, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 3): the create of the job's registry (prepare's start_job) raised."""
+    from metadata import layout
+
+    cluster(3)
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path.startswith(
+        f"{layout.SPARK_JOBS}/"))
+    writer = LedgerWriter.prepare(options(metadata_uri), SCHEMA, overwrite=False)
+    assert lost.lost == [("create", job_registry(writer.job_id).path)]
+    writer.commit(run_tasks(writer, metadata_uri, range(100)))
+    assert stream_ids(metadata_uri) == list(range(100))
+
+
+def test_an_abort_after_a_landed_commit_whose_outcome_stayed_unknown_says_its_rows_were_committed(
+        cluster, store, metadata_uri, driver_uri, zk_proxy, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 6): ZooKeeper away longer than $LEDGER_ZK_WAIT_SECONDS after the commit's
+    CAS landed: the commit raises UpdateOutcomeUnknownError, and Spark aborts the job. The abort learnt that the job
+    had committed but only logged it, while Spark reported the write failed: a user who ran it again had every row
+    twice. The abort now raises, naming the job and the stream, that the rows were committed."""
+    from metadata.store import ZK_WAIT_ENV
+    from metadata.streams import UpdateOutcomeUnknownError
+
+    cluster(3)
+    commit_base(driver_uri, metadata_uri)
+    writer = LedgerWriter.prepare(options(driver_uri), SCHEMA, overwrite=False)
+    messages = run_tasks(writer, metadata_uri, range(100, 200))
+    monkeypatch.setenv(ZK_WAIT_ENV, "2")
+
+    def zookeeper_away():   # after the CAS landed: the driver's connection is cut, and nothing answers a new one
+        zk_proxy.set_mode("drop")
+        zk_proxy.reset()
+
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "multi" and any(
+        part.startswith("SetData:") and part.endswith(f"/streams/{STREAM}") for part in path.split()),
+        meanwhile=zookeeper_away)
+    with pytest.raises(UpdateOutcomeUnknownError):
+        writer.commit(messages)
+    assert lost.lost
+    zk_proxy.set_mode("pass")
+    zk_proxy.reset()
+    with pytest.raises(WriteJobCommittedError, match=f"write job {writer.job_id}: its rows WERE committed to stream "
+                                                     f"'{STREAM}'.*Do NOT run this write again"):
+        writer.abort(messages)   # what Spark does next
+    assert stream_ids(metadata_uri) == list(range(200))
+    assert streams.read_stream(store, STREAM).value.jobs[-1] == (writer.job_id, "committed")

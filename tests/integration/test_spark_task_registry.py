@@ -13,10 +13,14 @@ import pytest
 
 from connector.client import LedgerClient
 from connector.spark.jobs import (
-    WriteJobEndedError, create_task_ledger, job_registry, query_registry, register_task_ledger, task_entries,
+    WriteJobEndedError, create_task_ledger, fence_run, job_registry, query_registry, register_task_ledger,
+    restart_run, run_of, run_path, start_query, task_entries,
 )
 from connector.spark.recovery import discard
+from metadata import layout, streams
+from metadata.model import StreamRecord
 from metadata.store import MetadataStore
+from tests.harness.lost_reply import LostReplies
 from tests.harness.spark_tasks import Task, TaskRunner, batch_writer, existing, id_batch, stream_sink
 from tests.integration.test_spark_commit_outcome import stream_ids
 
@@ -177,3 +181,36 @@ def test_a_ledger_deleted_while_a_sweep_recovers_it_counts_as_discarded(cluster,
         monkeypatch.setattr(driver_client, "recover_ledger_with_retry", deleted_by_the_task_first)
         discard(driver_client, ledger.ledger_id, b"pw")
         assert ledger.ledger_id not in driver_client.list_ledgers()
+
+
+# -- registry writes whose reply was lost (rule 16) ------------------------------------------------------------------
+
+def test_a_query_run_whose_create_lost_its_reply_is_started(store, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 3): the create of a query's run (a streaming sink's start) raised."""
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path == run_path(
+        "query-1", "driver-1"))
+    run = start_query(store, "query-1", "events", "driver-1")
+    assert lost.lost and run and run_of(store, "query-1", "driver-1").value.run == run
+
+
+def test_a_restarted_run_whose_write_lost_its_reply_is_restarted(store, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 3): the compare-and-set of a fenced run's restart raised."""
+    fenced = start_query(store, "query-1", "events", "driver-1")
+    fence_run(store, "query-1", "driver-1", fenced)
+    stale = run_of(store, "query-1", "driver-1")
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "set" and path == run_path(
+        "query-1", "driver-1"))
+    run = restart_run(store, "query-1", "events", "driver-1", stale)
+    stored = run_of(store, "query-1", "driver-1")
+    assert lost.lost and run != fenced and stored.value.run == run and not stored.value.fenced
+
+
+def test_a_stream_directory_whose_create_lost_its_reply_is_there(store, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 3): an overwrite's commit creates its stream's cuts directory (a stream
+    of older software has none) before its CAS; a lost reply failed the commit."""
+    streams.create_stream(store, StreamRecord("events", "arrow"))
+    cuts = layout.stream_cuts_path("events")
+    store.delete(cuts)
+    lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path == cuts)
+    streams.create_directory(store, "events", cuts)
+    assert lost.lost and store.exists(cuts)

@@ -23,6 +23,7 @@ from connector.spark.schema import OFFSET
 from metadata import layout, streams
 from metadata.errors import LedgerError, NoSuchStreamError, OffsetsGoneError
 from metadata.model import ByteCount
+from tests.harness.lost_reply import LostReplies
 from tests.harness.poll import poll_until
 from tests.harness.small_ledgers import rows_in, write_jobs
 
@@ -535,3 +536,21 @@ def test_the_grace_is_judged_by_zookeepers_clock_not_the_compacting_hosts(metada
         assert abs(due - (time.time() + 60)) < 10
         assert clean_compactions(lc, "raw", now=time.time() + 70).finished == [result.runs[0].compaction_id]
         assert not any(exists(lc, s.ledger_id) for s in before[:-1])
+
+
+def test_a_compaction_whose_record_create_lost_its_reply_leaves_no_record(metadata_uri, cluster, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 5): the create of a compaction's record ran before the try that undoes a
+    failed run. When it landed and its reply was lost, the record stayed RUNNING: clean_compactions undoes a running
+    record only once its writer is gone, so a live process (a retention loop, a notebook) kept it for its life."""
+    cluster(3)
+    with LedgerClient(metadata_uri) as lc:
+        with Streams(lc).open_writer("raw", max_ledger_entries=1) as writer:
+            for i in range(6):
+                writer.append(b"p%d" % i)
+        lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path.startswith(
+            f"{layout.COMPACTIONS}/"))
+        with pytest.raises(LedgerError, match="ConnectionLoss"):
+            compact_stream(lc, "raw", CompactionPolicy(target_bytes=1 << 20))
+        assert lost.lost
+        assert [child for child in lc.store.children(layout.COMPACTIONS) if child.startswith("raw@")] == []
+        assert [entry.payload for entry in Streams(lc).read("raw", 0)] == [b"p%d" % i for i in range(6)]

@@ -15,6 +15,7 @@ from connector.retention import truncate_stream
 from metadata import streams
 from metadata.errors import MetadataError, ZooKeeperUnreachableError
 from metadata.model import LedgerState
+from tests.harness.lost_reply import LostReplies
 from tests.harness.poll import poll_until
 
 
@@ -343,3 +344,42 @@ def test_a_roll_whose_outcome_was_unknown_is_found_landed_by_the_next_append(cli
     assert writer.append(b"1") == 1
     writer.close()
     assert offsets_and_payloads(client, "u") == [(0, b"0"), (1, b"1")]
+
+
+def is_ledger_create(operation, path, kwargs):
+    """A ledger's create: the multi that creates /ledgers/L... (with its placement check)."""
+    return operation == "multi" and any(op.startswith("Create:") and "/ledgers/L" in op for op in path.split())
+
+
+def ledgers_out_of_the_stream(client, name):
+    """The ledgers made for the stream that it does not hold, with their states."""
+    record = streams.read_stream(client.store, name).value
+    held = {ledger.ledger_id for ledger in streams.iter_ledgers(client.store, record)}
+    made = {i: client.ledger_metadata(i) for i in client.list_ledgers()}
+    return {i: meta.state.name for i, meta in made.items() if meta.custom.get("stream") == name and i not in held}
+
+
+def test_a_takeover_whose_ledger_create_lost_its_reply_adopts_that_ledger(client, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 2): the create of a takeover's ledger landed and its reply was lost; the
+    stream's update loop took that for a lost reply of its own write and ran the takeover again, which created a
+    second ledger: the first stayed OPEN for good, named by no stream. The create now reads its ledger back."""
+    lost = LostReplies(monkeypatch, is_ledger_create)
+    with Streams(client).open_writer("events") as writer:
+        assert [writer.append(b"x%d" % i) for i in range(3)] == [0, 1, 2]
+    assert len(lost.lost) == 1
+    assert ledgers_out_of_the_stream(client, "events") == {}
+    assert offsets_and_payloads(client, "events") == [(i, b"x%d" % i) for i in range(3)]
+
+
+def test_a_roll_whose_ledger_create_lost_its_reply_adopts_that_ledger(client, monkeypatch):
+    """Lost-reply audit 2026-11-29 (finding 2): the append that rolled raised, and the next one rolled to another new
+    ledger: the first new one stayed OPEN for good, named by no stream."""
+    with Streams(client).open_writer("events", max_ledger_entries=2) as writer:
+        assert [writer.append(b"x%d" % i) for i in range(2)] == [0, 1]
+        lost = LostReplies(monkeypatch, is_ledger_create)
+        assert writer.append(b"x2") == 2   # rolls: the new ledger's create lands, its reply is lost
+        assert writer.append(b"x3") == 3
+    assert len(lost.lost) == 1
+    assert ledgers_out_of_the_stream(client, "events") == {}
+    record = streams.read_stream(client.store, "events").value
+    assert [(ledger.first_offset, ledger.last_offset) for ledger in record.tail] == [(0, 1), (2, 3)]
