@@ -188,6 +188,17 @@ def initialise_root(uri: str, *, connect_timeout: float = 15.0) -> RootInitialis
         return RootInitialisation(store.init_outcome, store.layout)
 
 
+def _answers(sent: list) -> list:
+    """The replies of requests sent at once (kazoo's async results), in order; None for a znode not there."""
+    found = []
+    for reply in sent:
+        try:
+            found.append(reply.get())
+        except NoNodeError:
+            found.append(None)
+    return found
+
+
 def _names_stay(paths: list[str], exc: BaseException) -> None:
     log.warning("sequential znodes %s..%s stay until this ZooKeeper session ends: delete failed: %s",
                 paths[0], paths[-1], exc)
@@ -559,32 +570,12 @@ class MetadataStore:
         return found
 
     def _read_many(self, paths: list[str], decode: Callable[[bytes], object]) -> list[Versioned | None]:
-        sent = [self.zk.get_async(path) for path in paths]
-        found: list[Versioned | None] = []
-        for reply in sent:
-            try:
-                data, stat = reply.get()
-            except NoNodeError:
-                found.append(None)
-                continue
-            found.append(Versioned(decode(data), stat.version))
-        return found
+        return [None if found is None else Versioned(decode(found[0]), found[1].version)
+                for found in _answers([self.zk.get_async(path) for path in paths])]
 
     def listings(self, paths: list[str]) -> list[tuple[list[str], ZnodeStat] | None]:
         """Each znode's children and stat (None: not there), pipelined: one round trip for a few."""
-        return self._retried(self._listings, paths)
-
-    def _listings(self, paths: list[str]) -> list[tuple[list[str], ZnodeStat] | None]:
-        sent = [self.zk.get_children_async(path, include_data=True) for path in paths]
-        found: list[tuple[list[str], ZnodeStat] | None] = []
-        for reply in sent:
-            try:
-                children, stat = reply.get()
-            except NoNodeError:
-                found.append(None)
-                continue
-            found.append((children, stat))
-        return found
+        return self._retried(lambda: _answers([self.zk.get_children_async(path, include_data=True) for path in paths]))
 
     def ensure_path(self, path: str) -> None:
         self._retried(self.zk.ensure_path, path)
