@@ -1,6 +1,7 @@
 """The metadata store: ledger records in ZooKeeper, every update a compare-and-set on the znode version."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -770,6 +771,35 @@ class MetadataStore:
         found = self.read(layout.ledger_path(ledger_id), serde.decode_ledger)
         if found is None:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist (deleted, or never created)")
+        return found
+
+    def read_ledger_async(self, ledger_id: int, *, synced: bool = False) -> concurrent.futures.Future:
+        """read_ledger without blocking the caller: a Future of the ledger's Versioned metadata, or of None when
+        there is none (never created, or deleted), set from kazoo's thread (asyncio.wrap_future awaits it on an
+        event loop). synced: a ZooKeeper sync of the ledgers directory goes first, so that a session on a lagging
+        follower sees every ledger created before the call (ZooKeeper answers a session's requests in order, so
+        the read is sent at once behind it). One attempt, which the caller bounds in time: while the session
+        reconnects kazoo holds the request and sends it once it is connected (a reply lost to the reconnection
+        fails it, and so does a session that expired or closed); MetadataError in the Future when the request
+        fails (no_reply() says whether it merely got no answer) or the record cannot be decoded."""
+        path = layout.ledger_path(ledger_id)
+        sync = self.zk.sync_async(layout.LEDGERS) if synced else None
+        reply = self.zk.get_async(path)
+        found: concurrent.futures.Future = concurrent.futures.Future()
+        found.set_running_or_notify_cancel()       # sent: a waiter that gives up cancels its own wrapper only
+
+        def done(_) -> None:
+            try:
+                if sync is not None:
+                    self._translate(sync.get_nowait)   # answered before the read: it did not fail
+                data, stat = self._translate(reply.get_nowait)
+                found.set_result(Versioned(serde.decode_ledger(data), stat.version))
+            except NoNodeError:
+                found.set_result(None)
+            except Exception as exc:   # MetadataError, or a record this version cannot decode
+                found.set_exception(exc)
+
+        reply.rawlink(done)
         return found
 
     def write_ledger(self, meta: LedgerMetadata, expected_version: int,

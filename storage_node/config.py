@@ -52,6 +52,7 @@ class NodeConfig:
     tls_key: pathlib.Path | None = None
     tls_ca: pathlib.Path | None = None
     auth_token_file: pathlib.Path | None = None
+    bind_keys_unchecked: bool = False
     log_level: str = "INFO"
     ready_file: pathlib.Path | None = None
 
@@ -120,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PEM CA bundle: require every client to present a certificate signed by it (mutual TLS)")
     p.add_argument("--auth-token-file", type=pathlib.Path,
                    help="file holding a shared token: calls without it are refused with UNAUTHENTICATED")
+    p.add_argument("--bind-keys-unchecked", action="store_true",
+                   help="bind a ledger's master key on the first add, fence or WriteLac without checking it against "
+                        "the password hash in the ledger's metadata (BookKeeper's bookies' way): any client holding "
+                        "the token can then claim ledger ids not created yet. For benchmarks and tests that drive a "
+                        "node with ledger ids that have no metadata; never for a cluster shared with untrusted "
+                        "clients")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                    help="the least severe log lines written to stderr (ZooKeeper client lines: WARNING and up)")
     p.add_argument("--ready-file", type=pathlib.Path,
@@ -156,6 +163,7 @@ def parse_config(argv: list[str] | None = None) -> NodeConfig:
         tls_key=_resolved(args.tls_key),
         tls_ca=_resolved(args.tls_ca),
         auth_token_file=_resolved(args.auth_token_file),
+        bind_keys_unchecked=args.bind_keys_unchecked,
         log_level=args.log_level,
         ready_file=_resolved(args.ready_file),
     )

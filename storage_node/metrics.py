@@ -43,6 +43,11 @@ class NodeMetrics:
                                           "File bytes freed by compaction", registry=registry)
         self.gc_files_deleted = Counter("ledger_node_gc_files_deleted",
                                         "Journal segments and compacted files removed", registry=registry)
+        self.key_check_lookups = Counter("ledger_node_key_check_lookups",
+                                         "Metadata reads of the first-sight key check (one per ledger new to the "
+                                         "node), by outcome: found, absent (no metadata: refused), failed "
+                                         "(ZooKeeper did not answer: refused as unknown)", ["outcome"],
+                                         registry=registry)
         self.ledgers = Gauge("ledger_node_ledgers", "Ledgers stored", registry=registry)
         self.entries = Gauge("ledger_node_entries", "Entries stored", registry=registry)
         self.fenced_ledgers = Gauge("ledger_node_fenced_ledgers", "Ledgers fenced on this node", registry=registry)

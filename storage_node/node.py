@@ -22,6 +22,7 @@ from storage_node.data_dir_lock import DataDirLock
 from storage_node.disk_usage import DataDirUsage
 from storage_node.errors import JournalWriteError, StorageNodeError
 from storage_node.gc import run_periodically
+from storage_node.key_check import KeyCheck
 from storage_node.metrics import NodeMetrics
 from storage_node.server import create_server
 from storage_node.service import StorageNodeService
@@ -140,6 +141,7 @@ async def _serve_locked(config: NodeConfig, lock: DataDirLock, stop: asyncio.Eve
         session = await asyncio.to_thread(_Session.open, config)
         try:
             await asyncio.to_thread(check_cookie, session.store, config.data_dir, config.node_id, log.warning)
+            _check_keys(config, storage, session.store)
             await server.start()
             try:
                 await storage.open()
@@ -182,6 +184,15 @@ class _Session:
         await _without_waiting_for_zookeeper(self.store.close, "deregistering and closing the ZooKeeper session")
 
 
+def _check_keys(config: NodeConfig, storage: Storage, store: MetadataStore) -> None:
+    """Rule 7 at first sight (storage_node/key_check.py), unless --bind-keys-unchecked, which the log says."""
+    if config.bind_keys_unchecked:
+        log.warning("--bind-keys-unchecked: master keys are bound on a ledger's first add, fence or WriteLac without "
+                    "a look at its metadata; any client holding the token can claim ledger ids not created yet")
+    else:
+        storage.key_check = KeyCheck(store, config.node_id, storage.metrics.key_check_lookups)
+
+
 async def _keep_a_snapshot(storage: Storage) -> None:
     """Rule 8 for the snapshot file: from the node's first start on there is one and the cookie records it,
     so a snapshot lost later is noticed at start (storage_node/cookie.py). Recorded only once it is in place:
@@ -216,6 +227,7 @@ async def _serve_registered(config: NodeConfig, session: _Session, storage: Stor
     security = ("mutual TLS" if config.tls_ca else "TLS") if config.tls_cert else "plain text"
     if config.auth_token_file:
         security += ", token required"
+    security += ", keys bound unchecked" if config.bind_keys_unchecked else ", keys checked against metadata"
     if config.ready_file is not None:
         await asyncio.to_thread(_write_ready_file, config, service.address, metrics_address)
     log.info("serving on %s (%s; metrics on http://%s/metrics)", service.address, security, metrics_address)

@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2
 from protos import ledger_pb2 as pb
 from protos import wire
 from storage_node.config import NodeConfig
-from storage_node.storage import AddRun, LacAnswer, Storage, id_problem, runs_of
+from storage_node.storage import AddRun, FirstSight, LacAnswer, Storage, id_problem, runs_of
 
 SERVICE_NAME = "ledger.v1.StorageNode"
 READ_RANGE_BYTES = 2 << 20       # default batch of a ReadRange message: under gRPC's 4 MiB client default
@@ -30,6 +30,11 @@ _RANGE_DONE = pb.ReadRangeResponse(done=True).SerializeToString()
 MAX_PENDING_ADD_MESSAGES = 256   # per stream: stop reading when this many batches wait for their fsync
 MAX_HEALTH_WATCHES = 256         # health Watch streams open at once (probes Check; gRPC's client-side checks Watch)
 _log = logging.getLogger(__name__)
+
+
+# What an Add stream answers for a request, or the part of one: (whether to answer in ranges, the answers, the
+# journal group to await or None).
+_Answers = tuple[bool, list[AddRun], object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,15 +109,22 @@ class StorageNodeService:
 
     async def Add(self, request_iterator, context) -> None:
         """Reads batches while earlier ones wait for their fsync; one AddResponse per group commit, or sooner
-        where the answers change form (ranges for requests that asked for them, results for the others)."""
+        where the answers change form (ranges for requests that asked for them, results for the others).
+
+        Entries of ledgers new to the node wait for the first-sight key check (storage_node/key_check.py) on their
+        own, in `checking`, and are answered in a later message: the rest of their request, and the requests after
+        it, are journaled and answered meanwhile (a client shares one stream between its ledgers, so a slow
+        ZooKeeper must not hold up the ledgers a node holds). Those set-aside parts are journaled in the order they
+        arrived, so the entries of a ledger are journaled in the order the stream sent them."""
         pending: collections.deque = collections.deque()
+        checking: set[asyncio.Task] = set()
         arrived = asyncio.Event()
         drained = asyncio.Event()
-        reader = asyncio.ensure_future(self._read_adds(request_iterator, pending, arrived, drained))
+        reader = asyncio.ensure_future(self._read_adds(request_iterator, pending, checking, arrived, drained))
         try:
             while True:
                 if not pending:
-                    if reader.done():
+                    if reader.done() and not checking:
                         break
                     arrived.clear()
                     await arrived.wait()
@@ -130,32 +142,61 @@ class StorageNodeService:
                 await context.write(_response(runs, ranged))
         finally:
             reader.cancel()
+            for task in checking:
+                task.cancel()
 
-    async def _read_adds(self, request_iterator, pending: collections.deque, arrived: asyncio.Event,
-                         drained: asyncio.Event) -> None:
+    async def _read_adds(self, request_iterator, pending: collections.deque, checking: set[asyncio.Task],
+                         arrived: asyncio.Event, drained: asyncio.Event) -> None:
+        set_aside = None      # the part of a request that waits for the key check last set aside
         try:
             async for request in request_iterator:
-                pending.append(self._add(request))
+                split = (None if isinstance(request, Malformed) or self.storage.refusal()
+                         else self.storage.new_ledger_entries(request.entries))
+                if split is None:
+                    pending.append(self._add(request))
+                else:
+                    held, new = split
+                    task = set_aside = asyncio.ensure_future(
+                        self._add_new(request.range_results, new, pending, arrived, after=set_aside))
+                    checking.add(task)
+                    task.add_done_callback(lambda done: (checking.discard(done), arrived.set()))
+                    if held:
+                        pending.append(self._add_entries(request.range_results, held))
                 arrived.set()
-                while len(pending) >= MAX_PENDING_ADD_MESSAGES:
+                while len(pending) + len(checking) >= MAX_PENDING_ADD_MESSAGES:
                     drained.clear()
                     await drained.wait()
         finally:
             arrived.set()
 
-    def _add(self, request) -> tuple[bool, list[AddRun], object]:
-        """(whether to answer in ranges, the answers, the group to await or None)."""
+    async def _add_new(self, ranged: bool, entries: list, pending: collections.deque, arrived: asyncio.Event,
+                       after: asyncio.Task | None) -> None:
+        """Entries of ledgers new to the node: journaled once the key check answered for their ledgers and the
+        part set aside before them (after) is journaled."""
+        try:
+            first_sight = await self.storage.first_sight_verdicts(entries)
+        except Exception:
+            _log.exception("first-sight key check failed")
+            first_sight = {}        # add_runs refuses what has no verdict: ERROR, nothing bound unchecked
+        if after is not None:
+            await asyncio.wait([after])
+        pending.append(self._add_entries(ranged, entries, first_sight))
+        arrived.set()
+
+    def _add(self, request) -> _Answers:
         if isinstance(request, Malformed):
             return False, [AddRun(-1, -1, -1, pb.BAD_REQUEST, request.reason)], None
-        ranged = request.range_results
+        return self._add_entries(request.range_results, request.entries)
+
+    def _add_entries(self, ranged: bool, entries, first_sight: FirstSight | None = None) -> _Answers:
         refusal = self.storage.refusal()
         if refusal:
-            return ranged, runs_of(request.entries, pb.ERROR, refusal), None
+            return ranged, runs_of(entries, pb.ERROR, refusal), None
         try:
-            return (ranged, *self.storage.add_runs(request.entries))
+            return (ranged, *self.storage.add_runs(entries, first_sight))
         except Exception as exc:
             _log.exception("Add failed")
-            return ranged, runs_of(request.entries, pb.ERROR, f"node {self.config.node_id} failed: {exc!r}"), None
+            return ranged, runs_of(entries, pb.ERROR, f"node {self.config.node_id} failed: {exc!r}"), None
 
     # -- reads, fencing, LAC --------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import logging
 import shutil
 import time
 from array import array
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple
 
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
@@ -52,6 +52,9 @@ from storage_node.segments import (
     list_segments,
     read_record,
 )
+
+if TYPE_CHECKING:
+    from storage_node.key_check import KeyCheck
 
 MAX_ID = 1 << 62                 # ids beyond this are absurd: BAD_REQUEST
 MAX_KEY_BYTES = 64     # clients send 32 (protos/digest.py master_key); each ledger's is kept in memory
@@ -105,6 +108,10 @@ class LacAnswer(NamedTuple):
     message: str
     last_entry_id: int = -1     # the highest entry stored; the LAC fields only when status is OK
     lac: int = -1               # the highest LAC seen
+
+
+# The key check's verdicts for ledgers new to the node, by (ledger id, master key): storage_node/key_check.py.
+FirstSight = dict[tuple[int, bytes], Verdict]
 
 
 # What a journal group applies once it is durable (Storage._apply, in journal order: rule 5): a run of
@@ -229,6 +236,10 @@ class Storage:
         self._entries = 0               # entries: the sum of the ledgers' index counts
         self._fenced = 0                # fenced ledgers
         self.enospc_free_bytes: int | None = None   # free space when a journal write last failed with ENOSPC
+        # Rule 7 at first sight (storage_node/key_check.py): what a key must pass before it is bound to a ledger new
+        # to the node, set by the node once its ZooKeeper session is open; None binds the first key unchecked
+        # (--bind-keys-unchecked, and tests of the storage alone).
+        self.key_check: KeyCheck | None = None
         self.on_change: Callable[[], None] = lambda: None   # the node republishes (read-only or broken now)
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -381,14 +392,16 @@ class Storage:
 
     # -- adds -----------------------------------------------------------------------------------
 
-    def add_batch(self, entries) -> tuple[list[AddResult], Group | None]:
+    def add_batch(self, entries, first_sight: FirstSight | None = None) -> tuple[list[AddResult], Group | None]:
         """add_runs with one AddResult per entry."""
-        runs, group = self.add_runs(entries)
+        runs, group = self.add_runs(entries, first_sight)
         return [result for run in runs for result in run.results()], group
 
-    def add_runs(self, entries) -> tuple[list[AddRun], Group | None]:
+    def add_runs(self, entries, first_sight: FirstSight | None = None) -> tuple[list[AddRun], Group | None]:
         """Check and journal a batch; returns the answers in entry order as runs, and the group to await
-        (None when nothing was journaled). OK runs hold only once that group is durable.
+        (None when nothing was journaled). OK runs hold only once that group is durable. first_sight: the key
+        check's verdicts (first_sight_verdicts) for the entries' ledgers that the node does not hold; with a key
+        check on, an entry of such a ledger without one is refused ERROR, never bound unchecked.
 
         Every entry is checked and journaled on its own (one ENTRY record each), but what a batch shares is
         done once per run of entries of one ledger, with one key and flags, and consecutive ids: the ledger,
@@ -430,7 +443,7 @@ class Storage:
                         run = None
                         continue
                 if not known:
-                    refusal = self._add_refusal(ledger_id, key, flags)
+                    refusal = self._add_refusal(ledger_id, key, flags, first_sight)
                     if refusal:
                         answers.append(AddRun(ledger_id, entry_id, entry_id, *refusal))
                         run = None
@@ -467,9 +480,9 @@ class Storage:
                 group.items.extend(pending)
         return _joined(answers), group if chunks else None
 
-    def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> Refusal | None:
+    def _add_refusal(self, ledger_id: int, key: bytes, flags: int, first_sight: FirstSight | None) -> Refusal | None:
         """Why adds of this ledger with this key and flags are refused (its over-replicated copies being dropped,
-        read-only, rules 6 and 7), or None; creates the ledger on its first add."""
+        read-only, rules 6 and 7), or None; creates the ledger on its first add, once the key check passed it."""
         recovery = flags & pb.RECOVERY_ADD
         if self._dropping and ledger_id in self._dropping:   # a drop in progress (rare): no lookup per add otherwise
             return Refusal(pb.ERROR, f"node {self.config.node_id} is dropping its copies of ledger {ledger_id}, whose "
@@ -478,9 +491,45 @@ class Storage:
             return Refusal(pb.READ_ONLY, self._read_only_message())
         state = self.ledgers.get(ledger_id)
         if state is None:
+            if self.key_check is not None:
+                checked, pair = first_sight or {}, (ledger_id, bytes(key))
+                if pair not in checked:
+                    return Refusal(pb.ERROR, f"node {self.config.node_id} has not checked the master key of ledger "
+                                             f"{ledger_id}, new to it, against the ledger's metadata; retry")
+                if checked[pair]:
+                    return checked[pair]
             self._create(ledger_id, key)
             return None
         return state.check_add(key, recovery)
+
+    # -- first sight: rule 7's key check (storage_node/key_check.py) ---------------------------------
+
+    def new_ledger_entries(self, entries) -> tuple[list, list] | None:
+        """With a key check on and some of entries' ledgers new to the node: (the entries of ledgers it holds,
+        those of the others). None otherwise (the common case): add_runs takes them all at once. The service
+        journals the first part at once and the second once first_sight_verdicts answered, so that adds of the
+        ledgers a node holds never wait for ZooKeeper, even on an Add stream that a client shares between ledgers."""
+        ledgers = self.ledgers
+        if self.key_check is None or {e.ledger_id for e in entries} <= ledgers.keys():
+            return None
+        held, new = [], []
+        for e in entries:
+            (held if e.ledger_id in ledgers else new).append(e)
+        return held, new
+
+    async def first_sight_verdicts(self, entries) -> FirstSight:
+        """The key check's verdict for each (ledger id, key) of entries whose ledger the node does not hold, all
+        asked at once, for add_runs. Malformed ids and keys are not asked about: add_runs refuses them as
+        BAD_REQUEST before it needs a verdict."""
+        pairs = list({(e.ledger_id, bytes(e.master_key)) for e in entries
+                      if e.ledger_id not in self.ledgers and not id_problem(e.ledger_id)
+                      and 0 < len(e.master_key) <= MAX_KEY_BYTES})
+        found = await asyncio.gather(*(self.key_check.verdict(*pair) for pair in pairs))
+        return dict(zip(pairs, found))
+
+    async def _first_sight(self, ledger_id: int, key: bytes) -> Verdict:
+        """None when key may be bound to ledger_id, which the node does not hold (always, without a key check)."""
+        return None if self.key_check is None else await self.key_check.verdict(ledger_id, key)
 
     def _entry_problem(self, ledger_id: int, entry_id: int, lac: int, key: bytes, flags: int,
                        payload: bytes, digest: int) -> tuple[int, str]:
@@ -635,6 +684,11 @@ class Storage:
             return Refusal(pb.BAD_REQUEST, id_problem(ledger_id))
         what = f"fence of ledger {ledger_id}"
         state = self.ledgers.get(ledger_id)
+        if state is None:
+            verdict = await self._first_sight(ledger_id, key)
+            if verdict:
+                return verdict      # a refused fence fences nothing (rule 7)
+            state = self.ledgers.get(ledger_id)     # bound by another request while the check waited
         if state is not None:
             verdict = state.check_fence(key)
             if verdict or state.fence_durable:
@@ -662,6 +716,11 @@ class Storage:
             return Refusal(pb.BAD_REQUEST, f"WriteLac needs a ledger id in [0, {MAX_ID}), a LAC in [-1, {MAX_ID}) "
                                            f"and the master key (1..{MAX_KEY_BYTES} bytes)")
         state = self.ledgers.get(ledger_id)
+        if state is None and not self.read_only_reason:     # a read-only node takes no LAC of a ledger new to it
+            verdict = await self._first_sight(ledger_id, key)
+            if verdict:
+                return verdict
+            state = self.ledgers.get(ledger_id)     # bound by another request while the check waited
         if state is not None:
             verdict = state.check_write_lac(key)
             if verdict:

@@ -37,6 +37,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "root_credentials(user_secret): metadata_uri's root is initialised with these ZooKeeper "
                    "digest credentials (user:secret), so only they can read or change it")
+    config.addinivalue_line(
+        "markers", "keys_unchecked: the nodes start_node starts bind master keys unchecked (--bind-keys-unchecked), "
+                   "for tests of a node's own rules that drive it with ledger ids that have no metadata")
 
 
 # Property tests check results, not speed: hypothesis's default 200 ms deadline per example is a timed assertion,
@@ -95,15 +98,17 @@ def store(metadata_uri) -> MetadataStore:
 
 
 @pytest.fixture
-def start_node(metadata_uri, tmp_path):
-    """start_node(node_id=None, *extra_args, data_dir=None) -> a serving NodeProcess; all killed at teardown."""
+def start_node(metadata_uri, tmp_path, request):
+    """start_node(node_id=None, *extra_args, data_dir=None) -> a serving NodeProcess; all killed at teardown. With
+    @pytest.mark.keys_unchecked every node gets --bind-keys-unchecked."""
     started: list[NodeProcess] = []
     counter = itertools.count(1)
+    unchecked = ("--bind-keys-unchecked",) if request.node.get_closest_marker("keys_unchecked") else ()
 
     def start(node_id: str | None = None, *extra_args: str, data_dir: pathlib.Path | None = None,
               expect_failure: bool = False) -> NodeProcess:
         node_id = node_id or f"node-{next(counter)}"
-        node = NodeProcess(metadata_uri, data_dir or tmp_path / node_id, node_id, *extra_args)
+        node = NodeProcess(metadata_uri, data_dir or tmp_path / node_id, node_id, *extra_args, *unchecked)
         started.append(node)
         return node.start(expect_failure=expect_failure)
 

@@ -10,7 +10,8 @@ the measured seconds: the node's figure at one full core bounds its rate on any 
 else shares the cores. A target the ceiling misses as well is bound on this machine: no node on Python's gRPC
 reaches it here.
 The node runs as its own process (connector/node_launcher.py): the connector never imports it, so the page
-cache allowance the raw loop imitates is one this module owns and passes to the node as a flag.
+cache allowance the raw loop imitates is one this module owns and passes to the node as a flag. The ledgers it writes
+are created in ZooKeeper first, as a writer's are: the node binds a ledger's key only once its metadata names it.
 """
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ from connector.bench.node_ceiling import CeilingServer, SyncedFile, measure, ver
 from connector.commands.arguments import directory, positive, seconds, seconds_or_zero
 from connector.node_launcher import node_command, start_node
 from metadata.embedded import EmbeddedZooKeeper
-from metadata.store import initialise_root
+from metadata.model import Fragment, LedgerMetadata
+from metadata.store import MetadataStore, initialise_root
 from protos import ledger_pb2 as pb
 from protos import ledger_pb2_grpc
 from protos import wire
-from protos.digest import entry_digest, master_key
+from protos.digest import entry_digest, master_key, password_hash
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -39,6 +41,8 @@ _MAX_MESSAGE = 256 * MiB
 TARGET_SMALL_ENTRIES_PER_S = 250_000
 TARGET_LARGE_RATIO = 0.80
 _PAGE_CACHE_BYTES = 0            # the node's default --journal-page-cache-bytes, passed to it explicitly
+_PASSWORD = b"bench"
+NODE_ID = "bench-node"
 NODE_START_SECONDS = 60.0
 
 
@@ -62,6 +66,8 @@ def run(args) -> int:
         with EmbeddedZooKeeper(work / "zookeeper") as zk:
             initialise_root(zk.uri("/bench"))
             node = _NodeUnderTest(work / "node", zk.uri("/bench"))
+            with MetadataStore(zk.uri("/bench")) as store:
+                ledgers = [_create_ledger(store) for _ in range(2)]
             ceiling = None
             try:
                 ceiling = CeilingServer(work / "ceiling")
@@ -69,8 +75,8 @@ def run(args) -> int:
                     ("1KiB", KiB, args.small_batch, args.small_window),
                     ("1MiB", MiB, args.large_batch, args.large_window),
                 ]
-                for ledger_id, (label, size, batch, window) in enumerate(cases, start=1):
-                    _compare(node, ceiling, work, label, ledger_id, size, batch, window, args)
+                for ledger_ids, (label, size, batch, window) in zip(ledgers, cases):
+                    _compare(node, ceiling, work, label, ledger_ids, size, batch, window, args)
             finally:
                 node.stop()
                 if ceiling is not None:
@@ -78,11 +84,17 @@ def run(args) -> int:
     return 0
 
 
-def _compare(node: "_NodeUnderTest", ceiling: CeilingServer, work: pathlib.Path, label: str, ledger_id: int,
-             size: int, batch: int, window: int, args) -> None:
+def _create_ledger(store: MetadataStore) -> tuple[int, int]:
+    """Two ledgers of the node alone (one per node run of a case), created as a writer creates them."""
+    meta = LedgerMetadata(0, 1, 1, 1, (Fragment(0, (NODE_ID,)),), password_hash=password_hash(_PASSWORD))
+    return store.create_ledger(meta).value.ledger_id, store.create_ledger(meta).value.ledger_id
+
+
+def _compare(node: "_NodeUnderTest", ceiling: CeilingServer, work: pathlib.Path, label: str,
+             ledger_ids: tuple[int, int], size: int, batch: int, window: int, args) -> None:
     clock = CpuClock([node.pid])
     before = node.info()
-    acked, elapsed, cpu = asyncio.run(_drive(node.address, ledger_id, size, batch, window, args.warmup,
+    acked, elapsed, cpu = asyncio.run(_drive(node.address, ledger_ids[0], size, batch, window, args.warmup,
                                              args.seconds, clock))
     after = node.info()
     fsyncs = max(1, after.journal_fsyncs - before.journal_fsyncs)
@@ -92,7 +104,7 @@ def _compare(node: "_NodeUnderTest", ceiling: CeilingServer, work: pathlib.Path,
     raw_entries, raw_elapsed = _raw_fsync_loop(work / "raw-fsync.dat", size, group, args.seconds)
     ceiling_runs = [measure([ceiling], 1, size, batch, window, args.warmup, args.seconds)]
     more, more_elapsed, more_cpu = asyncio.run(
-        _drive(node.address, ledger_id + 100, size, batch, window, args.warmup, args.seconds, clock)
+        _drive(node.address, ledger_ids[1], size, batch, window, args.warmup, args.seconds, clock)
     )
     acked, elapsed = acked + more, elapsed + more_elapsed
     node_cpu, driver_cpu = (a + b for a, b in zip(cpu, more_cpu))
@@ -129,7 +141,7 @@ async def _drive(address: str, ledger_id: int, size: int, batch: int, window: in
                  seconds: float, clock: CpuClock) -> tuple[int, float, tuple[float, float]]:
     """Keep `window` entries in flight on one Add stream, asking for answers in ranges (ledger.proto
     AddRange); (entries acknowledged OK, seconds, (node, driver) CPU seconds) after warmup."""
-    key = master_key(b"bench")
+    key = master_key(_PASSWORD)
     payload = os.urandom(size)
     async with grpc.aio.insecure_channel(address, options=[
         ("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
@@ -207,9 +219,9 @@ def _raw_fsync_loop(path: pathlib.Path, size: int, group: int, seconds: float) -
 class _NodeUnderTest:
     def __init__(self, data_dir: pathlib.Path, metadata_uri: str):
         self.node = start_node(
-            node_command(data_dir, 0, metadata_uri, "bench-node", "--checkpoint-interval", "3600",
+            node_command(data_dir, 0, metadata_uri, NODE_ID, "--checkpoint-interval", "3600",
                          "--journal-page-cache-bytes", str(_PAGE_CACHE_BYTES)),
-            "bench-node", NODE_START_SECONDS,
+            NODE_ID, NODE_START_SECONDS,
         )
         self.address = self.node.address
         self.pid = self.node.pid

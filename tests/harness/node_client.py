@@ -1,13 +1,18 @@
 """A small synchronous gRPC client for talking to one storage node in tests."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import grpc
 
+from metadata import layout, serde
+from metadata.model import Fragment, LedgerMetadata
 from protos import ledger_pb2 as pb
 from protos import ledger_pb2_grpc
-from protos.digest import entry_digest, master_key
+from protos.digest import entry_digest, master_key, password_hash
 
-KEY = master_key(b"test-password")
+PASSWORD = b"test-password"
+KEY = master_key(PASSWORD)
 OTHER_KEY = master_key(b"another-password")
 _MAX_MESSAGE = 256 << 20
 
@@ -106,13 +111,21 @@ class NodeClient:
         return list(call(iter(messages), timeout=30))
 
 
+def given_ledgers(store, passwords: Mapping[int, bytes]) -> None:
+    """Metadata for each ledger id of passwords (an OPEN ledger on node-1 alone), naming its password: a node that
+    checks master keys against the metadata (storage_node/key_check.py) then binds master_key(password) to it.
+    Created at the ids given, as no client creates ledgers: for tests that drive nodes with fixed ledger ids."""
+    create = store.transaction()
+    for ledger_id, password in passwords.items():
+        meta = LedgerMetadata(ledger_id, 1, 1, 1, (Fragment(0, ("node-1",)),), password_hash=password_hash(password))
+        create.create(layout.ledger_path(ledger_id), serde.encode_ledger(meta))
+    create.commit()
+
+
 def open_ledger_on_nodes(store, nodes, entries: int, password: bytes, writer_id: str, lacs=()) -> int:
     """An OPEN ledger of writer_id on an ensemble of nodes (E = WQ = 3, AQ = 2), whose `entries` entries every node
     holds, each piggybacking LAC -1 as a pipelined writer sends them before any completes; lacs: the explicit LAC
     each node then takes, in the order of nodes (none: they know -1). Its id."""
-    from metadata.model import Fragment, LedgerMetadata
-    from protos.digest import password_hash
-
     meta = LedgerMetadata(0, 3, 3, 2, (Fragment(0, tuple(n.node_id for n in nodes)),),
                           password_hash=password_hash(password), writer_id=writer_id)
     ledger_id = store.create_ledger(meta).value.ledger_id

@@ -9,7 +9,7 @@ from metadata import registry
 from metadata.store import MetadataStore
 from protos import digest, ledger_pb2, ledger_pb2_grpc
 from storage_node.journal import FSYNC_FAULT_ENV
-from tests.harness.node_client import NodeClient, make_entry
+from tests.harness.node_client import PASSWORD, NodeClient, given_ledgers, make_entry
 from tests.harness.poll import poll_until
 
 
@@ -47,6 +47,7 @@ def test_start_status_stop_and_restart_keeps_data(tmp_path):
         assert uri.startswith("zk://127.0.0.1:")
         with MetadataStore(uri) as store:
             nodes = registry.list_nodes(store)
+            given_ledgers(store, {7: b""})
         assert sorted(nodes) == ["node-1", "node-2"]
         status = ledger("cluster", "status", "--dir", str(directory)).stdout
         assert "zookeeper  serving" in status and status.count(" up ") == 2
@@ -80,6 +81,7 @@ def test_status_counts_a_node_whose_journal_broke_as_unhealthy(tmp_path, monkeyp
         (directory / "nodes" / "node-1" / "FSYNC_FAULT").touch()
         with MetadataStore(uri) as store:
             address = registry.list_nodes(store)["node-1"].address
+            given_ledgers(store, {5: PASSWORD})
         with NodeClient(address) as node:
             assert node.add(make_entry(5, 0, b"x"))[0].status == ledger_pb2.ERROR   # its group's fsync failed
         poll_until(lambda: registry_health(uri, "node-1").startswith("broken"), 30, what="node-1 to register broken")

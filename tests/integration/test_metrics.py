@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connector.client import LedgerClient
 from connector.client import metrics as client_metrics
 from metadata import registry
-from tests.harness.node_client import NodeClient, make_entry, payload_for
+from tests.harness.node_client import PASSWORD, NodeClient, given_ledgers, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 
@@ -27,6 +27,7 @@ def scrape(address: str) -> dict[str, float]:
 
 
 def test_node_metrics_count_adds_reads_and_show_read_only(start_node, store, metadata_uri):
+    given_ledgers(store, {1: PASSWORD})
     node = start_node("metered")
     address = registry.list_nodes(store)[node.node_id].metrics_address
     assert address.startswith("127.0.0.1:")

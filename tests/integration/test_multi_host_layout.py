@@ -76,7 +76,8 @@ class UnitNode(NodeProcess):
 
 # Flags the unit leaves to LEDGER_NODE_EXTRA_ARGS: switches and optional security files; and the file a
 # launcher (not systemd) waits for.
-OPTIONAL_FLAGS = {"--read-only", "--tls-cert", "--tls-key", "--tls-ca", "--auth-token-file", "--ready-file"}
+OPTIONAL_FLAGS = {"--read-only", "--bind-keys-unchecked", "--tls-cert", "--tls-key", "--tls-ca", "--auth-token-file",
+                  "--ready-file"}
 
 
 def test_unit_sets_every_storage_node_flag_from_the_env_example():

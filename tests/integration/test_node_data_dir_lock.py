@@ -11,12 +11,18 @@ import hashlib
 import subprocess
 import sys
 
+import pytest
+
 from metadata import layout, serde
 from metadata.model import NodeRegistration, NodeState
 from protos import ledger_pb2 as pb
 from tests.harness.node_client import NodeClient, make_entry
 from tests.harness.node_process import NodeProcess
 from tests.harness.poll import poll_until
+
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
 
 
 def registration(store, node_id):

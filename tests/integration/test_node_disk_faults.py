@@ -32,6 +32,10 @@ from tests.harness.background_writer import BackgroundWriter
 from tests.harness.node_client import KEY, NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
+
 FAULT = "fail-fsync"        # relative: inside each node's data directory, so one node fails and the others do not
 
 

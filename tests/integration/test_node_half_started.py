@@ -21,7 +21,7 @@ from metadata import registry
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
 from storage_node.cookie import check_cookie, read_disk_cookie
-from tests.harness.node_client import NodeClient, make_entry
+from tests.harness.node_client import PASSWORD, NodeClient, given_ledgers, make_entry
 from tests.harness.node_process import NodeProcess
 
 
@@ -58,6 +58,12 @@ def refused_start(directory, nodes):
 def registrations(uri):
     with MetadataStore(uri) as store:
         return registry.list_nodes(store)
+
+
+def given_ledger(uri, ledger_id):
+    """Metadata for a ledger id the test adds to on a node directly: a node binds only the key it names."""
+    with MetadataStore(uri) as store:
+        given_ledgers(store, {ledger_id: PASSWORD})
 
 
 def zk_cookie(uri, node_id):
@@ -99,6 +105,7 @@ def test_the_issues_trap_a_node_started_on_a_taken_port_then_the_cluster(local_c
 
     start_cluster(local_cluster, 3)
     node = registrations(uri)["node-3"]
+    given_ledger(uri, 1)
     with NodeClient(node.address) as client:
         assert client.add(make_entry(1, 0, b"served"))[0].status == pb.OK
     assert zk_cookie(uri, "node-3").data_dir == str(local_cluster / "nodes" / "node-3")
@@ -134,6 +141,7 @@ def test_a_cookie_whose_directory_served_is_kept_and_the_refusal_names_it(local_
     with the node's reason in one line, the cookie stays, and node-3 still serves from its own directory."""
     uri = start_cluster(local_cluster, 2).stdout.strip()
     elsewhere = NodeProcess(uri, tmp_path / "elsewhere", "node-3").start()
+    given_ledger(uri, 7)
     try:
         with NodeClient(elsewhere.address) as client:
             assert client.add(make_entry(7, 0, b"acknowledged elsewhere"))[0].status == pb.OK
@@ -157,6 +165,7 @@ def test_a_wiped_node_directory_is_refused_in_the_nodes_own_words(local_cluster)
     """The cookie names the cluster's own directory, which was emptied: nothing proves the node never served,
     so `cluster start` says what the node says instead of only pointing at its log."""
     uri = start_cluster(local_cluster, 2).stdout.strip()
+    given_ledger(uri, 3)
     with NodeClient(registrations(uri)["node-2"].address) as client:
         assert client.add(make_entry(3, 0, b"on node-2"))[0].status == pb.OK
     assert ledger("cluster", "stop", "--dir", str(local_cluster)).returncode == 0
@@ -170,6 +179,7 @@ def test_a_wiped_node_directory_is_refused_in_the_nodes_own_words(local_cluster)
 
 def test_a_node_whose_recorded_port_was_taken_moves_to_a_free_one(local_cluster):
     uri = start_cluster(local_cluster, 2).stdout.strip()
+    given_ledger(uri, 5)
     with NodeClient(registrations(uri)["node-1"].address) as client:
         assert client.add(make_entry(5, 0, b"kept"))[0].status == pb.OK
     assert ledger("cluster", "stop", "--dir", str(local_cluster)).returncode == 0

@@ -5,6 +5,7 @@ from connector.client import LedgerClient
 from connector.client.rereplicate import Rereplicator
 from metadata import registry
 from protos import ledger_pb2 as pb
+from protos.digest import master_key
 from storage_node.journal import FSYNC_FAULT_ENV
 from tests.harness.ledger_data import append_entries, assert_every_entry_reads_back
 from tests.harness.node_client import NodeClient, make_entry, payload_for
@@ -24,7 +25,9 @@ def test_a_broken_nodes_copies_are_audited_lost_and_made_again(start_node, metad
         victim = nodes[0]
         (victim.data_dir / FAULT).touch()
         with NodeClient(victim.address) as raw:
-            assert raw.add(make_entry(999, 0, payload_for(999, 0)))[0].status != pb.OK
+            # An add to a ledger it holds, with that ledger's key: journaled, and its fsync fails.
+            late = make_entry(ledger_id, 20, payload_for(ledger_id, 20), key=master_key(b""))
+            assert raw.add(late)[0].status != pb.OK
             assert raw.read(ledger_id, 0).status != pb.OK      # it serves nothing now
         poll_until(lambda: registry.list_nodes(client.store)[victim.node_id].broken, 15)
         with Rereplicator(client) as auditor:

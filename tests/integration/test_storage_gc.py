@@ -15,10 +15,11 @@ from metadata import layout
 from metadata.model import Fragment, LedgerMetadata
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
+from protos.digest import password_hash
 from storage_node.config import NodeConfig
 from storage_node.gc import collect_garbage, deleted_ledgers
 from storage_node.storage import Storage
-from tests.harness.node_client import NodeClient, make_entry, payload_for
+from tests.harness.node_client import PASSWORD, NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 from tests.harness.stream_fixtures import closed_ledgers
 
@@ -32,7 +33,7 @@ GRACE = 3.0
 def create_ledgers(store, node_id: str, count: int) -> list[int]:
     """Metadata first, as every writer does: the node only ever holds ledgers that were created."""
     meta = LedgerMetadata(ledger_id=0, ensemble_size=1, write_quorum=1, ack_quorum=1,
-                          fragments=(Fragment(0, (node_id,)),))
+                          fragments=(Fragment(0, (node_id,)),), password_hash=password_hash(PASSWORD))
     return [store.create_ledger(meta).value.ledger_id for _ in range(count)]
 
 

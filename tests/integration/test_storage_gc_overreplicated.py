@@ -19,11 +19,12 @@ from metadata.errors import MetadataError
 from metadata.model import Fragment, LedgerMetadata, LedgerState, Versioned
 from metadata.store import MetadataStore
 from protos import ledger_pb2 as pb
+from protos.digest import password_hash
 from storage_node.config import NodeConfig
 from storage_node.gc import collect_garbage, drop_overreplicated
 from storage_node.storage import Storage
 from tests.harness.ledger_data import append_entries, assert_every_entry_reads_back
-from tests.harness.node_client import NodeClient, make_entry, payload_for
+from tests.harness.node_client import PASSWORD, NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 MiB = 1 << 20
@@ -82,7 +83,8 @@ def create_held(store: MetadataStore, client: NodeClient, fragments, state: Ledg
     """A ledger's metadata (as its writer, a recovery or a repair left it), then its entries on the node."""
     meta = LedgerMetadata(ledger_id=0, ensemble_size=3, write_quorum=3, ack_quorum=2,
                           fragments=tuple(Fragment(first, tuple(ensemble)) for first, ensemble in fragments),
-                          state=state, last_entry_id=entries - 1 if state is LedgerState.CLOSED else -1)
+                          state=state, last_entry_id=entries - 1 if state is LedgerState.CLOSED else -1,
+                          password_hash=password_hash(PASSWORD))
     ledger_id = store.create_ledger(meta).value.ledger_id
     assert all(r.status == pb.OK for r in client.add(*(make_entry(ledger_id, e, payload_for(ledger_id, e))
                                                        for e in range(entries))))

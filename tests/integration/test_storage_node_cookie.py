@@ -17,6 +17,10 @@ from storage_node.cookie import check_cookie, read_disk_cookie, write_disk_cooki
 from storage_node.errors import CookieMismatchError
 from tests.harness.node_client import NodeClient, make_entry
 
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
+
 
 def add_one(node) -> None:
     with NodeClient(node.address) as client:

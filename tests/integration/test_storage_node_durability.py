@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from protos import ledger_pb2 as pb
 from storage_node.checkpoint import SnapshotDamaged, load_checkpoints
 from storage_node.records import MARK_SIZE, encode_durable_mark, encode_entry_head
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
+
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
 
 
 def last_segment(node) -> pathlib.Path:

@@ -1,11 +1,13 @@
-"""Fencing and the master key on a real node (rules 6 and 7), across restarts."""
+"""Fencing and the master key on a real node (rules 6 and 7), across restarts. The ledgers have metadata naming
+KEY's password, as a writer's do: the node binds a key only then (tests/security/test_ledger_claims.py)."""
 from __future__ import annotations
 
 from protos import ledger_pb2 as pb
-from tests.harness.node_client import KEY, OTHER_KEY, NodeClient, make_entry
+from tests.harness.node_client import KEY, OTHER_KEY, PASSWORD, NodeClient, given_ledgers, make_entry
 
 
-def test_fence_is_durable_one_way_and_lets_recovery_adds_through(start_node):
+def test_fence_is_durable_one_way_and_lets_recovery_adds_through(start_node, store):
+    given_ledgers(store, {5: PASSWORD})
     node = start_node()
     with NodeClient(node.address) as client:
         assert [r.status for r in client.add(*[make_entry(5, e, b"e%d" % e) for e in range(4)])] == [pb.OK] * 4
@@ -22,7 +24,8 @@ def test_fence_is_durable_one_way_and_lets_recovery_adds_through(start_node):
         assert client.read(5, 0).payload == b"e0"
 
 
-def test_wrong_master_key_is_unauthorized_and_a_rejected_fence_fences_nothing(start_node):
+def test_wrong_master_key_is_unauthorized_and_a_rejected_fence_fences_nothing(start_node, store):
+    given_ledgers(store, {6: PASSWORD})
     node = start_node()
     with NodeClient(node.address) as client:
         assert client.add(make_entry(6, 0, b"first"))[0].status == pb.OK
@@ -36,7 +39,8 @@ def test_wrong_master_key_is_unauthorized_and_a_rejected_fence_fences_nothing(st
         assert client.read(6, 1).payload == b"second"
 
 
-def test_fence_of_an_unknown_ledger_creates_it_fenced(start_node):
+def test_fence_of_an_unknown_ledger_creates_it_fenced(start_node, store):
+    given_ledgers(store, {9: PASSWORD})
     node = start_node()
     with NodeClient(node.address) as client:
         assert client.read_lac(9, fence=False).status == pb.NO_LEDGER

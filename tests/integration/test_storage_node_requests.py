@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import concurrent.futures
 
+import pytest
+
 from metadata import layout, serde
 from metadata.model import NodeState
 from protos import ledger_pb2 as pb
 from tests.harness.node_client import NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
+
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
 
 
 def test_malformed_and_damaged_requests_get_bad_request_oversized_entries_too_large_and_the_node_keeps_serving(

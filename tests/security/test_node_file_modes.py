@@ -14,8 +14,9 @@ import pytest
 
 from metadata.model import Fragment, LedgerMetadata
 from protos import ledger_pb2 as pb
+from protos.digest import password_hash
 from storage_node.checkpoint import DELTA_PREFIX, SNAPSHOT_NAME
-from tests.harness.node_client import NodeClient, make_entry, payload_for
+from tests.harness.node_client import PASSWORD, NodeClient, make_entry, payload_for
 from tests.harness.poll import poll_until
 
 MiB = 1 << 20
@@ -43,7 +44,7 @@ def test_a_node_creates_every_file_and_directory_for_its_user_alone_and_closes_a
     os.chmod(data_dir, 0o755)         # made by an operator, open to everyone
     node = start_node("node-1", *NODE_ARGS, data_dir=data_dir)
     meta = LedgerMetadata(ledger_id=0, ensemble_size=1, write_quorum=1, ack_quorum=1,
-                          fragments=(Fragment(0, ("node-1",)),))
+                          fragments=(Fragment(0, ("node-1",)),), password_hash=password_hash(PASSWORD))
     ledgers = [store.create_ledger(meta).value.ledger_id for _ in range(4)]
     with NodeClient(node.address) as client:
         for entry_id in range(60):    # interleaved, 1 MiB segments: several segments, each with every ledger

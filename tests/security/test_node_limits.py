@@ -13,13 +13,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import ledger_pb2 as pb
 from storage_node.service import MAX_HEALTH_WATCHES
 from storage_node.storage import MAX_KEY_BYTES
-from tests.harness.node_client import NodeClient, make_entry
+from tests.harness.node_client import PASSWORD, NodeClient, given_ledgers, make_entry
 from tests.harness.poll import poll_until
 
 LONG_MS = 60_000
 
 
-def test_lac_long_polls_and_calls_over_their_limits_are_refused_and_the_node_serves_on(start_node):
+def test_lac_long_polls_and_calls_over_their_limits_are_refused_and_the_node_serves_on(start_node, store):
+    given_ledgers(store, {1: PASSWORD})
     node = start_node(None, "--max-concurrent-rpcs", "30", "--max-lac-waiters", "10")
     with NodeClient(node.address) as client, grpc.insecure_channel(node.address) as other:
         calls = [client.wait_lac_future(10**12 + i, 0, LONG_MS) for i in range(11)]
@@ -71,6 +72,7 @@ def test_health_watch_streams_are_bounded_check_stays_open(start_node):
             watch.cancel()
 
 
+@pytest.mark.keys_unchecked     # binds a raw 64-byte key, which no password's metadata names
 def test_a_master_key_over_the_limit_is_a_bad_request_and_claims_nothing(start_node):
     node = start_node()
     long_key, longest_key = b"k" * (MAX_KEY_BYTES + 1), b"k" * MAX_KEY_BYTES

@@ -10,7 +10,7 @@ import pytest
 from connector.client import LedgerClient, LedgerError, TlsConfig
 from protos import ledger_pb2 as pb
 from protos.ledger_pb2_grpc import StorageNodeStub
-from tests.harness.node_client import KEY, make_entry
+from tests.harness.node_client import KEY, PASSWORD, given_ledgers, make_entry
 
 LEDGER = 7
 
@@ -51,7 +51,8 @@ def test_ledger_client_writes_and_reads_over_mutual_tls(pki, cluster, metadata_u
     assert [e.payload for e in entries] == [f"entry {i}".encode() for i in range(50)]
 
 
-def test_clients_without_a_valid_certificate_can_neither_write_fence_nor_read(pki, start_node):
+def test_clients_without_a_valid_certificate_can_neither_write_fence_nor_read(pki, start_node, store):
+    given_ledgers(store, {LEDGER: PASSWORD})
     node = start_node(None, *pki.node_args())
     with stub(node.address, pki.client_tls()) as good:
         [ack] = [r for m in good.Add(iter([pb.AddRequest(entries=[make_entry(LEDGER, 0, b"acknowledged")])]),

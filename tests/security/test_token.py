@@ -13,7 +13,7 @@ from protos.ledger_pb2_grpc import StorageNodeStub
 from storage_node.config import parse_config
 from storage_node.errors import ConfigError
 from storage_node.security import read_token
-from tests.harness.node_client import KEY, make_entry
+from tests.harness.node_client import KEY, PASSWORD, given_ledgers, make_entry
 
 TOKEN = "s3cret-token"
 LEDGER = 3
@@ -40,7 +40,8 @@ def calls(s: StorageNodeStub, metadata) -> dict:
     }
 
 
-def test_calls_without_the_token_are_unauthenticated_and_change_nothing(start_node, token_file):
+def test_calls_without_the_token_are_unauthenticated_and_change_nothing(start_node, store, token_file):
+    given_ledgers(store, {LEDGER: PASSWORD})
     node = start_node(None, "--auth-token-file", str(token_file))
     with grpc.insecure_channel(node.address) as channel:
         s = StorageNodeStub(channel)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from metadata import registry
 from metadata.model import NodeState
 from protos import ledger_pb2 as pb
 from tests.harness.node_client import NodeClient, make_entry
 from tests.harness.poll import poll_until
+
+# Driven with fixed ledger ids that have no metadata: the nodes bind master keys unchecked
+# (--bind-keys-unchecked; the check itself: tests/security/test_ledger_claims.py).
+pytestmark = pytest.mark.keys_unchecked
 
 QUOTA = 64 << 20
 
