@@ -11,7 +11,9 @@ from protos import ledger_pb2 as pb
 
 # status -> its message, with {ledger} for the ledger id
 REFUSALS: dict[int, str] = {
-    pb.FENCED: "ledger {ledger} is fenced: another client recovered it; create a new ledger",
+    pb.FENCED: ("ledger {ledger} is fenced: another client recovered it; an entry not acknowledged to this writer may "
+                "be in it or not (the recovery decides: read the ledger to know) before you write it again; create a "
+                "new ledger"),
     pb.UNAUTHORIZED: "wrong password for ledger {ledger}; open it with the password it was created with",
 }
 

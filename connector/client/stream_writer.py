@@ -162,7 +162,8 @@ class StreamWriter:
     def _fenced(self, record: StreamRecord) -> LedgerFencedError:
         return LedgerFencedError(
             f"stream {self.name!r} was taken over by {record.owner or 'another writer'}: this writer "
-            "is fenced; open a new stream writer to continue"
+            "is fenced; an append not acknowledged to it may be in the stream or not (the takeover's recovery "
+            "decides: read the stream's end to know) before you append it again; open a new stream writer to continue"
         )
 
     def _discard_unless_held(self, ledger: WriteHandle) -> bool:

@@ -33,7 +33,7 @@ def test_recovery_fences_a_live_writer_and_keeps_every_acked_entry(cluster, meta
         meta = recoverer.recover_ledger(w.ledger_id)
         poll_until(lambda: background.error is not None, 30, what="the writer to be fenced")
         assert isinstance(background.error, LedgerFencedError)
-        assert "is fenced: another client recovered it; create a new ledger" in str(background.error)
+        assert "is fenced: another client recovered it; an entry not acknowledged" in str(background.error)
         with pytest.raises(LedgerFencedError):
             w.append(b"after recovery")
         assert meta.state is LedgerState.CLOSED

@@ -115,7 +115,7 @@ def test_fenced_answer_fails_that_and_every_later_add():
     seq.append(b"q")
     assert seq.on_result("a", 1, pb.FENCED) == []
     assert isinstance(seq.error, LedgerFencedError)
-    assert "is fenced: another client recovered it; create a new ledger" in str(seq.error)
+    assert "is fenced: another client recovered it; an entry not acknowledged" in str(seq.error)
     assert not seq.pending
     with pytest.raises(LedgerFencedError):
         seq.append(b"r")
