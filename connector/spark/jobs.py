@@ -56,10 +56,13 @@ class WriteJobEndedError(LedgerError):
 
 @dataclasses.dataclass(frozen=True)
 class TaskRegistry:
-    """Where a task registers its ledger: a write job's znode, or a streaming query's with the micro-batch."""
+    """Where a task registers its ledger: a write job's znode, or a streaming query's with the micro-batch.
+    reopen(store): for a query's, records the task's run again when a janitor removed the registry (see
+    register_task_ledger)."""
 
     path: str
     batch: int | None = None
+    reopen: Callable[[MetadataStore], object] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         owner = self.path.rsplit("/", 1)[1]
@@ -89,8 +92,9 @@ def job_registry(job_id: str) -> TaskRegistry:
     return TaskRegistry(f"{layout.SPARK_JOBS}/{job_id}")
 
 
-def query_registry(query_id: str, batch: int | None = None) -> TaskRegistry:
-    return TaskRegistry(f"{layout.SPARK_QUERIES}/{query_id}", batch)
+def query_registry(query_id: str, batch: int | None = None,
+                   reopen: Callable[[MetadataStore], object] | None = None) -> TaskRegistry:
+    return TaskRegistry(f"{layout.SPARK_QUERIES}/{query_id}", batch, reopen)
 
 
 # -- driver ------------------------------------------------------------------------------------------
@@ -453,16 +457,31 @@ def forget_entry(store: MetadataStore, entry: TaskEntry) -> None:
 # -- tasks -------------------------------------------------------------------------------------------
 
 def register_task_ledger(store: MetadataStore, registry: TaskRegistry) -> TaskEntry:
-    """Allocate a ledger id and name it in the registry, before the ledger exists."""
-    entry = TaskEntry(registry.path, store.allocate_ledger_id(), registry.batch)
-    request = store.transaction()
-    request.check(registry.path, 0)
-    request.create(entry.path)
-    try:
-        request.commit()
-    except (BadVersionError, NoNodeError) as exc:  # only the check can fail so: the entry's name is new
-        raise WriteJobEndedError(f"{registry} was committed or aborted already; this task attempt wrote nothing") from exc
-    return entry
+    """Allocate a ledger id and name it in the registry, before the ledger exists. A job's registry gone or ended
+    refuses it (the job was committed or aborted). A query's registry is never stamped, and one gone was removed by
+    a janitor that found the query's driver gone (its ZooKeeper session had expired, or it stopped between
+    batches): with registry.reopen, the task records its run again (start_query) and registers then, as the query's
+    next start would; a batch whose ledgers the janitor discarded is still refused at its commit. Until 2026-11-29
+    every task of the query's next batch was refused, for good: the query died though its driver was back."""
+    for attempt in range(2):
+        entry = TaskEntry(registry.path, store.allocate_ledger_id(), registry.batch)
+        request = store.transaction()
+        request.check(registry.path, 0)
+        request.create(entry.path)
+        try:
+            request.commit()
+            return entry
+        except NoNodeError as exc:   # only the check can fail so: the entry's name is new
+            if registry.reopen is None or attempt:
+                raise _ended(registry) from exc
+            registry.reopen(store)
+        except BadVersionError as exc:
+            raise _ended(registry) from exc
+    raise AssertionError("unreachable")
+
+
+def _ended(registry: TaskRegistry) -> WriteJobEndedError:
+    return WriteJobEndedError(f"{registry} was committed or aborted already; this task attempt wrote nothing")
 
 
 def create_task_ledger(lc: LedgerClient, entry: TaskEntry, **create) -> WriteHandle:

@@ -113,7 +113,11 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty(BATCH_PROPERTY))
         return write_task_ledger(self.options, self.schema, iterator, ctx, self._tags(ctx, batch_id),
-                                 query_registry(self.query_id, batch_id))
+                                 query_registry(self.query_id, batch_id, reopen=self._reopen))
+
+    def _reopen(self, store) -> None:
+        """The query's registry and this driver's run, again (a janitor removed them: jobs.register_task_ledger)."""
+        start_query(store, self.query_id, self.options.stream, self.driver_id)
 
     def _tags(self, ctx: TaskContext, batch_id: int) -> dict[str, object]:
         return {

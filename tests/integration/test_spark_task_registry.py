@@ -214,3 +214,30 @@ def test_a_stream_directory_whose_create_lost_its_reply_is_there(store, monkeypa
     lost = LostReplies(monkeypatch, lambda operation, path, kwargs: operation == "create" and path == cuts)
     streams.create_directory(store, "events", cuts)
     assert lost.lost and store.exists(cuts)
+
+
+def test_a_query_whose_registry_a_janitor_removed_between_batches_goes_on(cluster, metadata_uri, monkeypatch,
+                                                                          tmp_path):
+    """The query's driver was away for a moment (its ZooKeeper session expired: a pause, a cut from ZooKeeper), and a
+    job's start took the query for stopped and removed its registry between two batches (janitor.
+    remove_stopped_query). The driver came back, and every task of its next batch was refused, for good: only a
+    query's start recorded its run (session-expiry audit, 2026-11-29)."""
+    from connector.spark import janitor
+    from connector.spark.jobs import query_ids
+
+    cluster(3)
+    tasks = TaskRunner(monkeypatch)
+    with MetadataStore(metadata_uri) as store:
+        sink = stream_sink(metadata_uri, tmp_path)
+        batch_0 = [tasks.run(sink, Task(p, batch=0), [id_batch(range(100 * p, 100 * p + 100))]) for p in range(2)]
+        stream_sink(metadata_uri, tmp_path).commit(batch_0, 0)
+        [found] = [f for f in janitor.find_registries(store) if f.owner == sink.query_id]
+        monkeypatch.setattr(janitor.registry, "writer_alive", lambda *_, **__: False)   # its session expired
+        assert janitor.remove_stopped_query(store, found)
+        monkeypatch.undo()
+        assert sink.query_id not in query_ids(store)
+        tasks = TaskRunner(monkeypatch)
+        batch_1 = [tasks.run(sink, Task(p, batch=1), [id_batch(range(200 + 100 * p, 300 + 100 * p))])
+                   for p in range(2)]
+        stream_sink(metadata_uri, tmp_path).commit(batch_1, 1)
+    assert stream_ids(metadata_uri) == list(range(400))
