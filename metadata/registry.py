@@ -218,15 +218,16 @@ class Placement:
     decommissioned since. So once a decommission's scan finds no ledger naming the node, none ever will."""
     nodes: dict[str, NodeRegistration]
     epoch: int | None        # None: unchecked (a simulation's registry)
+    registered: dict[str, NodeRegistration] = dataclasses.field(default_factory=dict)  # decommissioned ones too
 
 
 def placement(store: MetadataStore) -> Placement:
     """Both listings in one round trip, then every registration in another (pipelined)."""
-    decommissioned, registered = store.listings([layout.DECOMMISSIONED, layout.NODES])
+    decommissioned, listed = store.listings([layout.DECOMMISSIONED, layout.NODES])
     retired, stat = decommissioned   # both made with the layout, never deleted
-    node_ids = [node_id for node_id in registered[0] if node_id not in retired]
-    return Placement(_registered(node_ids, store.read_many([layout.node_path(n) for n in node_ids],
-                                                           serde.decode_node)), stat.version)
+    registered = _registered(listed[0], store.read_many([layout.node_path(n) for n in listed[0]], serde.decode_node))
+    return Placement({node_id: reg for node_id, reg in registered.items() if node_id not in retired}, stat.version,
+                     registered)
 
 
 def placeable_nodes(store: MetadataStore) -> dict[str, NodeRegistration]:

@@ -682,14 +682,24 @@ class MetadataStore:
         return paths
 
     def _delete_behind(self, path: str) -> None:
-        """Send the znode's delete and go on; a failure is logged from kazoo's thread."""
-        def done(reply) -> None:
-            if reply.exception is not None and not isinstance(reply.exception, NoNodeError):
+        """Send the znode's delete and go on; one whose connection was lost is sent once more (kazoo sends it when
+        the session is back: a client living for months would keep such znodes until its session ends), another
+        failure is logged, from kazoo's thread."""
+        def done(reply, again: bool = True) -> None:
+            if reply.exception is None or isinstance(reply.exception, NoNodeError):
+                return
+            if again and isinstance(reply.exception, (ConnectionLoss, OperationTimeoutError)):   # sent once more:
+                send(lambda second: done(second, again=False))   # kazoo holds it until the session is back
+            else:
                 _names_stay([path], reply.exception)
-        try:
-            self.zk.delete_async(path).rawlink(done)
-        except KazooException as exc:   # the session closed meanwhile: the ephemeral znode went with it
-            _names_stay([path], exc)
+
+        def send(then) -> None:
+            try:
+                self.zk.delete_async(path).rawlink(then)
+            except KazooException as exc:   # the session closed meanwhile: the ephemeral znode went with it
+                _names_stay([path], exc)
+
+        send(done)
 
     def create_ledger(self, meta: LedgerMetadata, placement_epoch: int | None = None) -> Versioned[LedgerMetadata]:
         """Allocate an id and store meta under it; meta.ledger_id is ignored. placement_epoch: that of the node

@@ -323,7 +323,8 @@ def update_stream(
         except MetadataConflictError:
             continue
         except MetadataError as exc:
-            if lost is not None and isinstance(exc, ZooKeeperUnreachableError):
+            if lost is not None and (isinstance(exc, ZooKeeperUnreachableError)
+                                     or (transforming and isinstance(exc.__cause__, _NO_REPLY))):
                 raise _outcome_unknown(store, name, lost) from exc  # away again before the read-back
             if transforming or not (read_back and isinstance(exc.__cause__, _NO_REPLY)):
                 raise

@@ -35,5 +35,11 @@ def master_key(password: bytes) -> bytes:
 
 
 def password_hash(password: bytes) -> str:
-    """What ledger metadata records, so a client can reject a wrong password before touching nodes."""
-    return hashlib.sha256(master_key(password)).hexdigest()
+    """What ledger metadata records, so a client can reject a wrong password before touching nodes (and a storage
+    node a wrong master key at a ledger's first sight: key_hash)."""
+    return key_hash(master_key(password))
+
+
+def key_hash(key: bytes) -> str:
+    """The password hash in ledger metadata of a ledger whose master key is key."""
+    return hashlib.sha256(bytes(key)).hexdigest()

@@ -27,7 +27,6 @@ Nothing is kept once answered: a refused id may be created later, and an admitte
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import itertools
 
@@ -37,6 +36,7 @@ from metadata.errors import MetadataError
 from metadata.model import LedgerMetadata, Versioned
 from metadata.store import MetadataStore, no_reply
 from protos import ledger_pb2 as pb
+from protos.digest import key_hash
 from storage_node.ledger_state import Refusal, Verdict
 
 # The most a first sight waits for ZooKeeper's answers (a sync and a second read included): less than a client waits
@@ -51,7 +51,7 @@ def first_sight_verdict(ledger_id: int, key: bytes, meta: LedgerMetadata | None)
         return Refusal(pb.UNAUTHORIZED, f"ledger {ledger_id} has no metadata (not created yet, or deleted): no master "
                                         "key is bound to it; ledgers are created by the client, which writes their "
                                         "metadata before any add")
-    if not hmac.compare_digest(hashlib.sha256(key).hexdigest(), meta.password_hash):
+    if not hmac.compare_digest(key_hash(key), meta.password_hash):
         return Refusal(pb.UNAUTHORIZED, f"wrong password for ledger {ledger_id}: the master key does not match the "
                                         "password hash in the ledger's metadata; open it with the password it was "
                                         "created with")

@@ -148,18 +148,29 @@ class StorageNodeService:
     async def _read_adds(self, request_iterator, pending: collections.deque, checking: set[asyncio.Task],
                          arrived: asyncio.Event, drained: asyncio.Event) -> None:
         set_aside = None      # the part of a request that waits for the key check last set aside
+        waiting: collections.Counter = collections.Counter()   # ledger id -> its parts set aside, not journaled yet
         try:
             async for request in request_iterator:
                 split = (None if isinstance(request, Malformed) or self.storage.refusal()
-                         else self.storage.new_ledger_entries(request.entries))
+                         else self.storage.new_ledger_entries(request.entries, waiting))
                 if split is None:
                     pending.append(self._add(request))
                 else:
                     held, new = split
+                    ledgers = {e.ledger_id for e in new}
+                    waiting.update(ledgers)
                     task = set_aside = asyncio.ensure_future(
                         self._add_new(request.range_results, new, pending, arrived, after=set_aside))
                     checking.add(task)
-                    task.add_done_callback(lambda done: (checking.discard(done), arrived.set()))
+
+                    def journaled(done, ledgers=ledgers) -> None:
+                        checking.discard(done)
+                        waiting.subtract(ledgers)
+                        for ledger_id in ledgers:
+                            if waiting[ledger_id] <= 0:
+                                del waiting[ledger_id]
+                        arrived.set()
+                    task.add_done_callback(journaled)
                     if held:
                         pending.append(self._add_entries(request.range_results, held))
                 arrived.set()

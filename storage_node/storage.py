@@ -14,7 +14,7 @@ import logging
 import shutil
 import time
 from array import array
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator, NamedTuple
 
 from metadata.model import HEALTH_OK
 from protos import ledger_pb2 as pb
@@ -504,17 +504,22 @@ class Storage:
 
     # -- first sight: rule 7's key check (storage_node/key_check.py) ---------------------------------
 
-    def new_ledger_entries(self, entries) -> tuple[list, list] | None:
-        """With a key check on and some of entries' ledgers new to the node: (the entries of ledgers it holds,
-        those of the others). None otherwise (the common case): add_runs takes them all at once. The service
-        journals the first part at once and the second once first_sight_verdicts answered, so that adds of the
-        ledgers a node holds never wait for ZooKeeper, even on an Add stream that a client shares between ledgers."""
+    def new_ledger_entries(self, entries, waiting: Collection[int] = ()) -> tuple[list, list] | None:
+        """With a key check on and some of entries' ledgers new to the node, or among `waiting` (those of which a
+        part of the stream is set aside still: their entries wait behind it, so that a ledger's entries are
+        journaled in the order the stream sent them): (the entries of the other ledgers, those of these). None
+        otherwise (the common case): add_runs takes them all at once. The service journals the first part at once
+        and the second once first_sight_verdicts answered, so that adds of the ledgers a node holds never wait for
+        ZooKeeper, even on an Add stream that a client shares between ledgers."""
         ledgers = self.ledgers
-        if self.key_check is None or {e.ledger_id for e in entries} <= ledgers.keys():
+        if self.key_check is None:
+            return None
+        ids = {e.ledger_id for e in entries}
+        if ids <= ledgers.keys() and (not waiting or ids.isdisjoint(waiting)):
             return None
         held, new = [], []
         for e in entries:
-            (held if e.ledger_id in ledgers else new).append(e)
+            (held if e.ledger_id in ledgers and e.ledger_id not in waiting else new).append(e)
         return held, new
 
     async def first_sight_verdicts(self, entries) -> FirstSight:
@@ -676,7 +681,8 @@ class Storage:
     # -- fencing and LAC --------------------------------------------------------------------------
 
     async def fence(self, ledger_id: int, key: bytes) -> Verdict:
-        """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced."""
+        """Rule 6: durable before answering; a fence of an unknown ledger creates it fenced (once the first-sight
+        key check admitted its key, with a check on)."""
         if not key or len(key) > MAX_KEY_BYTES:
             return Refusal(pb.BAD_REQUEST, f"a fence needs the ledger's master key (1..{MAX_KEY_BYTES} bytes, "
                                            f"got {len(key)})")

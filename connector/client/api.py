@@ -191,7 +191,7 @@ class LedgerClient:
         for attempt in itertools.count(1):
             read_at = time.monotonic()
             placement = registry.placement(self.store)
-            self._listed = (placement.nodes, read_at)
+            self._listed = (placement.registered, read_at)
             meta = LedgerMetadata(
                 ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
                 fragments=(Fragment(0, choose_ensemble(placement.nodes, ensemble_size)),),

@@ -326,7 +326,8 @@ class GrpcTransport:
         all listed (a blocking ZooKeeper read on the loop, but only for the first node used, or a node new since),
         so that their addresses are known while ZooKeeper is away, when it is never read (it would hold up every
         call of the loop until it is back). A node listed before (a failed one too) is read again, because it may
-        have restarted elsewhere since (a new port or host): a read that waits at most ADDRESS_READ_SECONDS,
+        have restarted elsewhere since (a new port or host), unless this is its first channel within
+        ADDRESS_FRESH_SECONDS of the listing: a read that waits at most ADDRESS_READ_SECONDS,
         after which the listed address is dialled. The listing waits at most ADDRESS_LIST_SECONDS, and fails as the
         node failing (NodeError: the caller moves to another node, a recovery counts its answer unknown); any other
         error would end the caller's task instead."""

@@ -120,3 +120,36 @@ def test_a_refused_first_key_binds_nothing_and_the_right_one_is_bound_later(tmp_
             await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_ledger_bound_while_a_part_of_it_is_set_aside_keeps_the_streams_order(tmp_path):
+    """A part of ledger NEW waits behind another new ledger's check; another request binds NEW meanwhile (a
+    WriteLac). The stream's next entries of NEW waited for nothing, and were journaled before the earlier part
+    (review, 2026-11-29): a ledger with a part set aside stays set aside on that stream until the part is journaled."""
+    slow, new = 7, 8
+
+    async def scenario():
+        storage = Storage(NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit"))
+        await storage.open()
+        check = storage.key_check = HeldVerdicts()
+        service = StorageNodeService(storage, storage.config)
+        stream = Stream()
+        serving = asyncio.ensure_future(service.Add(stream.iterate(), stream))
+        try:
+            check.answer(new)                       # NEW's metadata is found at once; SLOW's check waits
+            stream.send(make_entry(slow, 0, b"slow 0"))
+            stream.send(make_entry(new, 0, b"first copy"))     # set aside behind SLOW's part
+            await until(lambda: check.asked.count(new) >= 1, "NEW asked")
+            assert await storage.write_lac(new, KEY, -1) is None   # another request binds NEW meanwhile
+            stream.send(make_entry(new, 0, b"second copy"))
+            stream.send(make_entry(new, 1, b"next"))
+            check.answer(slow)
+            await until(lambda: (new, 1, pb.OK) in stream.answered, "the stream's last entry answered")
+            assert bytes(storage.read_entry(new, 0).payload) == b"second copy"
+            stream.end()
+            await asyncio.wait_for(serving, 10)
+        finally:
+            serving.cancel()
+            await storage.close()
+
+    asyncio.run(scenario())
