@@ -295,9 +295,7 @@ class Registration:
 
 
 def job_ids(store: MetadataStore) -> list[str]:
-    """Every batch write job with a registry: those in flight, and those whose driver died (janitor.py)."""
-    store.sync(layout.SPARK_JOBS)
-    return sorted(store.children(layout.SPARK_JOBS))
+    return registry_ids(store)[0]
 
 
 def read_job(store: MetadataStore, job_id: str) -> Registration | None:
@@ -306,12 +304,12 @@ def read_job(store: MetadataStore, job_id: str) -> Registration | None:
 
 
 def query_ids(store: MetadataStore) -> list[str]:
-    store.sync(layout.SPARK_QUERIES)
-    return sorted(store.children(layout.SPARK_QUERIES))
+    return registry_ids(store)[1]
 
 
 def registry_ids(store: MetadataStore) -> tuple[list[str], list[str]]:
-    """job_ids() and query_ids() in one round trip."""
+    """Every batch write job and every streaming query with a registry (those in flight, and those whose driver
+    died: janitor.py), each listing after a sync, in one round trip."""
     jobs, queries = store.synced_children([layout.SPARK_JOBS, layout.SPARK_QUERIES])
     return sorted(jobs), sorted(queries)
 
@@ -375,12 +373,12 @@ def remove_query(store: MetadataStore, query_id: str) -> bool:
 
 def driver_in_use(store: MetadataStore, driver: str) -> bool:
     """Whether any registry names the driver: a job it started that is not removed, or a run of a query.
-    Reads the registries in flight (and abandoned ones), never the ledgers."""
-    for job_id in job_ids(store):
-        job = read_job(store, job_id)
-        if job is not None and job.driver == driver:
-            return True
-    return any(store.exists(run_path(query_id, driver)) for query_id in query_ids(store))
+    Reads the registries in flight (and abandoned ones), never the ledgers: the listings in one round trip, then
+    the jobs' and the query runs' znodes at once (pipelined)."""
+    jobs, queries = registry_ids(store)
+    if any(job is not None and job.driver == driver for job in read_jobs(store, jobs)):
+        return True
+    return any(store.exist([run_path(query_id, driver) for query_id in queries]))
 
 
 def task_entries(store: MetadataStore, registry: TaskRegistry, through_batch: int | None = None) -> list[TaskEntry]:
