@@ -6,6 +6,7 @@ are the test's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from protos import ledger_pb2 as pb
 from storage_node.config import NodeConfig
@@ -63,15 +64,25 @@ async def until(condition, what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+@contextlib.asynccontextmanager
+async def add_stream(tmp_path):
+    """A real Storage with the test's verdicts, and one Add stream served: (storage, check, stream, serving)."""
+    storage = Storage(NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit"))
+    await storage.open()
+    check = storage.key_check = HeldVerdicts()
+    service = StorageNodeService(storage, storage.config)
+    stream = Stream()
+    serving = asyncio.ensure_future(service.Add(stream.iterate(), stream))
+    try:
+        yield storage, check, stream, serving
+    finally:
+        serving.cancel()
+        await storage.close()
+
+
 def test_held_ledgers_are_answered_while_a_new_ones_key_check_waits(tmp_path):
     async def scenario():
-        storage = Storage(NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit"))
-        await storage.open()
-        check = storage.key_check = HeldVerdicts()
-        service = StorageNodeService(storage, storage.config)
-        stream = Stream()
-        serving = asyncio.ensure_future(service.Add(stream.iterate(), stream))
-        try:
+        async with add_stream(tmp_path) as (storage, check, stream, serving):
             check.answer(HELD)
             stream.send(make_entry(HELD, 0, b"held 0"))
             await until(lambda: (HELD, 0, pb.OK) in stream.answered, "the held ledger's first answer")
@@ -91,9 +102,6 @@ def test_held_ledgers_are_answered_while_a_new_ones_key_check_waits(tmp_path):
             # Journaled in the order sent: the last copy the stream sent of entry 0 is the one stored.
             assert bytes(storage.read_entry(NEW, 0).payload) == b"third copy"
             assert storage.ledgers[NEW].key_matches(KEY)
-        finally:
-            serving.cancel()
-            await storage.close()
 
     asyncio.run(scenario())
 
@@ -129,13 +137,7 @@ def test_a_ledger_bound_while_a_part_of_it_is_set_aside_keeps_the_streams_order(
     slow, new = 7, 8
 
     async def scenario():
-        storage = Storage(NodeConfig(data_dir=tmp_path, port=0, metadata="zk://127.0.0.1:1/unused", node_id="unit"))
-        await storage.open()
-        check = storage.key_check = HeldVerdicts()
-        service = StorageNodeService(storage, storage.config)
-        stream = Stream()
-        serving = asyncio.ensure_future(service.Add(stream.iterate(), stream))
-        try:
+        async with add_stream(tmp_path) as (storage, check, stream, serving):
             check.answer(new)                       # NEW's metadata is found at once; SLOW's check waits
             stream.send(make_entry(slow, 0, b"slow 0"))
             stream.send(make_entry(new, 0, b"first copy"))     # set aside behind SLOW's part
@@ -148,8 +150,5 @@ def test_a_ledger_bound_while_a_part_of_it_is_set_aside_keeps_the_streams_order(
             assert bytes(storage.read_entry(new, 0).payload) == b"second copy"
             stream.end()
             await asyncio.wait_for(serving, 10)
-        finally:
-            serving.cancel()
-            await storage.close()
 
     asyncio.run(scenario())
