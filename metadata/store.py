@@ -512,23 +512,20 @@ class MetadataStore:
         delete() does, since the znode may have gone with it and another taken its name meanwhile; every attempt
         first reads which znode holds the name. A znode created under it meanwhile (NotEmptyError) is raised to
         the caller, as delete() does."""
-        deadline, since = time.monotonic() + self.wait_seconds, None
         while True:
-            self.wait_until_connected(deadline, since)
             try:
-                stat = self._translate(self.zk.exists, path)
-                if stat is None or stat.czxid != created:
-                    return False
-                for child in self._translate(self.zk.get_children, path):
-                    self._translate(self.zk.delete, f"{path}/{child}", recursive=True)
-                self._translate(self.zk.delete, path, version=stat.version)
-                return True
+                return self._retried(self._delete_created, path, created)
             except (NoNodeError, BadVersionError):
                 continue   # changed while its children went: read again which znode holds the name
-            except MetadataError as exc:
-                if not no_reply(exc) or self._closed or time.monotonic() >= deadline:
-                    raise
-                since = since or time.monotonic()
+
+    def _delete_created(self, path: str, created: int) -> bool:
+        stat = self.zk.exists(path)
+        if stat is None or stat.czxid != created:
+            return False
+        for child in self.zk.get_children(path):
+            self.zk.delete(f"{path}/{child}", recursive=True)
+        self.zk.delete(path, version=stat.version)
+        return True
 
     def exists(self, path: str, watch: Callable | None = None) -> bool:
         """Whether the znode is there; watch(event) is called once it is created, changed or deleted."""
