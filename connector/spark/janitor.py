@@ -37,7 +37,7 @@ from connector.retention import clean_cuts
 from connector.spark.commit import COMMITTED, aborted_job, job_outcome
 from connector.spark.jobs import (
     Registration, TaskEntry, commit_guard, end_job, fence_run, forget_run, job_registry, query_registry, query_runs,
-    read_job, read_jobs, registry_ids, remove_fenced_runs, remove_job, remove_query, sweep_entries, task_entries,
+    read_job, read_jobs, registry_ids, remove_fenced_runs, remove_job, run_path, sweep_entries, task_entries,
 )
 from connector.spark.recovery import STREAM_TAG, check_password, recover
 from metadata import layout, registry
@@ -281,9 +281,12 @@ def remove_stopped_query(store: MetadataStore, found: Registry) -> bool:
     Whether it removed the registry."""
     if found.entries(store) or any(registry.writer_alive(store, driver) for driver in found.drivers):
         return False
-    for driver in found.runs:
-        forget_run(store, found.owner, driver)
-    return remove_query(store, found.owner)
+    # The runs at the versions read now and the registry, all or none: a task that registers meanwhile keeps them
+    # all (the runs were forgotten one by one before, leaving a registry with an entry and no run, UNKNOWN to every
+    # janitor but `ledger jobs --apply --legacy`).
+    read = store.read_many([run_path(found.owner, driver) for driver in found.runs], bytes)
+    return remove_fenced_runs(store, found.owner,
+                              {driver: run.version for driver, run in zip(found.runs, read) if run is not None})
 
 
 def clean(lc: LedgerClient, found: Registry, passwords: Sequence[bytes], legacy: bool = False,

@@ -341,7 +341,8 @@ def forget_run(store: MetadataStore, query_id: str, driver: str, version: int = 
 
 
 def remove_fenced_runs(store: MetadataStore, query_id: str, runs: dict[str, int]) -> bool:
-    """Delete the runs (each at the version it was fenced at) and the query's registry in one multi, all or none:
+    """Delete the runs (each at the version given: fenced at, or read when the query was found stopped) and the
+    query's registry in one multi, all or none:
     False, and nothing deleted, if a run changed (its driver restarted it) or anything else is in the registry (a
     task of a fenced run registered a ledger meanwhile): the fenced runs then stay, so that the registry still
     names drivers that are gone, and the next janitor looks at it again."""

@@ -77,3 +77,24 @@ def test_an_abandoned_registry_of_open_ledgers_under_another_password_is_left_as
         janitor.clean_stream(lc, "mine", b"")
         assert store.read(job_registry("killed-job").path, bytes) == before      # not fenced, not stamped
         assert not lc.ledger_metadata(ledger.ledger_id).is_closed
+
+
+def test_a_task_registering_while_a_stopped_query_is_removed_keeps_its_run(store, metadata_uri, monkeypatch):
+    """The janitor looked (no entry, its driver gone), then a task of the query registered a ledger, then the janitor
+    removed the runs one by one and the registry (not empty) stayed: an entry and no run, which no janitor cleans but
+    `ledger jobs --apply --legacy` (session-expiry audit, 2026-11-29). Now the runs and the registry go in one multi, or
+    nothing does, and the registry still names the gone driver, so the next janitor cleans it."""
+    start_query(store, "q", "other", driver="gone-driver")
+    [found] = [f for f in janitor.find_registries(store) if f.owner == "q"]
+    real, entries = registry.writer_alive, []
+
+    def writer_alive(store_, writer_id, watch=None):
+        if writer_id == "gone-driver" and not entries:      # meanwhile: a task of the (paused) driver registers
+            entries.append(register_task_ledger(store, query_registry("q", 3)))
+        return real(store_, writer_id, watch)
+
+    monkeypatch.setattr(registry, "writer_alive", writer_alive)
+    assert not janitor.remove_stopped_query(store, found)
+    monkeypatch.setattr(registry, "writer_alive", real)
+    [left] = [f for f in janitor.find_registries(store) if f.owner == "q"]
+    assert entries and left.state == janitor.ABANDONED and set(left.runs) == {"gone-driver"}
