@@ -47,3 +47,29 @@ def test_a_stream_creation_whose_reply_is_lost_is_read_back(store, monkeypatch):
     created = ensure_stream(store, "events")
     assert lost.lost and created.name == "events" and created.format == "arrow"
     assert streams.read_stream(store, "events").value == created
+
+
+def test_a_transform_that_loses_a_reply_after_the_heads_write_lost_its_own_is_an_unknown_outcome(store, monkeypatch):
+    """The head's write lands and its reply is lost; the update reads the head back and runs the transform again,
+    whose own read then gets no reply either (ZooKeeper flapping). Whether the first write landed is unknown: rule 16
+    says so (UpdateOutcomeUnknownError), not a plain failure, which a caller takes for "nothing written" (review
+    2026-11-29: the transform's errors were all raised as they are)."""
+    import pytest
+    from kazoo.exceptions import ConnectionLoss
+
+    from metadata.errors import MetadataError
+    from metadata.streams import UpdateOutcomeUnknownError
+
+    streams.update_stream(store, "raw", lambda record: record, create=StreamRecord("raw", "raw"))
+    calls = []
+
+    def transform(record: StreamRecord) -> StreamRecord:
+        calls.append(record)
+        if len(calls) > 1:   # the re-run after the lost reply: its own read gets none
+            raise MetadataError("ZooKeeper request failed: ConnectionLoss (a test's)") from ConnectionLoss()
+        return record.replace(owner="someone")
+
+    LostReplies(monkeypatch, head_write("raw"))
+    with pytest.raises(UpdateOutcomeUnknownError):
+        streams.update_stream(store, "raw", transform, read_back=True)
+    assert len(calls) == 2
