@@ -519,6 +519,7 @@ class MetadataStore:
                 continue   # changed while its children went: read again which znode holds the name
 
     def _delete_created(self, path: str, created: int) -> bool:
+        # Lists the name's children: for `ledger stream delete` (an operator's command), never a commit, read or write.
         stat = self.zk.exists(path)
         if stat is None or stat.czxid != created:
             return False
@@ -551,9 +552,14 @@ class MetadataStore:
 
     def stats(self, paths: list[str]) -> list[ZnodeStat | None]:
         """Each znode's stat (None: not there), pipelined as exist() does."""
-        found: list[ZnodeStat | None] = []
+        return self._pipelined(self._stats, paths)
+
+    def _pipelined(self, send: Callable[[list[str]], list], paths: list[str]) -> list:
+        """send(paths) _PIPELINED paths at a time (each batch sent at once, then its replies awaited), each batch
+        sent again after a lost reply (reads only)."""
+        found: list = []
         for start in range(0, len(paths), _PIPELINED):
-            found += self._retried(self._stats, paths[start:start + _PIPELINED])
+            found += self._retried(send, paths[start:start + _PIPELINED])
         return found
 
     def _stats(self, paths: list[str]) -> list[ZnodeStat | None]:
@@ -562,10 +568,7 @@ class MetadataStore:
 
     def read_many(self, paths: list[str], decode: Callable[[bytes], object]) -> list[Versioned | None]:
         """read() of each path, pipelined as exist() is: a few znodes cost about one round trip."""
-        found: list[Versioned | None] = []
-        for start in range(0, len(paths), _PIPELINED):
-            found += self._retried(self._read_many, paths[start:start + _PIPELINED], decode)
-        return found
+        return self._pipelined(lambda batch: self._read_many(batch, decode), paths)
 
     def _read_many(self, paths: list[str], decode: Callable[[bytes], object]) -> list[Versioned | None]:
         return [None if found is None else Versioned(decode(found[0]), found[1].version)
